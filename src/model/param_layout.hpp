@@ -1,0 +1,60 @@
+#pragma once
+// Where every GPT-2 tensor lives in the ONE flat parameter buffer. Layer-major: wte, wpe, then block
+// 0's twelve tensors, block 1's, ..., then the final LayerNorm. A block, a pipeline stage, a gradient
+// bucket and a checkpoint shard are therefore plain contiguous ranges. Gradients and optimizer moments
+// use the same layout. (llm.c's file order, each tensor holding all layers, is only an interchange
+// format: see model/llmc_io.)
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "model/model_config.hpp"
+
+namespace gpt2 {
+
+enum class Param {
+  wte, wpe,                                              // embeddings
+  ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,            // block: attention half
+  ln2w, ln2b, fcw, fcb, fcprojw, fcprojb,                // block: MLP half
+  lnfw, lnfb                                             // final LayerNorm
+};
+constexpr int kTensorsPerBlock = 12;
+
+struct Range {
+  size_t begin = 0, end = 0;
+  size_t size() const { return end - begin; }
+  bool contains(const Range& o) const { return o.begin >= begin && o.end <= end; }
+};
+
+struct TensorInfo {
+  Param kind;
+  int layer;                  // block index, -1 outside blocks
+  std::vector<size_t> shape;  // rows first; weights are (out, in)
+  Range range;                // in the global flat buffer
+  bool decay;                 // weight decay applies: tensors of rank >= 2
+  std::string name() const;   // "wte", "h.3.qkvw", "lnfw"
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& cfg);
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo& tensor(Param kind, int layer = -1) const;
+  size_t index(Param kind, int layer = -1) const;  // position in tensors()
+  size_t total() const { return total_; }
+
+  Range embeddings() const;      // wte + wpe
+  Range block(int layer) const;  // one block's twelve tensors
+  Range final_norm() const;      // lnfw + lnfb
+
+ private:
+  ModelConfig cfg_;
+  std::vector<TensorInfo> tensors_;
+  size_t total_ = 0;
+};
+
+const char* param_name(Param kind);
+
+}  // namespace gpt2

@@ -1,0 +1,92 @@
+#pragma once
+// A pipeline stage of GPT-2: blocks [first_layer, end_layer) plus the embedding (first stage) and the
+// final LayerNorm + tied LM head (last stage). With one stage this is the whole model.
+//
+// forward(a) runs one microbatch and saves what backward needs in `a`. On the head stage it also
+// runs the loss backward and the LM-head backward right away (their inputs are all there), so the
+// (N, Vp) logits are never kept per microbatch: only dlnf (N,C) is.
+// backward(a) then runs the rest from the stage's gradient buffer dres (N,C): on entry it holds the
+// gradient of the stage output (received from the next stage; ignored on the head stage), on exit the
+// gradient of the stage input (to send back; the first stage consumes it in the embedding backward).
+// Parameter gradients accumulate (+=) across microbatches until zero_grads().
+#include <functional>
+#include <vector>
+
+#include "model/stage_layout.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+template <class T>
+struct Activations {
+  struct Block {
+    Mat<T> ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3;
+    Vec<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  };
+  int B = 0, seq_len = 0;
+  Buffer<T> mem;  // one allocation; the views below are slices of it
+  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> tokens, targets;  // (N) first / head stage
+  Mat<T> input;                                                       // (N,C) stage input
+  std::vector<Block> blocks;
+  Vec<T> lnf_mean, lnf_rstd;  // head stage
+  Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
+  int rows() const { return B * seq_len; }
+  Mat<T> output() const { return blocks.back().res3; }  // (N,C) sent to the next stage
+  size_t bytes() const { return mem.extent(0) * sizeof(T); }
+};
+
+template <class T>
+class Stage {
+ public:
+  // max_batch: the most sequences one microbatch holds; seq_len: T.
+  Stage(const StageLayout& layout, int max_batch, int seq_len);
+
+  const StageLayout& layout() const { return layout_; }
+  const ModelConfig& config() const { return layout_.global().config(); }
+  int seq_len() const { return T_; }
+  int max_batch() const { return maxB_; }
+
+  Buffer<T> params;  // local flat buffer (see StageLayout)
+  Buffer<T> grads;   // same layout
+
+  Vec<T> param(const TensorInfo& t) const { return Vec<T>(params.data() + t.range.begin, t.range.size()); }
+  Vec<T> grad(const TensorInfo& t) const { return Vec<T>(grads.data() + t.range.begin, t.range.size()); }
+
+  // GPT-2 initialisation; every tensor has its own seeded stream, so any stage split gives the
+  // same values as the one-stage model.
+  void init_params(uint64_t seed);
+  void zero_grads();
+
+  // Saved-activation storage for a microbatch of B <= max_batch sequences.
+  Activations<T> make_activations(int B) const;
+
+  // Forward one microbatch. First stage reads a.tokens; other stages read a.input.
+  // Head stage: writes per-token losses (N) and, when need_grad, runs the loss + LM-head backward
+  // with d(loss)/d(each token loss) = dloss.
+  void forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
+
+  // Backward one microbatch (see the header comment for dres). ready(x) is called whenever the
+  // gradients at local offsets >= x are final for this microbatch (after the final LayerNorm, after
+  // each block, last block first, and with x = 0 at the end).
+  void backward(Activations<T>& a, const std::function<void(size_t)>& ready = {});
+
+  // Gradient of the stage output (in) / stage input (out) for the microbatch in backward: (B*T, C).
+  Mat<T> dres(int B) const { return Mat<T>(dres_.data(), size_t(B) * T_, config().n_embd); }
+
+ private:
+  struct BlockParams {
+    Vec<T> ln1w, ln1b, qkvb, attprojb, ln2w, ln2b, fcb, fcprojb;
+    Mat<T> qkvw, attprojw, fcw, fcprojw;
+  };
+  BlockParams block_view(const Buffer<T>& buf, int layer) const;
+  void block_forward(int layer, Activations<T>& a, CMat<T> in);
+  void block_backward(int layer, Activations<T>& a, CMat<T> in);
+  void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
+
+  StageLayout layout_;
+  int maxB_, T_;
+  // Scratch shared by all microbatches (sized for max_batch).
+  Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,53 @@
+#pragma once
+// AdamW (decoupled weight decay, PyTorch semantics) and the global gradient norm used for clipping.
+#include "tensor/math.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+struct AdamWStep {
+  double lr = 0;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0;  // applied only where the caller says (tensors of rank >= 2)
+  double grad_scale = 1;    // clipping factor, folded in here to save a pass over the gradients
+  int step = 1;             // 1-based, for the bias corrections
+};
+
+// p (n), m (n), v (n) updated in place from g (n):
+//   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;  g' = grad_scale * g
+//   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
+template <class T>
+void adamw_update(Vec<T> p, CVec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
+  const T b1 = s.beta1, b2 = s.beta2, eps = s.eps, lr = s.lr, wd = s.weight_decay;
+  const T scale = s.grad_scale;
+  const T bc1 = T(1) / (T(1) - T(std::pow(s.beta1, s.step)));
+  const T bc2 = T(1) / (T(1) - T(std::pow(s.beta2, s.step)));
+  Kokkos::parallel_for(
+      "adamw_update", Kokkos::RangePolicy<ExecSpace>(0, p.extent(0)), KOKKOS_LAMBDA(int64_t i) {
+        const T gi = g(i) * scale;
+        const T mi = b1 * m(i) + (T(1) - b1) * gi;
+        const T vi = b2 * v(i) + (T(1) - b2) * gi * gi;
+        m(i) = mi;
+        v(i) = vi;
+        p(i) -= lr * (wd * p(i) + (mi * bc1) / (km::sqrt(vi * bc2) + eps));
+      });
+}
+
+// sum_i g(i)^2 in double (fixed reduction order per backend: deterministic run to run)
+template <class T>
+double sum_of_squares(CVec<T> g) {
+  double total = 0;
+  Kokkos::parallel_reduce(
+      "sum_of_squares", Kokkos::RangePolicy<ExecSpace>(0, g.extent(0)),
+      KOKKOS_LAMBDA(int64_t i, double& acc) { acc += double(g(i)) * double(g(i)); }, total);
+  return total;
+}
+
+// PyTorch's clip_grad_norm_: factor = min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables.
+inline double clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double f = max_norm / (norm + 1e-6);
+  return f < 1.0 ? f : 1.0;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,122 @@
+#include "tensor/gemm.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include "core/error.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cublas_v2.h>
+#else
+#include <cblas.h>
+#endif
+
+namespace gpt2 {
+
+#if defined(KOKKOS_ENABLE_CUDA)
+
+namespace {
+cublasHandle_t g_handle = nullptr;
+bool g_tf32 = false;
+
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS ", what, " failed with status ", int(s));
+}
+
+cublasHandle_t handle() {
+  if (!g_handle) {
+    check(cublasCreate(&g_handle), "cublasCreate");
+    check(cublasSetMathMode(g_handle, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+          "cublasSetMathMode");
+  }
+  // Kokkos' default instance stream: GEMMs stay ordered with the kernels before and after them.
+  check(cublasSetStream(g_handle, Kokkos::Cuda().cuda_stream()), "cublasSetStream");
+  return g_handle;
+}
+
+cublasOperation_t op(Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+}  // namespace
+
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+template <>
+void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  check(cublasSgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
+        "Sgemm");
+}
+template <>
+void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
+                  const double* B, int ldb, double beta, double* C, int ldc) {
+  check(cublasDgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
+        "Dgemm");
+}
+template <>
+void gemm_strided_batched<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A,
+                                 int lda, int64_t sA, const float* B, int ldb, int64_t sB,
+                                 float beta, float* C, int ldc, int64_t sC, int batch) {
+  check(cublasSgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
+                                  sA, &beta, C, ldc, sC, batch),
+        "SgemmStridedBatched");
+}
+template <>
+void gemm_strided_batched<double>(Op opA, Op opB, int M, int N, int K, double alpha,
+                                  const double* A, int lda, int64_t sA, const double* B, int ldb,
+                                  int64_t sB, double beta, double* C, int ldc, int64_t sC,
+                                  int batch) {
+  check(cublasDgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
+                                  sA, &beta, C, ldc, sC, batch),
+        "DgemmStridedBatched");
+}
+
+void gemm_set_tf32(bool on) {
+  g_tf32 = on;
+  if (g_handle)
+    check(cublasSetMathMode(g_handle, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+          "cublasSetMathMode");
+}
+void gemm_set_host_threads(int) {}
+int gemm_host_threads() { return 0; }
+void gemm_finalize() {
+  if (g_handle) cublasDestroy(g_handle);
+  g_handle = nullptr;
+}
+
+#else  // host BLAS
+
+namespace {
+CBLAS_TRANSPOSE op(Op o) { return o == Op::N ? CblasNoTrans : CblasTrans; }
+}  // namespace
+
+template <>
+void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
+                 const float* B, int ldb, float beta, float* C, int ldc) {
+  cblas_sgemm(CblasRowMajor, op(opA), op(opB), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+template <>
+void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
+                  const double* B, int ldb, double beta, double* C, int ldc) {
+  cblas_dgemm(CblasRowMajor, op(opA), op(opB), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+template <class T>
+void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
+                          int64_t sA, const T* B, int ldb, int64_t sB, T beta, T* C, int ldc,
+                          int64_t sC, int batch) {
+  for (int i = 0; i < batch; ++i)
+    gemm<T>(opA, opB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+}
+template void gemm_strided_batched<float>(Op, Op, int, int, int, float, const float*, int, int64_t,
+                                          const float*, int, int64_t, float, float*, int, int64_t,
+                                          int);
+template void gemm_strided_batched<double>(Op, Op, int, int, int, double, const double*, int,
+                                           int64_t, const double*, int, int64_t, double, double*,
+                                           int, int64_t, int);
+
+void gemm_set_tf32(bool) {}
+void gemm_set_host_threads(int n) {
+  if (n > 0) openblas_set_num_threads(n);
+}
+int gemm_host_threads() { return openblas_get_num_threads(); }
+void gemm_finalize() {}
+
+#endif
+
+}  // namespace gpt2

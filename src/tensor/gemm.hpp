@@ -1,0 +1,32 @@
+#pragma once
+// GEMM dispatch to the execution space's vendor BLAS: OpenBLAS cblas on the host, cuBLAS on CUDA
+// (on Kokkos' own stream, so it is ordered with the Kokkos kernels around it).
+// All matrices are row-major with explicit leading dimensions:
+//   C(M,N) = alpha * op(A) * op(B) + beta * C,   op(A) is (M,K), op(B) is (K,N).
+#include <cstdint>
+
+namespace gpt2 {
+
+enum class Op { N, T };
+
+template <class T>
+void gemm(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
+          T beta, T* C, int ldc);
+
+// `batch` independent GEMMs; matrix i starts at A + i*strideA (likewise B, C).
+template <class T>
+void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
+                          int64_t strideA, const T* B, int ldb, int64_t strideB, T beta, T* C,
+                          int ldc, int64_t strideC, int batch);
+
+// TF32 tensor-core math for fp32 GEMMs on CUDA (ignored on the host). Off by default.
+void gemm_set_tf32(bool on);
+
+// Host BLAS threads for this process (ignored on CUDA). 0 leaves the library default.
+void gemm_set_host_threads(int n);
+int gemm_host_threads();
+
+// Releases library handles (cuBLAS); called before Kokkos finalizes.
+void gemm_finalize();
+
+}  // namespace gpt2

@@ -1,0 +1,79 @@
+#pragma once
+// LayerNorm over the channel dimension, eps 1e-5, biased variance (as GPT-2 / PyTorch).
+#include "tensor/math.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+constexpr double kLayerNormEps = 1e-5;
+
+// out (N,C) = (in - mean) * rstd * w (C) + b (C);   saves mean (N), rstd (N) for backward
+template <class T>
+void layernorm_forward(Mat<T> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T> w, CVec<T> b) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  const int N = in.extent(0), C = in.extent(1);
+  Kokkos::parallel_for(
+      "layernorm_forward", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C), [&](int c, T& acc) { acc += in(n, c); }, sum);
+        const T m = sum / C;
+        T var = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C),
+            [&](int c, T& acc) {
+              const T d = in(n, c) - m;
+              acc += d * d;
+            },
+            var);
+        const T s = T(1) / km::sqrt(var / C + T(kLayerNormEps));
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
+                             [&](int c) { out(n, c) = (in(n, c) - m) * s * w(c) + b(c); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          mean(n) = m;
+          rstd(n) = s;
+        });
+      });
+}
+
+// din (N,C) += d/din;  dw (C) += sum_n dout*norm;  db (C) += sum_n dout
+template <class T>
+void layernorm_backward(Mat<T> din, Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CVec<T> w,
+                        CVec<T> mean, CVec<T> rstd) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  const int N = in.extent(0), C = in.extent(1);
+  Kokkos::parallel_for(
+      "layernorm_backward_in", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        const T m = mean(n), s = rstd(n);
+        T g_mean = 0, gx_mean = 0;  // mean of dnorm, mean of dnorm * norm
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C),
+            [&](int c, T& a) { a += w(c) * dout(n, c); }, g_mean);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, C),
+            [&](int c, T& a) { a += w(c) * dout(n, c) * (in(n, c) - m) * s; }, gx_mean);
+        g_mean /= C;
+        gx_mean /= C;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
+          const T norm = (in(n, c) - m) * s;
+          din(n, c) += (w(c) * dout(n, c) - g_mean - norm * gx_mean) * s;
+        });
+      });
+  // Parameter gradients are column sums: one thread per channel, rows in order (deterministic).
+  Kokkos::parallel_for(
+      "layernorm_backward_params", Kokkos::RangePolicy<ExecSpace>(0, C), KOKKOS_LAMBDA(int c) {
+        T aw = 0, ab = 0;
+        for (int n = 0; n < N; ++n) {
+          aw += dout(n, c) * (in(n, c) - mean(n)) * rstd(n);
+          ab += dout(n, c);
+        }
+        dw(c) += aw;
+        db(c) += ab;
+      });
+}
+
+}  // namespace gpt2

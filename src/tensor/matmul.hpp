@@ -1,0 +1,54 @@
+#pragma once
+// Linear layer with PyTorch's weight layout: out = in @ w^T + b. The GEMMs go to the vendor BLAS.
+#include "tensor/gemm.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+// Column sums: db (OC) += sum_n dout (N,OC). One thread per column, rows in order (deterministic).
+template <class T>
+void bias_backward(Vec<T> db, CMat<T> dout) {
+  const int N = dout.extent(0), OC = dout.extent(1);
+  Kokkos::parallel_for(
+      "bias_backward", Kokkos::RangePolicy<ExecSpace>(0, OC), KOKKOS_LAMBDA(int o) {
+        T acc = 0;
+        for (int n = 0; n < N; ++n) acc += dout(n, o);
+        db(o) += acc;
+      });
+}
+
+// out (N,OC) = in (N,C) @ w (OC,C)^T + b (OC) [+ residual (N,OC)]
+// b may be empty (no bias); the optional residual add is fused into the bias pass.
+template <class T>
+void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residual = {}) {
+  const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
+  gemm<T>(Op::N, Op::T, N, OC, C, T(1), in.data(), C, w.data(), C, T(0), out.data(), OC);
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  const bool has_b = b.extent(0) != 0, has_r = residual.extent(0) != 0;
+  if (has_b && has_r)
+    Kokkos::parallel_for(
+        "matmul_bias_residual", Policy({0, 0}, {N, OC}),
+        KOKKOS_LAMBDA(int n, int o) { out(n, o) += b(o) + residual(n, o); });
+  else if (has_b)
+    Kokkos::parallel_for(
+        "matmul_bias", Policy({0, 0}, {N, OC}), KOKKOS_LAMBDA(int n, int o) { out(n, o) += b(o); });
+  else if (has_r)
+    Kokkos::parallel_for(
+        "matmul_residual", Policy({0, 0}, {N, OC}),
+        KOKKOS_LAMBDA(int n, int o) { out(n, o) += residual(n, o); });
+}
+
+// din (N,C) = dout @ w   (or += when accumulate_din);   dw (OC,C) += dout^T @ in;   db (OC) += colsum
+// din may be empty (the caller does not need it); db may be empty (no bias).
+template <class T>
+void matmul_backward(Mat<T> din, Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CMat<T> w,
+                     bool accumulate_din = false) {
+  const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
+  if (din.extent(0) != 0)
+    gemm<T>(Op::N, Op::N, N, C, OC, T(1), dout.data(), OC, w.data(), C,
+            accumulate_din ? T(1) : T(0), din.data(), C);
+  gemm<T>(Op::T, Op::N, OC, C, N, T(1), dout.data(), OC, in.data(), C, T(1), dw.data(), C);
+  if (db.extent(0) != 0) bias_backward<T>(db, dout);
+}
+
+}  // namespace gpt2

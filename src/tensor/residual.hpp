@@ -1,0 +1,32 @@
+#pragma once
+// Residual connections. The backward of out = a + b is "pass dout to both", done by the block.
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+// out (n) = a (n) + b (n)
+template <class T>
+void residual_forward(Vec<T> out, CVec<T> a, CVec<T> b) {
+  Kokkos::parallel_for(
+      "residual_forward", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)),
+      KOKKOS_LAMBDA(int64_t i) { out(i) = a(i) + b(i); });
+}
+
+// y (n) += x (n)
+template <class T>
+void accumulate(Vec<T> y, CVec<T> x) {
+  Kokkos::parallel_for(
+      "accumulate", Kokkos::RangePolicy<ExecSpace>(0, y.extent(0)),
+      KOKKOS_LAMBDA(int64_t i) { y(i) += x(i); });
+}
+
+template <class T>
+Vec<T> flat(Mat<T> m) {
+  return Vec<T>(m.data(), m.extent(0) * m.extent(1));
+}
+template <class T>
+Vec<const T> flat(Mat<const T> m) {
+  return Vec<const T>(m.data(), m.extent(0) * m.extent(1));
+}
+
+}  // namespace gpt2

@@ -1,0 +1,40 @@
+#pragma once
+// View aliases for the tensor layer. Everything is row-major (LayoutRight, stated explicitly because
+// CUDA's default is LayoutLeft) and lives in the default execution space's memory.
+// Kernels take unmanaged views (slices of the flat parameter / activation buffers); Buffer owns memory.
+#include <Kokkos_Core.hpp>
+
+namespace gpt2 {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+
+template <class T>
+using Buffer = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;
+template <class T>
+using Vec = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>;
+template <class T>
+using Mat = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>;
+
+// Read-only forms whose element type is not deduced, so a Vec<float> converts to CVec<float>
+// at the call of a template kernel<T>(Vec<T> out, CVec<T> in).
+template <class T>
+struct NoDeduce {
+  using type = T;
+};
+template <class T>
+using CVec = Vec<const typename NoDeduce<T>::type>;
+template <class T>
+using CMat = Mat<const typename NoDeduce<T>::type>;
+using Tokens = Vec<const int>;  // token ids, (N) = (B*T) row-major
+
+template <class T>
+Vec<T> vec(T* p, size_t n) {
+  return Vec<T>(p, n);
+}
+template <class T>
+Mat<T> mat(T* p, size_t rows, size_t cols) {
+  return Mat<T>(p, rows, cols);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,266 @@
+// Finite-difference gradient checks in double for every kernel's backward, plus forward checks
+// against direct host formulas.
+#include <cmath>
+
+#include "tensor/adamw.hpp"
+#include "tensor/attention.hpp"
+#include "tensor/crossentropy.hpp"
+#include "tensor/embedding.hpp"
+#include "tensor/gelu.hpp"
+#include "tensor/layernorm.hpp"
+#include "tensor/matmul.hpp"
+#include "tensor/residual.hpp"
+#include "test_util.hpp"
+
+using namespace gpt2;
+using namespace gpt2::test;
+using D = double;
+
+namespace {
+Mat<D> M(const Buffer<D>& b, size_t r, size_t c) { return Mat<D>(b.data(), r, c); }
+Vec<D> V(const Buffer<D>& b) { return Vec<D>(b.data(), b.extent(0)); }
+constexpr double h = 1e-5;
+}  // namespace
+
+TEST(Kernels, LayerNormForwardMatchesFormula) {
+  const int N = 3, C = 8;
+  auto in = random_buffer<D>(N * C, 1, 2.0), w = random_buffer<D>(C, 2), b = random_buffer<D>(C, 3);
+  Buffer<D> out("out", N * C), mean("mean", N), rstd("rstd", N);
+  layernorm_forward<D>(M(out, N, C), V(mean), V(rstd), M(in, N, C), V(w), V(b));
+  auto hi = to_host(in), hw = to_host(w), hb = to_host(b), ho = to_host(out);
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += hi[n * C + c] / C;
+    for (int c = 0; c < C; ++c) v += (hi[n * C + c] - m) * (hi[n * C + c] - m) / C;
+    for (int c = 0; c < C; ++c)
+      EXPECT_NEAR(ho[n * C + c], (hi[n * C + c] - m) / std::sqrt(v + 1e-5) * hw[c] + hb[c], 1e-12);
+  }
+}
+
+TEST(Kernels, LayerNormGradcheck) {
+  const int N = 4, C = 16;
+  auto in = random_buffer<D>(N * C, 1, 2.0), w = random_buffer<D>(C, 2), b = random_buffer<D>(C, 3);
+  auto R = random_vector(N * C, 4);
+  auto dout = from_host(R);
+  Buffer<D> out("out", N * C), mean("mean", N), rstd("rstd", N);
+  auto loss = [&] {
+    layernorm_forward<D>(M(out, N, C), V(mean), V(rstd), M(in, N, C), V(w), V(b));
+    return dot(to_host(out), R);
+  };
+  loss();
+  // din accumulates: start from a known non-zero value and subtract it.
+  auto base = random_vector(N * C, 5);
+  auto din = from_host(base);
+  Buffer<D> dw("dw", C), db("db", C);
+  layernorm_backward<D>(M(din, N, C), V(dw), V(db), M(dout, N, C), M(in, N, C), V(w), V(mean),
+                        V(rstd));
+  auto gin = to_host(din);
+  for (size_t i = 0; i < gin.size(); ++i) gin[i] -= base[i];
+  EXPECT_LE(gradcheck(in, gin, loss, h), 1.0);
+  EXPECT_LE(gradcheck(w, to_host(dw), loss, h), 1.0);
+  EXPECT_LE(gradcheck(b, to_host(db), loss, h), 1.0);
+}
+
+TEST(Kernels, MatmulGradcheck) {
+  const int N = 5, C = 7, OC = 6;
+  auto in = random_buffer<D>(N * C, 1), w = random_buffer<D>(OC * C, 2), b = random_buffer<D>(OC, 3);
+  auto res = random_buffer<D>(N * OC, 9);
+  auto R = random_vector(N * OC, 4);
+  auto dout = from_host(R);
+  Buffer<D> out("out", N * OC);
+  auto loss = [&] {
+    matmul_forward<D>(M(out, N, OC), M(in, N, C), M(w, OC, C), V(b), M(res, N, OC));
+    return dot(to_host(out), R);
+  };
+  loss();
+  // forward against the formula
+  auto ho = to_host(out), hi = to_host(in), hw = to_host(w), hb = to_host(b), hr = to_host(res);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = hb[o] + hr[n * OC + o];
+      for (int c = 0; c < C; ++c) s += hi[n * C + c] * hw[o * C + c];
+      EXPECT_NEAR(ho[n * OC + o], s, 1e-12);
+    }
+  Buffer<D> din("din", N * C), dw("dw", OC * C), db("db", OC);
+  matmul_backward<D>(M(din, N, C), M(dw, OC, C), V(db), M(dout, N, OC), M(in, N, C), M(w, OC, C));
+  EXPECT_LE(gradcheck(in, to_host(din), loss, h), 1.0);
+  EXPECT_LE(gradcheck(w, to_host(dw), loss, h), 1.0);
+  EXPECT_LE(gradcheck(b, to_host(db), loss, h), 1.0);
+  EXPECT_LE(gradcheck(res, R, loss, h), 1.0);
+  // accumulate_din adds to what is there; dw/db always accumulate
+  matmul_backward<D>(M(din, N, C), M(dw, OC, C), V(db), M(dout, N, OC), M(in, N, C), M(w, OC, C),
+                     true);
+  auto din2 = to_host(din), dw2 = to_host(dw);
+  matmul_backward<D>(M(din, N, C), M(dw, OC, C), V(db), M(dout, N, OC), M(in, N, C), M(w, OC, C));
+  auto din1 = to_host(din);
+  for (size_t i = 0; i < din1.size(); ++i) EXPECT_NEAR(din2[i], 2 * din1[i], 1e-12);
+  EXPECT_NEAR(to_host(dw)[3], 1.5 * dw2[3], 1e-12);
+}
+
+TEST(Kernels, GeluGradcheck) {
+  const int n = 50;
+  auto in = random_buffer<D>(n, 1, 3.0);
+  auto R = random_vector(n, 4);
+  auto dout = from_host(R);
+  Buffer<D> out("out", n);
+  auto loss = [&] {
+    gelu_forward<D>(V(out), V(in));
+    return dot(to_host(out), R);
+  };
+  loss();
+  auto hi = to_host(in), ho = to_host(out);
+  for (int i = 0; i < n; ++i) {
+    const double x = hi[i];
+    EXPECT_NEAR(ho[i], 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))),
+                1e-12);
+  }
+  Buffer<D> din("din", n);
+  gelu_backward<D>(V(din), V(dout), V(in));
+  EXPECT_LE(gradcheck(in, to_host(din), loss, h), 1.0);
+  gelu_backward<D>(V(dout), V(dout), V(in));  // in place gives the same
+  EXPECT_EQ(to_host(dout), to_host(din));
+}
+
+TEST(Kernels, ResidualForward) {
+  auto a = random_buffer<D>(10, 1), b = random_buffer<D>(10, 2);
+  Buffer<D> out("out", 10);
+  residual_forward<D>(V(out), V(a), V(b));
+  auto ha = to_host(a), hb = to_host(b), ho = to_host(out);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(ho[i], ha[i] + hb[i]);
+  accumulate<D>(V(out), V(a));
+  ho = to_host(out);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(ho[i], ha[i] + hb[i] + ha[i]);
+}
+
+TEST(Kernels, EmbeddingGradcheck) {
+  const int B = 2, T = 3, C = 4, Vp = 5, maxT = 4, N = B * T;
+  auto tok = Kokkos::View<int*, Kokkos::LayoutRight, MemSpace>("tok", N);
+  auto ht = Kokkos::create_mirror_view(tok);
+  const int ids[N] = {1, 3, 1, 0, 1, 4};  // repeated ids exercise the scatter-add
+  for (int i = 0; i < N; ++i) ht(i) = ids[i];
+  Kokkos::deep_copy(tok, ht);
+  auto wte = random_buffer<D>(Vp * C, 1), wpe = random_buffer<D>(maxT * C, 2);
+  auto R = random_vector(N * C, 4);
+  auto dout = from_host(R);
+  Buffer<D> out("out", N * C);
+  auto loss = [&] {
+    embedding_forward<D>(M(out, N, C), tok, M(wte, Vp, C), M(wpe, maxT, C), T);
+    return dot(to_host(out), R);
+  };
+  loss();
+  Buffer<D> dwte("dwte", Vp * C), dwpe("dwpe", maxT * C);
+  embedding_backward<D>(M(dwte, Vp, C), M(dwpe, maxT, C), M(dout, N, C), tok, T);
+  EXPECT_LE(gradcheck(wte, to_host(dwte), loss, h), 1.0);
+  EXPECT_LE(gradcheck(wpe, to_host(dwpe), loss, h), 1.0);
+}
+
+TEST(Kernels, AttentionForwardMatchesNaive) {
+  const int B = 2, T = 5, nh = 2, C = 6, hs = C / nh, N = B * T;
+  auto qkv = random_buffer<D>(N * 3 * C, 1);
+  Buffer<D> out("out", N * C), att("att", B * nh * T * T);
+  attention_forward<D>(M(out, N, C), M(att, B * nh * T, T), M(qkv, N, 3 * C), B, T, nh);
+  auto q = to_host(qkv), o = to_host(out);
+  for (int b = 0; b < B; ++b)
+    for (int hh = 0; hh < nh; ++hh)
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> s(t + 1);
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int k = 0; k < hs; ++k)
+            d += q[(b * T + t) * 3 * C + hh * hs + k] * q[(b * T + j) * 3 * C + C + hh * hs + k];
+          s[j] = d / std::sqrt(double(hs));
+          mx = std::max(mx, s[j]);
+        }
+        for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (int k = 0; k < hs; ++k) {
+          double y = 0;
+          for (int j = 0; j <= t; ++j) y += s[j] / sum * q[(b * T + j) * 3 * C + 2 * C + hh * hs + k];
+          EXPECT_NEAR(o[(b * T + t) * C + hh * hs + k], y, 1e-12);
+        }
+      }
+}
+
+TEST(Kernels, AttentionGradcheck) {
+  const int B = 2, T = 4, nh = 2, C = 6, N = B * T;
+  auto qkv = random_buffer<D>(N * 3 * C, 1);
+  auto R = random_vector(N * C, 4);
+  auto dout = from_host(R);
+  Buffer<D> out("out", N * C), att("att", B * nh * T * T), datt("datt", B * nh * T * T);
+  auto loss = [&] {
+    attention_forward<D>(M(out, N, C), M(att, B * nh * T, T), M(qkv, N, 3 * C), B, T, nh);
+    return dot(to_host(out), R);
+  };
+  loss();
+  Buffer<D> dqkv("dqkv", N * 3 * C);
+  attention_backward<D>(M(dqkv, N, 3 * C), M(datt, B * nh * T, T), M(dout, N, C), M(qkv, N, 3 * C),
+                        M(att, B * nh * T, T), B, T, nh);
+  EXPECT_LE(gradcheck(qkv, to_host(dqkv), loss, h), 1.0);
+}
+
+TEST(Kernels, CrossEntropyGradcheckIgnoresPadding) {
+  const int N = 4, nv = 7, Vp = 9;
+  auto logits = random_buffer<D>(N * Vp, 1, 2.0);
+  auto tgt = Kokkos::View<int*, Kokkos::LayoutRight, MemSpace>("tgt", N);
+  auto ht = Kokkos::create_mirror_view(tgt);
+  for (int i = 0; i < N; ++i) ht(i) = (3 * i + 1) % nv;
+  Kokkos::deep_copy(tgt, ht);
+  Buffer<D> losses("losses", N), lse("lse", N);
+  const double scale = 0.37;
+  auto loss = [&] {
+    crossentropy_forward<D>(V(losses), V(lse), M(logits, N, Vp), tgt, nv);
+    double s = 0;
+    for (double l : to_host(losses)) s += scale * l;
+    return s;
+  };
+  loss();
+  auto hl = to_host(logits), hloss = to_host(losses);
+  for (int n = 0; n < N; ++n) {
+    double sum = 0;
+    for (int j = 0; j < nv; ++j) sum += std::exp(hl[n * Vp + j]);
+    EXPECT_NEAR(hloss[n], std::log(sum) - hl[n * Vp + ht(n)], 1e-12);
+  }
+  Buffer<D> dlogits("dlogits", N * Vp);
+  crossentropy_backward<D>(M(dlogits, N, Vp), M(logits, N, Vp), V(lse), tgt, nv, scale);
+  auto g = to_host(dlogits);
+  EXPECT_LE(gradcheck(logits, g, loss, h), 1.0);
+  for (int n = 0; n < N; ++n)
+    for (int j = nv; j < Vp; ++j) EXPECT_EQ(g[n * Vp + j], 0.0);
+  // in place gives the same bits
+  crossentropy_backward<D>(M(logits, N, Vp), M(logits, N, Vp), V(lse), tgt, nv, scale);
+  EXPECT_EQ(to_host(logits), g);
+}
+
+TEST(Kernels, AdamWMatchesReference) {
+  const int n = 20;
+  auto p = random_buffer<D>(n, 1), g = random_buffer<D>(n, 2);
+  auto m = random_buffer<D>(n, 3, 0.1), v = random_buffer<D>(n, 4, 0.1);
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(int i) { v(i) = v(i) * v(i); });
+  auto hp = to_host(p), hg = to_host(g), hm = to_host(m), hv = to_host(v);
+  AdamWStep s;
+  s.lr = 1e-2, s.beta1 = 0.8, s.beta2 = 0.9, s.eps = 1e-6, s.weight_decay = 0.1, s.grad_scale = 0.5,
+  s.step = 3;
+  adamw_update<D>(V(p), V(g), V(m), V(v), s);
+  auto np = to_host(p), nm = to_host(m), nv = to_host(v);
+  for (int i = 0; i < n; ++i) {
+    // PyTorch AdamW: decay first, then the Adam step with bias corrections
+    const double gi = hg[i] * 0.5;
+    const double mi = 0.8 * hm[i] + 0.2 * gi, vi = 0.9 * hv[i] + 0.1 * gi * gi;
+    double pi = hp[i] * (1 - 1e-2 * 0.1);
+    pi -= 1e-2 / (1 - std::pow(0.8, 3)) * mi / (std::sqrt(vi) / std::sqrt(1 - std::pow(0.9, 3)) + 1e-6);
+    EXPECT_NEAR(nm[i], mi, 1e-14);
+    EXPECT_NEAR(nv[i], vi, 1e-14);
+    EXPECT_NEAR(np[i], pi, 1e-12);
+  }
+}
+
+TEST(Kernels, GradNormAndClipFactor) {
+  auto g = random_buffer<D>(1000, 5);
+  double ref = 0;
+  for (double x : to_host(g)) ref += x * x;
+  EXPECT_NEAR(sum_of_squares<D>(V(g)), ref, 1e-9);
+  EXPECT_DOUBLE_EQ(clip_factor(0.5, 1.0), 1.0);
+  EXPECT_NEAR(clip_factor(4.0, 1.0), 1.0 / (4.0 + 1e-6), 1e-15);
+  EXPECT_DOUBLE_EQ(clip_factor(4.0, 0.0), 1.0);  // clipping off
+}
