@@ -27,13 +27,28 @@ endif()
 find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)
 
+# Kokkos' package config lists its backends in Kokkos_DEVICES (e.g. "CUDA;SERIAL") and sets
+# Kokkos_ENABLE_<DEVICE> for each. The build option and the Kokkos found must agree: the tensor
+# layer picks cuBLAS or host BLAS from the Kokkos configuration.
+if("CUDA" IN_LIST Kokkos_DEVICES OR Kokkos_ENABLE_CUDA)
+  set(_kk_has_cuda TRUE)
+else()
+  set(_kk_has_cuda FALSE)
+endif()
 if(GPT2_ENABLE_CUDA)
+  if(NOT _kk_has_cuda)
+    message(FATAL_ERROR "GPT2_ENABLE_CUDA=ON needs a CUDA-enabled Kokkos, but the one found in ${Kokkos_DIR} "
+                        "has devices '${Kokkos_DEVICES}'. Build one with job_scripts/build_kokkos_cuda.sh "
+                        "and pass -DKokkos_ROOT=<its install folder> (job_scripts/build_cuda.sh does both).")
+  endif()
+  message(STATUS "Kokkos devices: ${Kokkos_DEVICES}; GPU arch: ${Kokkos_ARCH}")
   find_package(CUDAToolkit REQUIRED)
   find_package(NCCL REQUIRED)
-  if(NOT Kokkos_ENABLE_CUDA AND NOT Kokkos_DEVICES MATCHES "CUDA")
-    message(FATAL_ERROR "GPT2_ENABLE_CUDA=ON needs a CUDA-enabled Kokkos (see job_scripts/build_kokkos_cuda.sh)")
-  endif()
 else()
+  if(_kk_has_cuda)
+    message(FATAL_ERROR "The Kokkos found in ${Kokkos_DIR} is CUDA-enabled; configure with -DGPT2_ENABLE_CUDA=ON "
+                        "(see job_scripts/build_cuda.sh) or point Kokkos_ROOT at a host-only Kokkos.")
+  endif()
   set(BLA_VENDOR OpenBLAS)
   find_package(BLAS REQUIRED)
   find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQUIRED)
