@@ -1,1 +1,56 @@
-int main() { return 0; }
+// gpt2: train, prepare data, sample, convert and inspect GPT-2 models.
+// Exit status: 0 success, 1 failure, 2 bad input (config, files, flags), 3 a rank died or hung.
+#include <cstdio>
+#include <cstdlib>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "runtime/collective.hpp"
+
+namespace gpt2::app {
+int launcher_rank() {
+  for (const char* v : {"PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+}  // namespace gpt2::app
+
+int main(int argc, char** argv) {
+  using namespace gpt2;
+  CLI::App app{"gpt2-kokkos: train GPT-2 with data and pipeline parallelism (Kokkos + MPI)", "gpt2"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gpt2-kokkos " GPT2_VERSION);
+  app.footer(
+      "Examples:\n"
+      "  gpt2 prepare --tokenizer byte --out data/licenses /usr/share/common-licenses/*\n"
+      "  mpiexec -n 2 gpt2 train inputs/licenses.toml --set parallel.dp=2\n"
+      "  gpt2 sample --checkpoint runs/licenses/latest --prompt 'The '\n"
+      "Run `gpt2 <command> --help` for each command's options.");
+  app::Run train = app::add_train(app), prepare = app::add_prepare(app), sample = app::add_sample(app),
+           convert = app::add_convert(app), info = app::add_info(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Under mpiexec every rank parses the same command line: let one of them speak.
+    if (app::launcher_rank() != 0) return e.get_exit_code() == 0 ? 0 : 2;
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) {
+      const std::string name = sub->get_name();
+      if (name == "train") return train();
+      if (name == "prepare") return prepare();
+      if (name == "sample") return sample();
+      if (name == "convert") return convert();
+      if (name == "info") return info();
+    }
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

@@ -70,6 +70,9 @@ class Stage {
   // each block, last block first, and with x = 0 at the end).
   void backward(Activations<T>& a, const std::function<void(size_t)>& ready = {});
 
+  // Head stage: the (B*T, Vp) logits of the last forward run with need_grad = false.
+  Mat<T> logits(int B) const { return Mat<T>(logits_.data(), size_t(B) * T_, config().padded_vocab()); }
+
   // Gradient of the stage output (in) / stage input (out) for the microbatch in backward: (B*T, C).
   Mat<T> dres(int B) const { return Mat<T>(dres_.data(), size_t(B) * T_, config().n_embd); }
 

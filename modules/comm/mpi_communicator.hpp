@@ -1,0 +1,50 @@
+#pragma once
+// Communicator over MPI with host buffers. In CUDA builds device buffers are staged through host
+// memory (the path used for several ranks sharing one GPU, where NCCL refuses to run).
+#include <vector>
+
+#include "runtime/communicator.hpp"
+
+namespace gpt2 {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm);  // duplicates comm
+  ~MpiCommunicator() override;
+  std::string backend() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Request iallreduce(void* buf, size_t count, DType t, ReduceOp op) override;
+  Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override;
+  Request iall_gather(const void* send, void* recv, size_t count, DType t) override;
+  Request isend(const void* buf, size_t count, DType t, int peer, int tag) override;
+  Request irecv(void* buf, size_t count, DType t, int peer, int tag) override;
+  void wait(Request& r) override;
+  bool test(Request& r) override;
+  void progress() override;
+  void barrier() override;
+
+ private:
+  struct Op {
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool done = false;
+    const char* what = "";
+    int peer = -1;
+    std::vector<char> staging;  // host copy when the buffer is not host-accessible
+    void* result = nullptr;     // where the result goes (device or host buffer)
+    size_t result_count = 0;
+    DType type = DType::f32;
+    bool average = false;       // divide by size() on completion
+  };
+  Request start(Op op);
+  void finish(Op& op);  // copy back / average, once the MPI request completed
+  bool poll(Op& op);
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::vector<Op> ops_;
+  std::vector<int> free_;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,155 @@
+#include "modules/comm/nccl_communicator.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <Kokkos_Core.hpp>
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+namespace {
+void check(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) fail("NCCL ", what, ": ", ncclGetErrorString(r));
+}
+void check(cudaError_t r, const char* what) {
+  if (r != cudaSuccess) fail("CUDA ", what, ": ", cudaGetErrorString(r));
+}
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    default: return ncclInt64;
+  }
+}
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    default: return ncclMax;
+  }
+}
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
+  MPI_Comm_rank(comm, &rank_);
+  MPI_Comm_size(comm, &size_);
+  ncclUniqueId id;
+  if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
+  check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+  for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  for (Op& op : ops_)
+    if (op.done) cudaEventDestroy(op.done);
+  if (ready_) cudaEventDestroy(ready_);
+  for (auto& s : streams_)
+    if (s) cudaStreamDestroy(s);
+  if (comm_) ncclCommDestroy(comm_);
+}
+
+cudaStream_t NcclCommunicator::begin(Lane lane) {
+  check(cudaEventRecord(ready_, Kokkos::Cuda().cuda_stream()), "cudaEventRecord");
+  check(cudaStreamWaitEvent(streams_[lane], ready_, 0), "cudaStreamWaitEvent");
+  return streams_[lane];
+}
+
+Request NcclCommunicator::end(Lane lane, const char* what, int peer) {
+  int id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = int(ops_.size());
+    ops_.push_back({});
+    check(cudaEventCreateWithFlags(&ops_[id].done, cudaEventDisableTiming), "event");
+  }
+  ops_[id].what = what;
+  ops_[id].peer = peer;
+  check(cudaEventRecord(ops_[id].done, streams_[lane]), "cudaEventRecord");
+  return Request{id};
+}
+
+Request NcclCommunicator::iallreduce(void* buf, size_t count, DType t, ReduceOp op) {
+  cudaStream_t s = begin(kCollective);
+  check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, s), "ncclAllReduce");
+  return end(kCollective, "all-reduce", -1);
+}
+
+Request NcclCommunicator::ireduce_scatter(const void* send, void* recv, size_t count, DType t,
+                                          ReduceOp op) {
+  cudaStream_t s = begin(kCollective);
+  check(ncclReduceScatter(send, recv, count, nccl_type(t), nccl_op(op), comm_, s),
+        "ncclReduceScatter");
+  return end(kCollective, "reduce-scatter", -1);
+}
+
+Request NcclCommunicator::iall_gather(const void* send, void* recv, size_t count, DType t) {
+  cudaStream_t s = begin(kCollective);
+  check(ncclAllGather(send, recv, count, nccl_type(t), comm_, s), "ncclAllGather");
+  return end(kCollective, "all-gather", -1);
+}
+
+// NCCL has no tags: messages between a pair are matched in issue order, which the pipeline
+// schedules keep identical on both sides.
+Request NcclCommunicator::isend(const void* buf, size_t count, DType t, int peer, int) {
+  cudaStream_t s = begin(kSend);
+  check(ncclSend(buf, count, nccl_type(t), peer, comm_, s), "ncclSend");
+  return end(kSend, "send", peer);
+}
+
+Request NcclCommunicator::irecv(void* buf, size_t count, DType t, int peer, int) {
+  cudaStream_t s = begin(kRecv);
+  check(ncclRecv(buf, count, nccl_type(t), peer, comm_, s), "ncclRecv");
+  return end(kRecv, "receive", peer);
+}
+
+bool NcclCommunicator::test(Request& r) {
+  if (!r.pending()) return true;
+  const cudaError_t e = cudaEventQuery(ops_[r.id].done);
+  if (e == cudaErrorNotReady) return false;
+  check(e, "cudaEventQuery");
+  // Later Kokkos work reads the result: order the Kokkos stream after it (no host round trip).
+  check(cudaStreamWaitEvent(Kokkos::Cuda().cuda_stream(), ops_[r.id].done, 0), "cudaStreamWaitEvent");
+  free_.push_back(r.id);
+  r.id = -1;
+  return true;
+}
+
+void NcclCommunicator::wait(Request& r) {
+  if (!r.pending()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int spins = 0; !test(r); ++spins) {
+    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (async != ncclSuccess || waited > timeout_seconds()) {
+      int world = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &world);
+      std::fprintf(stderr, "error: rank %d: NCCL %s %s after %.0f s (%s); aborting the job.\n", world,
+                   ops_[r.id].what, async != ncclSuccess ? "failed" : "timed out", waited,
+                   async != ncclSuccess ? ncclGetErrorString(async) : "GPT2_COMM_TIMEOUT");
+      std::fflush(stderr);
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+  }
+}
+
+void NcclCommunicator::barrier() {
+  // An all-reduce of one int is a barrier on the device; wait() makes it one for the host too.
+  int* flag = static_cast<int*>(Kokkos::kokkos_malloc<Kokkos::CudaSpace>("barrier", sizeof(int)));
+  Request r = iallreduce(flag, 1, DType::i32, ReduceOp::sum);
+  wait(r);
+  Kokkos::kokkos_free<Kokkos::CudaSpace>(flag);
+}
+
+}  // namespace gpt2

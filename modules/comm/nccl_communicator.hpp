@@ -1,0 +1,50 @@
+#pragma once
+// Communicator over NCCL with device buffers (CUDA builds). Collectives, sends and receives run on
+// three streams of their own, each ordered after the Kokkos work issued before them (CUDA events),
+// so a send never queues behind a receive. The unique id is broadcast over MPI.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <vector>
+
+#include "runtime/communicator.hpp"
+
+namespace gpt2 {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(MPI_Comm comm);
+  ~NcclCommunicator() override;
+  std::string backend() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Request iallreduce(void* buf, size_t count, DType t, ReduceOp op) override;
+  Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override;
+  Request iall_gather(const void* send, void* recv, size_t count, DType t) override;
+  Request isend(const void* buf, size_t count, DType t, int peer, int tag) override;
+  Request irecv(void* buf, size_t count, DType t, int peer, int tag) override;
+  void wait(Request& r) override;
+  bool test(Request& r) override;
+  void progress() override {}
+  void barrier() override;
+
+ private:
+  enum Lane { kCollective, kSend, kRecv };
+  cudaStream_t begin(Lane lane);         // stream of `lane`, ordered after the Kokkos stream
+  Request end(Lane lane, const char* what, int peer);  // event recorded after the operation
+
+  struct Op {
+    cudaEvent_t done = nullptr;
+    const char* what = "";
+    int peer = -1;
+  };
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  cudaStream_t streams_[3] = {};
+  cudaEvent_t ready_ = nullptr;  // marks the Kokkos stream position at issue time
+  std::vector<Op> ops_;
+  std::vector<int> free_;
+};
+
+}  // namespace gpt2

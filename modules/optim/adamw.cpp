@@ -1,0 +1,43 @@
+#include "modules/optim/adamw.hpp"
+
+#include "core/error.hpp"
+#include "tensor/adamw.hpp"
+
+namespace gpt2 {
+
+AdamW::AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg)
+    : cfg_(cfg), m_("adamw_m", n), v_("adamw_v", n) {
+  // Merge neighbouring tensors with the same decay flag: fewer, longer kernels.
+  for (const TensorInfo& t : tensors) {
+    if (!spans_.empty() && spans_.back().decay == t.decay && spans_.back().range.end == t.range.begin)
+      spans_.back().range.end = t.range.end;
+    else
+      spans_.push_back({t.range, t.decay});
+  }
+}
+
+void AdamW::step(Vec<float> params, Vec<float> grads, double lr, double grad_scale) {
+  ++t_;
+  AdamWStep s;
+  s.lr = lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;
+  s.grad_scale = grad_scale;
+  s.step = int(t_);
+  for (const Span& sp : spans_) {
+    s.weight_decay = sp.decay ? cfg_.weight_decay : 0.0;
+    const size_t b = sp.range.begin, n = sp.range.size();
+    adamw_update<float>(Vec<float>(params.data() + b, n), Vec<float>(grads.data() + b, n),
+                        Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s);
+  }
+}
+
+std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {
+  return {{"m", Vec<float>(m_.data(), m_.extent(0))}, {"v", Vec<float>(v_.data(), v_.extent(0))}};
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorInfo>& tensors,
+                                          size_t n, const OptimizerConfig& cfg) {
+  if (name == "adamw") return std::make_unique<AdamW>(tensors, n, cfg);
+  fail_input("train.optimizer", "expected adamw, got \"", name, "\"");
+}
+
+}  // namespace gpt2

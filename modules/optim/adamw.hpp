@@ -1,0 +1,27 @@
+#pragma once
+// AdamW with decoupled weight decay on tensors of rank >= 2 (matmul weights and embeddings) only.
+#include "runtime/optimizer.hpp"
+
+namespace gpt2 {
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg);
+  std::string name() const override { return "adamw"; }
+  void step(Vec<float> params, Vec<float> grads, double lr, double grad_scale) override;
+  int64_t steps_taken() const override { return t_; }
+  void set_steps_taken(int64_t n) override { t_ = n; }
+  std::vector<std::pair<std::string, Vec<float>>> state() override;
+
+ private:
+  struct Span {
+    Range range;
+    bool decay;
+  };
+  std::vector<Span> spans_;  // maximal runs of tensors with the same decay flag
+  OptimizerConfig cfg_;
+  Buffer<float> m_, v_;
+  int64_t t_ = 0;
+};
+
+}  // namespace gpt2

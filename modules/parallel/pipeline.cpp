@@ -1,0 +1,126 @@
+#include "modules/parallel/pipeline.hpp"
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+namespace {
+int tag(ActionKind k, int mb) { return 2 * mb + (k == ActionKind::send_grad || k == ActionKind::recv_grad); }
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Stage<float>& stage, int stage_index, Communicator* pipe,
+                                   Tracer& tracer)
+    : stage_(stage), index_(stage_index), pipe_(pipe), tracer_(tracer) {}
+
+PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int B) {
+  auto it = live_.find(mb);
+  if (it != live_.end()) return it->second;
+  if (B != pool_B_) pool_.clear(), pool_B_ = B;
+  for (size_t i = 0; i < releasing_.size();) {  // reuse slots whose sends have completed
+    if (pipe_->test(releasing_[i].send)) {
+      pool_.push_back(std::move(releasing_[i].act));
+      releasing_.erase(releasing_.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+  Slot s;
+  if (!pool_.empty()) {
+    s.act = std::move(pool_.back());
+    pool_.pop_back();
+  } else {
+    s.act = std::make_unique<Activations<float>>(stage_.make_activations(B));
+    slot_bytes_ = s.act->bytes();
+  }
+  Slot& out = live_[mb] = std::move(s);
+  peak_slots_ = std::max(peak_slots_, int(live_.size() + releasing_.size()));
+  return out;
+}
+
+void PipelineExecutor::release(int mb) {
+  auto it = live_.find(mb);
+  if (it == live_.end()) fail("pipeline: microbatch ", mb, " released twice");
+  if (it->second.send.pending()) releasing_.push_back(std::move(it->second));
+  else if (it->second.act->B == pool_B_) pool_.push_back(std::move(it->second.act));
+  live_.erase(it);
+}
+
+void PipelineExecutor::drain() {
+  for (Slot& s : releasing_) {
+    pipe_->wait(s.send);
+    if (s.act->B == pool_B_) pool_.push_back(std::move(s.act));
+  }
+  releasing_.clear();
+}
+
+void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io) {
+  const int B = io.microbatch_size;
+  const size_t rows = size_t(B) * stage_.seq_len(), elems = rows * stage_.config().n_embd;
+  const bool head = stage_.layout().has_head();
+  size_t last_backward = actions.size();
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].kind == ActionKind::backward) last_backward = i;
+
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action a = actions[i];
+    switch (a.kind) {
+      case ActionKind::recv_activation: {
+        Slot& s = acquire(a.mb, B);
+        Tracer::Scope t(tracer_, EventKind::recv, io.step, a.mb);
+        pipe_->recv(s.act->input.data(), elems, DType::f32, index_ - 1, tag(a.kind, a.mb));
+        break;
+      }
+      case ActionKind::forward: {
+        Slot& s = acquire(a.mb, B);
+        if (io.load && (stage_.layout().has_embedding() || head)) {
+          Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb);
+          io.load(a.mb, *s.act);
+        }
+        Tracer::Scope t(tracer_, EventKind::forward, io.step, a.mb);
+        Vec<float> losses = head ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
+        stage_.forward(*s.act, losses, io.need_grad, io.dloss);
+        if (!io.need_grad && !head && actions.size() > i + 1 &&
+            actions[i + 1].kind == ActionKind::send_activation)
+          break;  // slot goes back after the send
+        if (!io.need_grad) release(a.mb);
+        break;
+      }
+      case ActionKind::send_activation: {
+        Slot& s = live_.at(a.mb);
+        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
+        s.send = pipe_->isend(s.act->output().data(), elems, DType::f32, index_ + 1, tag(a.kind, a.mb));
+        if (!io.need_grad) release(a.mb);  // evaluation: nothing more to do with it
+        break;
+      }
+      case ActionKind::recv_grad: {
+        Tracer::Scope t(tracer_, EventKind::recv, io.step, a.mb);
+        pipe_->recv(stage_.dres(B).data(), elems, DType::f32, index_ + 1, tag(a.kind, a.mb));
+        break;
+      }
+      case ActionKind::backward: {
+        Slot& s = live_.at(a.mb);
+        if (s.send.pending()) pipe_->wait(s.send);  // the activation went out long ago
+        Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb);
+        stage_.backward(*s.act, i == last_backward ? io.grads_ready : std::function<void(size_t)>());
+        if (i + 1 < actions.size() && actions[i + 1].kind == ActionKind::send_grad) break;
+        release(a.mb);
+        break;
+      }
+      case ActionKind::send_grad: {
+        // The stage's gradient buffer is reused by the next backward: send from the slot's input
+        // buffer, which this microbatch no longer needs.
+        Slot& s = live_.at(a.mb);
+        Mat<float> d = stage_.dres(B);
+        Kokkos::deep_copy(Vec<float>(s.act->input.data(), elems), Vec<float>(d.data(), elems));
+        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
+        s.send = pipe_->isend(s.act->input.data(), elems, DType::f32, index_ - 1, tag(a.kind, a.mb));
+        release(a.mb);
+        break;
+      }
+    }
+  }
+  if (pipe_) drain();
+  if (!live_.empty()) fail("pipeline: ", live_.size(), " microbatches still held at the end of a step");
+}
+
+}  // namespace gpt2

@@ -1,0 +1,60 @@
+#pragma once
+// Runs one rank's pipeline actions for a step: forwards and backwards on the local Stage, activations
+// sent to the next stage and their gradients back to the previous one over the pipeline
+// Communicator. Each microbatch's saved activations live in a slot taken from a pool when its
+// forward starts and returned as soon as its backward is done (after its messages completed), so
+// the pool's size is the schedule's peak in-flight count: m for GPipe, p - stage for 1F1B.
+// With one stage and no communicator this is plain gradient accumulation over microbatches.
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "model/stage.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/schedule.hpp"
+#include "trace/tracer.hpp"
+
+namespace gpt2 {
+
+class PipelineExecutor {
+ public:
+  // pipe: communicator of this rank's pipeline (rank == stage index); may be null with one stage.
+  PipelineExecutor(Stage<float>& stage, int stage_index, Communicator* pipe, Tracer& tracer);
+
+  struct StepIO {
+    int step = 0;
+    int microbatch_size = 1;                               // sequences per microbatch
+    std::function<void(int mb, Activations<float>&)> load;  // fill tokens / targets (first & head stage)
+    Vec<float> losses;          // head stage: per-token losses, microbatch mb at offset mb * B * T
+    float dloss = 0;            // d(loss) / d(each token loss)
+    bool need_grad = true;
+    std::function<void(size_t)> grads_ready;  // given to the stage's last backward of the step
+  };
+  void run(const std::vector<Action>& actions, const StepIO& io);
+
+  int peak_slots() const { return peak_slots_; }          // most microbatches held at once
+  size_t slot_bytes() const { return slot_bytes_; }        // saved activations per microbatch
+  void reset_peak() { peak_slots_ = 0; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<Activations<float>> act;
+    Request send;  // activation or gradient still on its way
+  };
+  Slot& acquire(int mb, int B);
+  void release(int mb);  // back to the pool once its send completed
+  void drain();          // complete every pending send, return their slots
+
+  Stage<float>& stage_;
+  int index_;
+  Communicator* pipe_;
+  Tracer& tracer_;
+  std::map<int, Slot> live_;      // by microbatch
+  std::vector<Slot> releasing_;   // backward done, send still pending
+  std::vector<std::unique_ptr<Activations<float>>> pool_;
+  int peak_slots_ = 0, pool_B_ = -1;
+  size_t slot_bytes_ = 0;
+};
+
+}  // namespace gpt2

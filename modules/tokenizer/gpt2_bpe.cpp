@@ -1,0 +1,826 @@
+#include "modules/tokenizer/gpt2_bpe.hpp"
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.hpp"
+#include "modules/tokenizer/unicode_tables.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// GPT-2's byte <-> unicode map: printable Latin-1 bytes map to themselves, the other 68 bytes to
+// U+0100.. in byte order, so that every token is a printable string.
+struct ByteMap {
+  std::array<uint32_t, 256> to_cp{};
+  std::array<int, 324> to_byte{};  // code point -> byte, -1 where none (all mapped cps are < 324)
+  ByteMap() {
+    to_byte.fill(-1);
+    auto printable = [](int b) {
+      return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      to_cp[b] = printable(b) ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+      to_byte[to_cp[b]] = b;
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 (strict: no overlongs, no surrogates, nothing above U+10FFFF).
+// Returns the sequence length (1..4) and sets cp, or 0 when s[0..avail) does not start with a valid
+// sequence.
+inline int decode_utf8(const unsigned char* s, size_t avail, uint32_t& cp) {
+  const unsigned b0 = s[0];
+  if (b0 < 0x80) {
+    cp = b0;
+    return 1;
+  }
+  auto cont = [](unsigned b) { return (b & 0xC0) == 0x80; };
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    if (avail < 2 || !cont(s[1])) return 0;
+    cp = ((b0 & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+    return 2;
+  }
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    if (avail < 3) return 0;
+    const unsigned b1 = s[1];
+    const unsigned lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+    if (b1 < lo || b1 > hi || !cont(s[2])) return 0;
+    cp = ((b0 & 0x0Fu) << 12) | ((b1 & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+    return 3;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    if (avail < 4) return 0;
+    const unsigned b1 = s[1];
+    const unsigned lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+    if (b1 < lo || b1 > hi || !cont(s[2]) || !cont(s[3])) return 0;
+    cp = ((b0 & 0x07u) << 18) | ((b1 & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+    return 4;
+  }
+  return 0;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+[[noreturn]] void fail_utf8(const std::string& source, const unsigned char* s, size_t n, size_t off) {
+  static const char* hex = "0123456789abcdef";
+  std::string bytes;
+  for (size_t k = off; k < n && k < off + 4; ++k) {
+    if (!bytes.empty()) bytes += ' ';
+    bytes += "0x";
+    bytes += hex[s[k] >> 4];
+    bytes += hex[s[k] & 15];
+  }
+  fail_input(source, "invalid UTF-8 at byte offset ", off, " (bytes ", bytes,
+             "); GPT-2 BPE needs UTF-8 text");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Character classes of the pre-tokenisation regex.
+enum Cls : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
+
+// JavaScript's \s: WhiteSpace and LineTerminator of ECMA-262 (Zs of Unicode, plus TAB VT FF SP
+// NBSP ZWNBSP and LF CR LS PS). U+0085 (NEL) and U+001C..U+001F are NOT in it, although Python's
+// re module (str.isspace) counts them as whitespace.
+bool js_space(uint32_t cp) {
+  switch (cp) {
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
+    case 0xFEFF:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
+bool in_ranges(const unicode::CodePointRange* r, size_t n, uint32_t cp) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (r[mid].hi < cp)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && r[lo].lo <= cp;
+}
+
+Cls classify_slow(uint32_t cp) {
+  if (js_space(cp)) return kSpace;
+  if (in_ranges(unicode::kLetterRanges, unicode::kLetterRangesCount, cp)) return kLetter;
+  if (in_ranges(unicode::kNumberRanges, unicode::kNumberRangesCount, cp)) return kNumber;
+  return kOther;
+}
+
+// Class of every BMP code point (64 KiB, built once); astral code points use the range tables.
+const std::array<uint8_t, 0x10000>& bmp_classes() {
+  static const auto table = [] {
+    std::array<uint8_t, 0x10000> t{};
+    for (uint32_t cp = 0; cp < 0x10000; ++cp) t[cp] = classify_slow(cp);
+    return t;
+  }();
+  return table;
+}
+
+inline Cls classify(uint32_t cp, const uint8_t* bmp) {
+  return cp < 0x10000 ? static_cast<Cls>(bmp[cp]) : classify_slow(cp);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merge table: (left id, right id) -> (rank, merged id). Open addressing, power-of-two size.
+class PairTable {
+ public:
+  struct Entry {
+    uint64_t key = kEmpty;
+    int32_t rank = 0;
+    int32_t merged = 0;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    slots_.assign(cap, Entry{});
+    mask_ = cap - 1;
+    shift_ = 64;
+    for (size_t c = cap; c > 1; c >>= 1) --shift_;
+  }
+  // Later inserts of the same pair overwrite (as dict(zip(merges, ranks)) does).
+  void insert(int a, int b, int rank, int merged) {
+    const uint64_t k = key(a, b);
+    for (size_t i = slot(k);; i = (i + 1) & mask_) {
+      if (slots_[i].key == kEmpty || slots_[i].key == k) {
+        slots_[i] = Entry{k, rank, merged};
+        return;
+      }
+    }
+  }
+  const Entry* find(int a, int b) const {
+    const uint64_t k = key(a, b);
+    for (size_t i = slot(k);; i = (i + 1) & mask_) {
+      const Entry& e = slots_[i];
+      if (e.key == k) return &e;
+      if (e.key == kEmpty) return nullptr;
+    }
+  }
+
+ private:
+  static uint64_t key(int a, int b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  size_t slot(uint64_t k) const { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_) & mask_; }
+  std::vector<Entry> slots_;
+  size_t mask_ = 0;
+  int shift_ = 60;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Cache: piece bytes -> token ids. Keys and values live in two arenas; bounded (cleared when full).
+class WordCache {
+ public:
+  static constexpr size_t kMaxEntries = size_t{1} << 19;
+  static constexpr size_t kMaxKeyLen = 64;
+
+  bool find(std::string_view key, size_t h, std::vector<int>& out) const {
+    if (slots_.empty()) return false;
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.val_len == 0) return false;
+      if (s.hash == h && s.key_len == key.size() &&
+          std::char_traits<char>::compare(keys_.data() + s.key_off, key.data(), key.size()) == 0) {
+        out.insert(out.end(), vals_.begin() + s.val_off, vals_.begin() + s.val_off + s.val_len);
+        return true;
+      }
+    }
+  }
+  void insert(std::string_view key, size_t h, const int* ids, size_t n) {
+    if (count_ >= kMaxEntries) clear();
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    Slot s{h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(key.size()),
+           static_cast<uint32_t>(vals_.size()), static_cast<uint32_t>(n)};
+    keys_.append(key.data(), key.size());
+    vals_.insert(vals_.end(), ids, ids + n);
+    place(s);
+    ++count_;
+  }
+  void clear() {
+    slots_.assign(slots_.size(), Slot{});
+    keys_.clear();
+    vals_.clear();
+    count_ = 0;
+  }
+
+ private:
+  struct Slot {
+    size_t hash = 0;
+    uint32_t key_off = 0, key_len = 0, val_off = 0, val_len = 0;  // val_len == 0: empty slot
+  };
+  void place(const Slot& s) {
+    size_t i = s.hash & mask_;
+    while (slots_[i].val_len != 0) i = (i + 1) & mask_;
+    slots_[i] = s;
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(old.empty() ? 1024 : 2 * old.size(), Slot{});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old)
+      if (s.val_len != 0) place(s);
+  }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+  std::string keys_;
+  std::vector<int> vals_;
+};
+
+struct HeapItem {
+  int32_t rank;
+  int32_t pos;
+  int32_t left, right;
+  bool operator>(const HeapItem& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
+// Scratch space of one encode call (the shared one is reused across calls).
+struct Workspace {
+  WordCache cache;
+  std::vector<int> sym, ranks, prev, next;
+  std::vector<HeapItem> heap;
+};
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path, "cannot open the GPT-2 ", what, " file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail_input(path, "error reading the GPT-2 ", what, " file");
+  return ss.str();
+}
+
+// Minimal JSON reader for encoder.json: a flat object of string -> non-negative integer.
+class FlatJsonReader {
+ public:
+  FlatJsonReader(std::string_view text, const std::string& name) : s_(text), name_(name) {}
+
+  // Calls fn(code points of the key, value) for each member.
+  template <class Fn>
+  void read_object(Fn&& fn) {
+    ws();
+    expect('{');
+    ws();
+    if (peek() == '}') {
+      ++i_;
+      return;
+    }
+    std::vector<uint32_t> key;
+    while (true) {
+      ws();
+      read_string(key);
+      ws();
+      expect(':');
+      ws();
+      const long long v = read_int();
+      fn(key, v);
+      ws();
+      const char c = get();
+      if (c == '}') break;
+      if (c != ',') error("expected ',' or '}'");
+    }
+    ws();
+    if (i_ != s_.size()) error("unexpected text after the JSON object");
+  }
+
+ private:
+  [[noreturn]] void error(const char* what) const {
+    fail_input(name_, "malformed JSON at byte offset ", i_, ": ", what);
+  }
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  char get() {
+    if (i_ >= s_.size()) error("unexpected end of file");
+    return s_[i_++];
+  }
+  void expect(char c) {
+    if (get() != c) {
+      --i_;
+      error((std::string("expected '") + c + "'").c_str());
+    }
+  }
+  void ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+  }
+  uint32_t hex4() {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = get();
+      v <<= 4;
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        error("bad \\u escape");
+    }
+    return v;
+  }
+  void read_string(std::vector<uint32_t>& cps) {
+    cps.clear();
+    expect('"');
+    while (true) {
+      const unsigned char c = static_cast<unsigned char>(get());
+      if (c == '"') return;
+      if (c < 0x20) error("control character in string");
+      if (c == '\\') {
+        const char e = get();
+        switch (e) {
+          case '"':
+            cps.push_back('"');
+            break;
+          case '\\':
+            cps.push_back('\\');
+            break;
+          case '/':
+            cps.push_back('/');
+            break;
+          case 'b':
+            cps.push_back('\b');
+            break;
+          case 'f':
+            cps.push_back('\f');
+            break;
+          case 'n':
+            cps.push_back('\n');
+            break;
+          case 'r':
+            cps.push_back('\r');
+            break;
+          case 't':
+            cps.push_back('\t');
+            break;
+          case 'u': {
+            uint32_t u = hex4();
+            if (u >= 0xD800 && u <= 0xDBFF) {  // high surrogate: a low one must follow
+              if (get() != '\\' || get() != 'u') error("unpaired surrogate in \\u escape");
+              const uint32_t lo = hex4();
+              if (lo < 0xDC00 || lo > 0xDFFF) error("unpaired surrogate in \\u escape");
+              u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (u >= 0xDC00 && u <= 0xDFFF) {
+              error("unpaired surrogate in \\u escape");
+            }
+            cps.push_back(u);
+            break;
+          }
+          default:
+            error("unknown escape");
+        }
+      } else {
+        uint32_t cp;
+        const int len =
+            decode_utf8(reinterpret_cast<const unsigned char*>(s_.data()) + i_ - 1, s_.size() - i_ + 1, cp);
+        if (len == 0) {
+          --i_;
+          error("invalid UTF-8");
+        }
+        i_ += len - 1;
+        cps.push_back(cp);
+      }
+    }
+  }
+  long long read_int() {
+    const size_t start = i_;
+    if (peek() == '-') ++i_;
+    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
+    if (i_ == start || (i_ == start + 1 && s_[start] == '-')) error("expected an integer token id");
+    if (i_ - start > 12) error("token id too large");
+    return std::strtoll(std::string(s_.substr(start, i_ - start)).c_str(), nullptr, 10);
+  }
+
+  std::string_view s_;
+  const std::string& name_;
+  size_t i_ = 0;
+};
+
+// GPT-2 token string (code points of the byte<->unicode map) -> raw bytes; false if a code point
+// is outside the map.
+bool token_bytes(const std::vector<uint32_t>& cps, std::string& out) {
+  const ByteMap& bm = byte_map();
+  out.clear();
+  for (uint32_t cp : cps) {
+    if (cp >= bm.to_byte.size() || bm.to_byte[cp] < 0) return false;
+    out += static_cast<char>(bm.to_byte[cp]);
+  }
+  return true;
+}
+
+std::string printable(const std::vector<uint32_t>& cps) {
+  std::string s;
+  for (uint32_t cp : cps) append_utf8(s, cp);
+  return s;
+}
+
+}  // namespace
+
+// =============================================================================================
+struct Gpt2Bpe::Impl {
+  std::vector<std::string> id_bytes;  // id -> raw bytes
+  std::array<int, 256> byte_id{};     // byte -> id of its single-byte token
+  PairTable pairs;
+  bool heap_ok = false;  // merges are ordered so that the heap algorithm equals the reference
+  int eot = -1;
+  const uint8_t* bmp = nullptr;
+
+  mutable std::mutex mu;  // guards `shared` (a caller that finds it busy uses its own workspace)
+  mutable Workspace shared;
+
+  static constexpr size_t kHeapMin = 64;  // pieces this long or longer use the heap algorithm
+
+  // Returns the end of the pre-token starting at i (i < n). Validates the UTF-8 it reads.
+  size_t next_piece(const unsigned char* s, size_t n, size_t i, const std::string& source) const {
+    auto cls_at = [&](size_t k, size_t& len) -> Cls {
+      const unsigned char b = s[k];
+      if (b < 0x80) {
+        len = 1;
+        return static_cast<Cls>(bmp[b]);
+      }
+      uint32_t cp;
+      const int l = decode_utf8(s + k, n - k, cp);
+      if (l == 0) fail_utf8(source, s, n, k);
+      len = static_cast<size_t>(l);
+      return classify(cp, bmp);
+    };
+    auto run = [&](Cls c, size_t k) {  // end of the maximal run of class c starting at k
+      size_t len;
+      while (k < n && cls_at(k, len) == c) k += len;
+      return k;
+    };
+
+    const unsigned char c0 = s[i];
+    // 's|'t|'re|'ve|'m|'ll|'d  (ASCII, case-sensitive, no boundary check)
+    if (c0 == '\'' && i + 1 < n) {
+      const unsigned char c1 = s[i + 1];
+      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return i + 2;
+      if (i + 2 < n) {
+        const unsigned char c2 = s[i + 2];
+        if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return i + 3;
+      }
+    }
+    size_t len0;
+    const Cls k0 = cls_at(i, len0);
+    // ' ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+' with the optional (U+0020) space
+    if (c0 == ' ' && i + 1 < n) {
+      size_t len1;
+      const Cls k1 = cls_at(i + 1, len1);
+      if (k1 != kSpace) return run(k1, i + 1 + len1);
+    }
+    if (k0 != kSpace) return run(k0, i + len0);
+    // '\s+(?!\S)|\s+': the whitespace run, less its last character when a non-space follows
+    // (unless that would leave nothing).
+    size_t j = i, last = i, len;
+    while (j < n && cls_at(j, len) == kSpace) {
+      last = j;
+      j += len;
+    }
+    if (j == n || last == i) return j;
+    return last;
+  }
+
+  // Short pieces: the reference algorithm (lowest-rank pair, all occurrences left to right).
+  void bpe_naive(std::string_view piece, Workspace& ws) const {
+    auto& sym = ws.sym;
+    auto& rk = ws.ranks;
+    size_t n = piece.size();
+    sym.resize(n);
+    rk.resize(n);
+    for (size_t i = 0; i < n; ++i) sym[i] = byte_id[static_cast<unsigned char>(piece[i])];
+    auto rank_of = [&](size_t i) {
+      const auto* e = pairs.find(sym[i], sym[i + 1]);
+      return e ? e->rank : INT_MAX;
+    };
+    for (size_t i = 0; i + 1 < n; ++i) rk[i] = rank_of(i);
+    while (n > 1) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < n; ++i)
+        if (rk[i] < rk[best]) best = i;
+      if (rk[best] == INT_MAX) break;
+      const int a = sym[best], b = sym[best + 1];
+      const int m = pairs.find(a, b)->merged;
+      size_t w = best, r = best;
+      while (r < n) {
+        if (r + 1 < n && sym[r] == a && sym[r + 1] == b) {
+          sym[w++] = m;
+          r += 2;
+        } else {
+          sym[w++] = sym[r++];
+        }
+      }
+      n = w;
+      for (size_t i = best == 0 ? 0 : best - 1; i + 1 < n; ++i) rk[i] = rank_of(i);
+    }
+    sym.resize(n);
+  }
+
+  // Long pieces: the same merges in O(n log n) with a linked list and a min-heap of
+  // (rank, position). Equal to bpe_naive when heap_ok (see parse()).
+  void bpe_heap(std::string_view piece, Workspace& ws) const {
+    const int n = static_cast<int>(piece.size());
+    auto& sym = ws.sym;
+    auto& prev = ws.prev;
+    auto& next = ws.next;
+    auto& heap = ws.heap;
+    sym.resize(n);
+    prev.resize(n);
+    next.resize(n);
+    heap.clear();
+    for (int i = 0; i < n; ++i) {
+      sym[i] = byte_id[static_cast<unsigned char>(piece[i])];
+      prev[i] = i - 1;
+      next[i] = i + 1 < n ? i + 1 : -1;
+    }
+    const auto cmp = std::greater<HeapItem>();
+    auto push = [&](int pos) {
+      const int q = next[pos];
+      if (q < 0) return;
+      if (const auto* e = pairs.find(sym[pos], sym[q])) {
+        heap.push_back(HeapItem{e->rank, pos, sym[pos], sym[q]});
+        std::push_heap(heap.begin(), heap.end(), cmp);
+      }
+    };
+    for (int i = 0; i + 1 < n; ++i) push(i);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), cmp);
+      const HeapItem it = heap.back();
+      heap.pop_back();
+      const int p = it.pos;
+      if (sym[p] < 0 || sym[p] != it.left) continue;  // gone or changed
+      const int q = next[p];
+      if (q < 0 || sym[q] != it.right) continue;
+      sym[p] = pairs.find(it.left, it.right)->merged;
+      sym[q] = -1;
+      next[p] = next[q];
+      if (next[q] >= 0) prev[next[q]] = p;
+      if (prev[p] >= 0) push(prev[p]);
+      push(p);
+    }
+    int w = 0;
+    for (int i = 0; i >= 0; i = next[i]) sym[w++] = sym[i];
+    sym.resize(w);
+  }
+
+  void bpe(std::string_view piece, Workspace& ws, bool use_heap) const {
+    if (use_heap)
+      bpe_heap(piece, ws);
+    else
+      bpe_naive(piece, ws);
+  }
+
+  void encode_piece(std::string_view piece, Workspace& ws, std::vector<int>& out) const {
+    if (piece.size() == 1) {
+      out.push_back(byte_id[static_cast<unsigned char>(piece[0])]);
+      return;
+    }
+    const bool cacheable = piece.size() <= WordCache::kMaxKeyLen;
+    size_t h = 0;
+    if (cacheable) {
+      h = std::hash<std::string_view>{}(piece);
+      if (ws.cache.find(piece, h, out)) return;
+    }
+    bpe(piece, ws, heap_ok && piece.size() >= kHeapMin);
+    if (cacheable) ws.cache.insert(piece, h, ws.sym.data(), ws.sym.size());
+    out.insert(out.end(), ws.sym.begin(), ws.sym.end());
+  }
+
+  void encode(std::string_view text, std::vector<int>& out, const std::string& source, Workspace& ws) const {
+    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+    const size_t n = text.size();
+    for (size_t i = 0; i < n;) {
+      const size_t j = next_piece(s, n, i, source);
+      encode_piece(text.substr(i, j - i), ws, out);
+      i = j;
+    }
+  }
+};
+
+// =============================================================================================
+std::string gpt2_vocab_cache_dir() {
+  const char* cache = std::getenv("GPT2_CACHE");
+  std::string base;
+  if (cache && *cache) {
+    base = cache;
+  } else {
+    const char* home = std::getenv("HOME");
+    base = std::string(home && *home ? home : ".") + "/.cache/gpt2-kokkos";
+  }
+  return base + "/gpt2-vocab";
+}
+
+Gpt2Bpe::Gpt2Bpe(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Gpt2Bpe::~Gpt2Bpe() = default;
+
+std::unique_ptr<Gpt2Bpe> Gpt2Bpe::load(const std::string& vocab_path, const std::string& merges_path) {
+  const std::string vocab = read_file(vocab_path, "vocabulary (encoder.json)");
+  const std::string merges = read_file(merges_path, "merges (vocab.bpe)");
+  return parse(vocab, merges, vocab_path, merges_path);
+}
+
+std::unique_ptr<Gpt2Bpe> Gpt2Bpe::parse(std::string_view vocab_json, std::string_view merges_text,
+                                        const std::string& vocab_name, const std::string& merges_name) {
+  auto impl = std::make_unique<Impl>();
+  impl->bmp = bmp_classes().data();
+
+  // encoder.json: token string -> id.
+  std::unordered_map<std::string, int> ids;
+  std::vector<std::pair<int, std::string>> entries;
+  ids.reserve(1 << 17);
+  FlatJsonReader(vocab_json, vocab_name).read_object([&](const std::vector<uint32_t>& cps, long long v) {
+    std::string bytes;
+    if (!token_bytes(cps, bytes)) {
+      // Special tokens may use characters outside the byte alphabet; they are never produced by
+      // merges, only by id.
+      bytes = printable(cps);
+    }
+    if (v < 0 || v > 10'000'000)
+      fail_input(vocab_name, "token id ", v, " of \"", printable(cps), "\" is out of range");
+    if (!ids.emplace(bytes, static_cast<int>(v)).second)
+      fail_input(vocab_name, "token \"", printable(cps), "\" appears twice");
+    entries.emplace_back(static_cast<int>(v), std::move(bytes));
+  });
+  const int vocab_size = static_cast<int>(entries.size());
+  impl->id_bytes.assign(vocab_size, std::string());
+  std::vector<bool> seen(vocab_size, false);
+  for (auto& [id, bytes] : entries) {
+    if (id >= vocab_size) fail_input(vocab_name, "token ids must be 0..", vocab_size - 1, ", found ", id);
+    if (seen[id]) fail_input(vocab_name, "token id ", id, " is used twice");
+    seen[id] = true;
+    impl->id_bytes[id] = std::move(bytes);
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = ids.find(std::string(1, static_cast<char>(b)));
+    if (it == ids.end())
+      fail_input(vocab_name, "no token for byte ", b, " (not a GPT-2 byte-level vocabulary?)");
+    impl->byte_id[b] = it->second;
+  }
+  if (const auto it = ids.find("<|endoftext|>"); it != ids.end()) impl->eot = it->second;
+
+  // vocab.bpe: "#version: ..." then one "A B" merge a line; the line index is the rank.
+  std::vector<int> ma, mb, mm;
+  size_t pos = 0, line_no = 0;
+  std::vector<uint32_t> cps;
+  std::string part[2];
+  while (pos < merges_text.size()) {
+    size_t eol = merges_text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = merges_text.size();
+    std::string_view line = merges_text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line_no == 1 && !line.empty() && line[0] == '#') continue;  // version comment
+    // split on ASCII whitespace (tokens never contain it: the byte map moves it to U+0100..)
+    int nparts = 0;
+    for (size_t k = 0; k < line.size();) {
+      while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
+      if (k >= line.size()) break;
+      size_t e = k;
+      while (e < line.size() && line[e] != ' ' && line[e] != '\t') ++e;
+      if (nparts < 2) {
+        cps.clear();
+        for (size_t c = k; c < e;) {
+          uint32_t cp;
+          const int l = decode_utf8(reinterpret_cast<const unsigned char*>(line.data()) + c, e - c, cp);
+          if (l == 0) fail_input(merges_name, "line ", line_no, ": invalid UTF-8");
+          cps.push_back(cp);
+          c += static_cast<size_t>(l);
+        }
+        if (!token_bytes(cps, part[nparts]))
+          fail_input(merges_name, "line ", line_no, ": \"", printable(cps),
+                     "\" is not in GPT-2's byte alphabet");
+      }
+      ++nparts;
+      k = e;
+    }
+    if (nparts == 0) continue;
+    if (nparts != 2) fail_input(merges_name, "line ", line_no, ": expected two tokens \"A B\", got ", nparts);
+    const auto ia = ids.find(part[0]), ib = ids.find(part[1]), im = ids.find(part[0] + part[1]);
+    if (ia == ids.end() || ib == ids.end() || im == ids.end())
+      fail_input(merges_name, "line ", line_no, ": merge \"", std::string(line),
+                 "\" uses or makes a token missing from ", vocab_name);
+    ma.push_back(ia->second);
+    mb.push_back(ib->second);
+    mm.push_back(im->second);
+  }
+  if (ma.empty()) fail_input(merges_name, "no merges found (expected GPT-2's vocab.bpe)");
+  impl->pairs.reserve(ma.size());
+  for (size_t r = 0; r < ma.size(); ++r) impl->pairs.insert(ma[r], mb[r], static_cast<int>(r), mm[r]);
+
+  // The heap algorithm merges the leftmost lowest-rank pair one at a time; it equals the reference
+  // (all occurrences of the lowest-rank pair per pass) when every merge that uses a token ranks
+  // after every merge that makes it (true for GPT-2: BPE training appends merges in order).
+  std::vector<int> made(vocab_size, -1);
+  for (size_t r = 0; r < ma.size(); ++r) {
+    const auto* e = impl->pairs.find(ma[r], mb[r]);
+    if (e->rank == static_cast<int>(r)) made[mm[r]] = std::max(made[mm[r]], e->rank);
+  }
+  impl->heap_ok = true;
+  for (size_t r = 0; r < ma.size(); ++r) {
+    const auto* e = impl->pairs.find(ma[r], mb[r]);
+    if (e->rank != static_cast<int>(r)) continue;  // overridden duplicate
+    if (made[ma[r]] >= e->rank || made[mb[r]] >= e->rank) impl->heap_ok = false;
+  }
+  return std::unique_ptr<Gpt2Bpe>(new Gpt2Bpe(std::move(impl)));
+}
+
+int Gpt2Bpe::vocab_size() const { return static_cast<int>(impl_->id_bytes.size()); }
+int Gpt2Bpe::eot() const { return impl_->eot; }
+
+void Gpt2Bpe::encode_append(std::string_view text, std::vector<int>& out, const std::string& source) const {
+  std::unique_lock<std::mutex> lock(impl_->mu, std::try_to_lock);
+  if (lock.owns_lock()) {
+    impl_->encode(text, out, source, impl_->shared);
+  } else {
+    Workspace local;  // another thread holds the shared cache: work with a private one
+    impl_->encode(text, out, source, local);
+  }
+}
+
+std::vector<int> Gpt2Bpe::encode(std::string_view text, const std::string& source) const {
+  std::vector<int> out;
+  out.reserve(text.size() / 3 + 16);
+  encode_append(text, out, source);
+  return out;
+}
+
+std::string Gpt2Bpe::decode(const std::vector<int>& ids) const {
+  std::string out;
+  out.reserve(ids.size() * 4);
+  const int nv = vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= nv)
+      fail_input("tokens", "GPT-2 token id ", ids[i], " at position ", i, " is outside 0..", nv - 1);
+    out += impl_->id_bytes[ids[i]];
+  }
+  return out;
+}
+
+std::vector<std::string_view> Gpt2Bpe::pretokenize(std::string_view text, const std::string& source) const {
+  std::vector<std::string_view> pieces;
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const size_t j = impl_->next_piece(s, text.size(), i, source);
+    pieces.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return pieces;
+}
+
+std::vector<int> Gpt2Bpe::bpe_piece(std::string_view bytes, bool use_heap) const {
+  if (bytes.empty()) return {};
+  Workspace ws;
+  impl_->bpe(bytes, ws, use_heap);
+  return ws.sym;
+}
+
+}  // namespace gpt2

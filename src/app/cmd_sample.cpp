@@ -1,0 +1,63 @@
+// gpt2 sample --checkpoint F [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]
+#include <cstdio>
+
+#include "app/commands.hpp"
+#include "app/model_files.hpp"
+#include "core/error.hpp"
+#include "runtime/environment.hpp"
+#include "train/sampler.hpp"
+
+namespace gpt2::app {
+
+namespace {
+struct SampleArgs {
+  std::string checkpoint, prompt, tokenizer = "auto";
+  SampleOptions opts;
+  int64_t seed = 1337;
+  int seq_len = 0;
+};
+}  // namespace
+
+Run add_sample(CLI::App& app) {
+  auto a = std::make_shared<SampleArgs>();
+  a->opts.tokens = 200;
+  a->opts.temperature = 0.8;
+  a->opts.top_k = 40;
+  CLI::App* c = app.add_subcommand("sample", "Generate text from a checkpoint or an llm.c model file");
+  c->add_option("--checkpoint", a->checkpoint, "Checkpoint file or folder (its latest), or llm.c model")->required();
+  c->add_option("--prompt", a->prompt, "Text to continue (default: start of text)");
+  c->add_option("--tokens", a->opts.tokens, "Tokens to generate")->check(CLI::Range(1, 1000000))->capture_default_str();
+  c->add_option("--temperature", a->opts.temperature, "Softmax temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  c->add_option("--top-k", a->opts.top_k, "Sample among the k most likely tokens (0: all)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+  c->add_option("--tokenizer", a->tokenizer, "auto | byte | gpt2")
+      ->check(CLI::IsMember({"auto", "byte", "gpt2"}))
+      ->capture_default_str();
+  c->add_option("--seq-len", a->seq_len, "Context window (default: the model's block_size)")
+      ->check(CLI::Range(1, 1 << 20));
+  return [a]() -> int {
+    Environment env;
+    LoadedModel m = load_model(a->checkpoint);
+    const int T = a->seq_len > 0 ? std::min(a->seq_len, m.config.block_size) : m.config.block_size;
+    ParamLayout layout(m.config);
+    Stage<float> stage(StageLayout(layout, 0, m.config.n_layer), 1, T);
+    Kokkos::deep_copy(stage.params, Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                        m.params.data(), m.params.size()));
+    auto tok = make_sample_tokenizer(a->tokenizer, m.config.vocab_size);
+    std::vector<int> prompt = a->prompt.empty() ? std::vector<int>{} : tok->encode(a->prompt, "--prompt");
+    if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : int('\n'));
+    for (int id : prompt)
+      if (id >= m.config.vocab_size)
+        fail_input("--prompt", "token ", id, " is outside the model's vocabulary (", m.config.vocab_size, ")");
+    Rng rng(uint64_t(a->seed), 77);
+    const std::vector<int> out = generate(stage, prompt, a->opts, rng);
+    std::printf("%s%s\n", a->prompt.c_str(), tok->decode(out).c_str());
+    return 0;
+  };
+}
+
+}  // namespace gpt2::app

@@ -1,0 +1,54 @@
+// gpt2 train CONFIG [--set section.key=value]... [--metrics-jsonl FILE]
+#include <cstdio>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "runtime/collective.hpp"
+#include "runtime/environment.hpp"
+#include "train/trainer.hpp"
+
+namespace gpt2::app {
+
+namespace {
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string metrics;
+  bool quiet = false;
+};
+}  // namespace
+
+Run add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("train", "Train a GPT-2 from an input deck (run under mpiexec/srun for several ranks)");
+  c->add_option("config", a->config, "TOML input deck (see inputs/)")->required();
+  c->add_option("--set", a->sets, "Override a deck value: section.key=value (repeatable)");
+  c->add_option("--metrics-jsonl", a->metrics, "Write one JSON object per step to this file (rank 0)");
+  c->add_flag("-q,--quiet", a->quiet, "No progress lines");
+  c->footer("Ranks: parallel.dp * parallel.pp must equal the number of MPI ranks.\n"
+            "See `gpt2 info --keys` for every configuration key.");
+  return [a]() -> int {
+    Environment env;
+    const bool root = env.rank() == 0;
+    try {
+      RunConfig cfg;
+      collective_phase(MPI_COMM_WORLD, [&] { cfg = RunConfig::load(a->config, a->sets); });
+      TrainOptions opts;
+      opts.metrics_jsonl = a->metrics;
+      opts.quiet = a->quiet;
+      Trainer trainer(cfg, env, opts);
+      trainer.run();
+    } catch (const CollectiveError& e) {
+      if (root) std::fprintf(stderr, "error: %s\n", e.what());
+      return e.input_error() ? 2 : 1;
+    } catch (const std::exception& e) {
+      // Only this rank knows: stop the whole job rather than leave the others waiting.
+      std::fprintf(stderr, "error (rank %d): %s\n", env.rank(), e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    }
+    return 0;
+  };
+}
+
+}  // namespace gpt2::app

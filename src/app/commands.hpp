@@ -1,0 +1,19 @@
+#pragma once
+// The gpt2 subcommands. Each registers its options on the CLI11 app and returns a function that runs
+// it (exit status). train and sample run inside an Environment (MPI + Kokkos); the others do not.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace gpt2::app {
+
+using Run = std::function<int()>;
+Run add_train(CLI::App& app);
+Run add_prepare(CLI::App& app);
+Run add_sample(CLI::App& app);
+Run add_convert(CLI::App& app);
+Run add_info(CLI::App& app);
+
+// Rank of this process as the launcher tells it (before MPI is up): 0 when not launched by MPI.
+int launcher_rank();
+
+}  // namespace gpt2::app

@@ -1,0 +1,33 @@
+#pragma once
+// Files written so that a crash never leaves a half-written one: data goes to "<path>.tmp.<pid>",
+// is flushed to disk, and only then renamed over <path> (rename is atomic on POSIX file systems).
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+namespace gpt2 {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path);  // InputError if the folder is not writable
+  ~AtomicFile();                                  // removes the temporary file unless committed
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, size_t bytes);
+  void patch(long offset, const void* data, size_t bytes);  // overwrite earlier bytes, then seek to end
+  void commit();  // fsync + rename
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+};
+
+bool file_exists(const std::string& path);
+bool is_directory(const std::string& path);
+size_t file_size(const std::string& path);  // 0 when missing
+// mkdir -p; InputError naming `key` when it cannot be created or written.
+void make_dirs(const std::string& path, const std::string& key);
+std::string read_file(const std::string& path);  // InputError if unreadable
+
+}  // namespace gpt2

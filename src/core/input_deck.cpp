@@ -1,0 +1,199 @@
+#include "core/input_deck.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggestion(const std::string& key, const std::vector<DeckField>& fields) {
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& f : fields) {
+    const size_t d = edit_distance(key, f.key);
+    if (d < best_d) best_d = d, best = f.key;
+  }
+  return best.empty() ? "" : " (did you mean " + best + "?)";
+}
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+toml::table parse(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << e.description() << " (line " << e.source().begin.line << ")";
+    throw InputError(source, os.str());
+  }
+}
+
+// Parses the value of one override the way TOML would, falling back to a plain string so that
+// `--set data.train=data/x/train_*.bin` needs no quotes.
+toml::table override_table(const std::string& key, const std::string& value) {
+  const std::string sec = key.substr(0, key.find('.')), name = key.substr(key.find('.') + 1);
+  try {
+    return toml::parse("[" + sec + "]\n" + name + " = " + value + "\n");
+  } catch (const toml::parse_error&) {
+  }
+  toml::table t;
+  t.insert(sec, toml::table{{name, value}});
+  return t;
+}
+
+}  // namespace
+
+InputDeck InputDeck::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(path, "cannot open the input deck (expected a readable TOML file)");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return from_string(os.str(), path);
+}
+
+InputDeck InputDeck::from_string(const std::string& text, const std::string& source) {
+  InputDeck d;
+  d.source_ = source;
+  d.text_ = text;
+  parse(text, source);  // report syntax errors now
+  return d;
+}
+
+void InputDeck::set(const std::string& assignment) {
+  const size_t eq = assignment.find('='), dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 || dot + 1 == eq)
+    fail_input("--set " + assignment, "expected section.key=value, e.g. train.lr=3e-4");
+  overrides_.push_back(assignment);
+}
+
+void InputDeck::bind(const std::vector<DeckField>& fields) const {
+  toml::table root = parse(text_, source_);
+  for (const std::string& a : overrides_) {
+    const size_t eq = a.find('=');
+    toml::table o = override_table(a.substr(0, eq), a.substr(eq + 1));
+    for (auto&& [sec, tbl] : o) {
+      if (!root.contains(sec.str())) root.insert(sec.str(), toml::table{});
+      toml::table* dst = root[sec.str()].as_table();
+      if (!dst) fail_input(std::string(sec.str()), "is not a [section] in ", source_);
+      for (auto&& [k, v] : *tbl.as_table()) dst->insert_or_assign(k.str(), v);
+    }
+  }
+  std::map<std::string, const DeckField*> by_key;
+  for (const auto& f : fields) by_key[f.key] = &f;
+  for (auto&& [sec, node] : root) {
+    const std::string section(sec.str());
+    const toml::table* tbl = node.as_table();
+    if (!tbl) fail_input(section, "expected a [", section, "] table, got ", type_name(node));
+    for (auto&& [k, v] : *tbl) {
+      const std::string key = section + "." + std::string(k.str());
+      auto it = by_key.find(key);
+      if (it == by_key.end()) fail_input(key, "unknown configuration key", suggestion(key, fields));
+      std::visit(
+          [&](auto* dst) {
+            using D = std::remove_pointer_t<decltype(dst)>;
+            auto wrong = [&](const char* expected) {
+              fail_input(key, "expected ", expected, ", got ", type_name(v));
+            };
+            if constexpr (std::is_same_v<D, bool>) {
+              if (!v.is_boolean()) wrong("true or false");
+              *dst = *v.value<bool>();
+            } else if constexpr (std::is_same_v<D, int> || std::is_same_v<D, int64_t>) {
+              if (!v.is_integer()) wrong("an integer");
+              const int64_t x = *v.value<int64_t>();
+              if constexpr (std::is_same_v<D, int>)
+                if (x < INT32_MIN || x > INT32_MAX) fail_input(key, "integer out of range: ", x);
+              *dst = D(x);
+            } else if constexpr (std::is_same_v<D, double>) {
+              if (!v.is_number()) wrong("a number");
+              *dst = *v.value<double>();
+            } else if constexpr (std::is_same_v<D, std::string>) {
+              if (!v.is_string()) wrong("a string");
+              *dst = *v.value<std::string>();
+            } else {
+              const toml::array* arr = v.as_array();
+              if (!arr) wrong("an array of integers");
+              dst->clear();
+              for (auto&& e : *arr) {
+                if (!e.is_integer()) wrong("an array of integers");
+                dst->push_back(int(*e.value<int64_t>()));
+              }
+            }
+          },
+          it->second->dst);
+    }
+  }
+}
+
+std::string InputDeck::to_toml(const std::vector<DeckField>& fields) {
+  std::ostringstream os;
+  std::string section;
+  for (const auto& f : fields) {
+    const std::string sec = f.key.substr(0, f.key.find('.')), name = f.key.substr(f.key.find('.') + 1);
+    if (sec != section) os << (section.empty() ? "" : "\n") << "[" << sec << "]\n", section = sec;
+    os << name << " = ";
+    std::visit(
+        [&](auto* v) {
+          using D = std::remove_pointer_t<decltype(v)>;
+          if constexpr (std::is_same_v<D, bool>) os << (*v ? "true" : "false");
+          else if constexpr (std::is_same_v<D, std::string>) os << quoted(*v);
+          else if constexpr (std::is_same_v<D, double>) {
+            std::string s;
+            for (int prec = 6; prec <= 17; ++prec) {  // shortest text that reads back exactly
+              std::ostringstream num;
+              num.precision(prec);
+              num << *v;
+              s = num.str();
+              if (std::stod(s) == *v) break;
+            }
+            if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+            os << s;
+          } else if constexpr (std::is_same_v<D, std::vector<int>>) {
+            os << "[";
+            for (size_t i = 0; i < v->size(); ++i) os << (i ? ", " : "") << (*v)[i];
+            os << "]";
+          } else os << *v;
+        },
+        f.dst);
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace gpt2

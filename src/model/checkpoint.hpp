@@ -1,0 +1,67 @@
+#pragma once
+// Native checkpoints: one file per save, independent of the dp/pp layout that wrote it (parameters
+// and optimizer moments in the global flat layout), so a run can resume on a different grid.
+//   "GPT2KCKP" | u32 version | u32 sections | sections x {name[24], u64 offset, u64 bytes, u64 hash}
+//   then the section bytes. Sections: model (5 x i32), meta (i64 step, 4 x u64 rng), config (TOML
+//   text), optimizer (name), params, opt.m, opt.v (f32, global layout).
+// Written to a temporary file and renamed; every section carries a checksum verified on load.
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/model_config.hpp"
+
+namespace gpt2 {
+
+struct CheckpointMeta {
+  ModelConfig model;
+  int64_t step = 0;  // optimizer steps completed
+  std::array<uint64_t, 4> rng{};
+  std::string config_toml;
+  std::string optimizer;  // "adamw" or empty (weights only)
+};
+
+// Streams a checkpoint out: the caller hands over each float section in order of the global layout.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const std::string& path, const CheckpointMeta& meta, size_t num_params,
+                   const std::vector<std::string>& float_sections);  // e.g. {"params","opt.m","opt.v"}
+  ~CheckpointWriter();
+  void append(const float* data, size_t n);  // next piece of the current float section
+  void commit();                             // all sections complete: fsync + rename
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);  // InputError on a bad header
+  ~CheckpointReader();
+  const CheckpointMeta& meta() const { return meta_; }
+  bool has(const std::string& section) const { return sections_.count(section) > 0; }
+  // Reads floats [begin, begin + n) of a float section.
+  void read(const std::string& section, size_t begin, size_t n, float* dst) const;
+  // Recomputes every section's checksum; InputError naming the file and section on mismatch.
+  void verify() const;
+
+ private:
+  struct Section {
+    uint64_t offset, bytes, hash;
+  };
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  std::map<std::string, Section> sections_;
+  CheckpointMeta meta_;
+};
+
+// True if the file starts with our checkpoint magic.
+bool is_native_checkpoint(const std::string& path);
+// Checksum used by the format (64-bit, word-wise, fast).
+uint64_t checksum(const void* data, size_t bytes, uint64_t seed = 0x243F6A8885A308D3ull);
+
+}  // namespace gpt2

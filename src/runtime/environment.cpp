@@ -1,0 +1,86 @@
+#include "runtime/environment.hpp"
+
+#include <unistd.h>
+
+#include <Kokkos_Core.hpp>
+#include <fstream>
+#include <thread>
+
+#include "tensor/gemm.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace gpt2 {
+
+Environment::Environment() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    mpi_owned_ = true;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_);
+  MPI_Comm_rank(node_, &local_rank_);
+  MPI_Comm_size(node_, &local_size_);
+
+#if defined(KOKKOS_ENABLE_CUDA)
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) ndev = 1;
+  device_id_ = local_rank_ % ndev;
+#endif
+#if KOKKOS_VERSION >= 40000
+  Kokkos::InitializationSettings settings;
+  if (device_id_ >= 0) settings.set_device_id(device_id_);
+  Kokkos::initialize(settings);
+#else
+  Kokkos::InitArguments args;
+  args.device_id = device_id_;
+  args.disable_warnings = true;
+  Kokkos::initialize(args);
+#endif
+}
+
+Environment::~Environment() {
+  gemm_finalize();
+  if (Kokkos::is_initialized()) Kokkos::finalize();
+  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+  if (mpi_owned_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+}
+
+int Environment::set_blas_threads(int requested) {
+  int n = requested;
+  if (n <= 0) {
+    const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+    n = int(cores > 0 ? cores : 1) / local_size_;
+    if (n < 1) n = 1;
+  }
+  gemm_set_host_threads(n);
+  return gemm_host_threads() > 0 ? gemm_host_threads() : n;
+}
+
+std::string Environment::execution_space() const { return Kokkos::DefaultExecutionSpace::name(); }
+
+std::string Environment::device() const {
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device_id_) == cudaSuccess) return p.name;
+  return "CUDA device " + std::to_string(device_id_);
+#else
+  std::ifstream cpu("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpu, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "host CPU";
+#endif
+}
+
+}  // namespace gpt2

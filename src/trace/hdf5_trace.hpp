@@ -1,0 +1,37 @@
+#pragma once
+// One HDF5 file per run, written collectively by every rank with parallel HDF5:
+//   /meta     attributes: config (TOML text), git_revision, versions, world_size, dp, pp,
+//             microbatches, schedule, execution_space, device, comm, blas_threads, stage_layers,
+//             tokens_per_step, num_params, n_layer, n_head, n_embd, vocab_size, seq_len
+//   /events   compound {rank, kind, step, microbatch, stage, start, end} (all ranks, rank order);
+//             attribute kind_names lists the kind codes; dropped = events that did not fit
+//   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss} (one per step)
+// The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
+// previous version.
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "model/model_config.hpp"
+#include "train/metrics.hpp"
+#include "trace/tracer.hpp"
+
+namespace gpt2 {
+
+struct TraceMeta {
+  std::string config_toml, schedule, execution_space, device, comm;
+  int world_size = 1, dp = 1, pp = 1, microbatches = 1, blas_threads = 1, seq_len = 0;
+  std::vector<int> stage_layers;
+  int64_t tokens_per_step = 0, num_params = 0;
+  ModelConfig model;
+};
+
+// Collective over comm. `metrics` are taken from rank 0.
+void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& meta,
+                      const Tracer& tracer, const std::vector<StepMetrics>& metrics);
+
+std::string git_revision();
+std::string versions();  // "gpt2-kokkos X; Kokkos X.Y.Z; MPI ...; HDF5 X.Y.Z"
+
+}  // namespace gpt2

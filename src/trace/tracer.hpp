@@ -1,0 +1,84 @@
+#pragma once
+// Timed events of one rank, kept in preallocated memory (recording is a few stores) on a clock that
+// all ranks share: sync_clock() measures each rank's offset to rank 0 at start-up (ping-pong, best of
+// several rounds). With sync on, device work is fenced at both ends of each event so the times cover
+// the kernels; off, events time what the host issued (cheap, and what a run without tracing does).
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+
+enum class EventKind : int32_t {
+  forward, backward, optimizer, allreduce_issue, allreduce_wait, send, recv, data, eval,
+  checkpoint, step, tied_sync, count_
+};
+const char* event_name(EventKind k);
+
+struct Event {
+  int32_t kind, step, microbatch, stage;
+  double start, end;  // seconds on the common clock
+};
+
+class Tracer {
+ public:
+  Tracer() = default;
+  void configure(bool enabled, int64_t capacity, bool sync, int stage);
+  bool enabled() const { return enabled_; }
+  bool sync() const { return sync_; }
+
+  double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
+           offset_;
+  }
+  // Collective over `comm`: afterwards now() reads the same on every rank (within the ping-pong
+  // error). Returns this rank's estimated error bound in seconds.
+  double sync_clock(MPI_Comm comm);
+
+  void record(EventKind k, int step, int mb, double start, double end) {
+    if (!enabled_) return;
+    if (events_.size() < size_t(capacity_)) events_.push_back({int32_t(k), step, mb, stage_, start, end});
+    else ++dropped_;
+  }
+  void fence() const;  // device fence when sync is on
+
+  // Times a region: Scope s(tracer, EventKind::forward, step, mb);
+  class Scope {
+   public:
+    Scope(Tracer& t, EventKind k, int step, int mb = -1) : t_(t), k_(k), step_(step), mb_(mb) {
+      if (t_.enabled_) {
+        t_.fence();
+        start_ = t_.now();
+      }
+    }
+    ~Scope() {
+      if (t_.enabled_) {
+        t_.fence();
+        t_.record(k_, step_, mb_, start_, t_.now());
+      }
+    }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Tracer& t_;
+    EventKind k_;
+    int step_, mb_;
+    double start_ = 0;
+  };
+
+  const std::vector<Event>& events() const { return events_; }
+  int64_t dropped() const { return dropped_; }
+
+ private:
+  bool enabled_ = false, sync_ = false;
+  int64_t capacity_ = 0, dropped_ = 0;
+  int32_t stage_ = 0;
+  double offset_ = 0;
+  std::vector<Event> events_;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,35 @@
+#pragma once
+// What a step reports, how rank 0 prints it, and the optional JSON-lines log.
+#include <cstdio>
+#include <string>
+
+namespace gpt2 {
+
+struct StepMetrics {
+  int step = 0;                 // 1-based
+  double loss = 0;              // global mean loss of this step's forward (before its update)
+  double lr = 0;
+  double grad_norm = 0;         // before clipping
+  double step_ms = 0;
+  double tokens_per_s = 0;      // whole job
+  double rank_tokens_per_s = 0; // this rank's share (its dp slice)
+  double val_loss = -1;         // < 0: not evaluated at this step
+};
+
+class MetricsLog {
+ public:
+  // path empty: no JSONL file. InputError naming the path if it cannot be written.
+  explicit MetricsLog(const std::string& jsonl_path);
+  ~MetricsLog();
+  void step(const StepMetrics& m);
+  void eval(int step, double val_loss);
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// "step   12/100 | loss 3.4521 | lr 3.00e-04 | norm 1.234 | 123.4 ms | 12,345 tok/s | ETA 0:01:23"
+std::string progress_line(const StepMetrics& m, int total_steps, double eta_seconds);
+std::string format_duration(double seconds);
+
+}  // namespace gpt2

@@ -1,0 +1,131 @@
+#include "train/run_config.hpp"
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+std::vector<DeckField> RunConfig::fields() {
+  return {
+      {"model.n_layer", &model.n_layer, "transformer blocks"},
+      {"model.n_head", &model.n_head, "attention heads"},
+      {"model.n_embd", &model.n_embd, "channels"},
+      {"model.vocab_size", &model.vocab_size, "tokens (padded to a multiple of 128 internally)"},
+      {"model.block_size", &model.block_size, "longest sequence the model supports"},
+      {"data.train", &data.train, "training shard path or glob"},
+      {"data.val", &data.val, "validation shard path or glob (empty: no evaluation)"},
+      {"data.seq_len", &data.seq_len, "tokens per sequence T"},
+      {"data.shuffle", &data.shuffle, "seeded permutation of sequences per epoch"},
+      {"data.tokenizer", &data.tokenizer, "byte | gpt2 | auto: decodes printed samples"},
+      {"train.batch_size", &train.batch_size, "GLOBAL sequences per optimizer step"},
+      {"train.steps", &train.steps, "optimizer steps"},
+      {"train.lr", &train.lr, "peak learning rate"},
+      {"train.min_lr", &train.min_lr, "final learning rate of cosine/noam"},
+      {"train.warmup_steps", &train.warmup_steps, "linear warm-up steps"},
+      {"train.schedule", &train.schedule, "constant | cosine | noam"},
+      {"train.weight_decay", &train.weight_decay, "AdamW decay on tensors of rank >= 2"},
+      {"train.grad_clip", &train.grad_clip, "max global gradient norm (<= 0: off)"},
+      {"train.beta1", &train.beta1, "AdamW beta1"},
+      {"train.beta2", &train.beta2, "AdamW beta2"},
+      {"train.eps", &train.eps, "AdamW epsilon"},
+      {"train.seed", &train.seed, "seed for init, shuffling and sampling"},
+      {"train.eval_every", &train.eval_every, "steps between validation passes (0: end only)"},
+      {"train.eval_batches", &train.eval_batches, "batches per validation pass"},
+      {"train.sample_every", &train.sample_every, "steps between printed samples (0: none)"},
+      {"train.sample_tokens", &train.sample_tokens, "tokens per printed sample"},
+      {"train.log_every", &train.log_every, "steps between progress lines"},
+      {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
+      {"parallel.dp", &parallel.dp, "data-parallel replicas"},
+      {"parallel.pp", &parallel.pp, "pipeline stages"},
+      {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
+      {"parallel.schedule", &parallel.schedule, "naive | gpipe | 1f1b"},
+      {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
+      {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket size (MiB)"},
+      {"parallel.comm", &parallel.comm, "auto | mpi | nccl"},
+      {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: auto)"},
+      {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
+      {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
+      {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
+      {"checkpoint.resume", &checkpoint.resume, "continue from the newest checkpoint in dir"},
+      {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
+      {"trace.sync", &trace.sync, "fence device work around traced events"},
+      {"trace.max_events", &trace.max_events, "events kept per rank"},
+  };
+}
+
+RunConfig RunConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
+  InputDeck deck = InputDeck::from_file(path);
+  for (const auto& o : overrides) deck.set(o);
+  RunConfig c;
+  deck.bind(c.fields());
+  return c;
+}
+
+std::string RunConfig::toml() { return InputDeck::to_toml(fields()); }
+
+void RunConfig::validate(int world_size) const {
+  model.validate();
+  auto positive = [](const char* key, int64_t v) {
+    if (v <= 0) fail_input(key, "must be a positive integer, got ", v);
+  };
+  positive("data.seq_len", data.seq_len);
+  positive("train.batch_size", train.batch_size);
+  positive("train.steps", train.steps);
+  positive("parallel.dp", parallel.dp);
+  positive("parallel.pp", parallel.pp);
+  positive("parallel.microbatches", parallel.microbatches);
+  positive("train.log_every", train.log_every);
+  if (train.eval_batches < 0) fail_input("train.eval_batches", "must be >= 0, got ", train.eval_batches);
+  if (train.eval_every < 0) fail_input("train.eval_every", "must be >= 0, got ", train.eval_every);
+  if (train.sample_every < 0) fail_input("train.sample_every", "must be >= 0, got ", train.sample_every);
+  if (train.warmup_steps < 0) fail_input("train.warmup_steps", "must be >= 0, got ", train.warmup_steps);
+  if (checkpoint.every < 0) fail_input("checkpoint.every", "must be >= 0, got ", checkpoint.every);
+  if (data.seq_len > model.block_size)
+    fail_input("data.seq_len", "must be at most model.block_size (", model.block_size, "), got ",
+               data.seq_len);
+  if (data.train.empty()) fail_input("data.train", "is required: a token shard path or glob");
+  if (!(train.lr >= 0)) fail_input("train.lr", "must be >= 0, got ", train.lr);
+  if (!(train.min_lr >= 0)) fail_input("train.min_lr", "must be >= 0, got ", train.min_lr);
+  if (!(train.weight_decay >= 0)) fail_input("train.weight_decay", "must be >= 0, got ", train.weight_decay);
+  if (!(train.beta1 >= 0 && train.beta1 < 1)) fail_input("train.beta1", "must be in [0, 1), got ", train.beta1);
+  if (!(train.beta2 >= 0 && train.beta2 < 1)) fail_input("train.beta2", "must be in [0, 1), got ", train.beta2);
+  if (!(train.eps > 0)) fail_input("train.eps", "must be > 0, got ", train.eps);
+  if (train.schedule != "constant" && train.schedule != "cosine" && train.schedule != "noam")
+    fail_input("train.schedule", "expected constant, cosine or noam, got \"", train.schedule, "\"");
+  if (parallel.schedule != "naive" && parallel.schedule != "gpipe" && parallel.schedule != "1f1b")
+    fail_input("parallel.schedule", "expected naive, gpipe or 1f1b, got \"", parallel.schedule, "\"");
+  if (data.tokenizer != "auto" && data.tokenizer != "byte" && data.tokenizer != "gpt2")
+    fail_input("data.tokenizer", "expected auto, byte or gpt2, got \"", data.tokenizer, "\"");
+  if (parallel.comm != "auto" && parallel.comm != "mpi" && parallel.comm != "nccl")
+    fail_input("parallel.comm", "expected auto, mpi or nccl, got \"", parallel.comm, "\"");
+  if (!(parallel.bucket_mb > 0)) fail_input("parallel.bucket_mb", "must be > 0, got ", parallel.bucket_mb);
+  if (parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", parallel.blas_threads);
+  if (parallel.pp > model.n_layer)
+    fail_input("parallel.pp", "more pipeline stages (", parallel.pp, ") than model.n_layer (",
+               model.n_layer, "): every stage needs at least one block");
+  if (!parallel.stage_layers.empty()) {
+    if (int(parallel.stage_layers.size()) != parallel.pp)
+      fail_input("parallel.stage_layers", "expected ", parallel.pp, " entries (one per stage), got ",
+                 parallel.stage_layers.size());
+    int sum = 0;
+    for (int n : parallel.stage_layers) {
+      if (n <= 0) fail_input("parallel.stage_layers", "every stage needs at least one block, got ", n);
+      sum += n;
+    }
+    if (sum != model.n_layer)
+      fail_input("parallel.stage_layers", "entries must sum to model.n_layer (", model.n_layer,
+                 "), got ", sum);
+  }
+  const int64_t per_rank = int64_t(parallel.dp) * parallel.microbatches;
+  if (train.batch_size % per_rank != 0)
+    fail_input("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (",
+               parallel.dp, " * ", parallel.microbatches, " = ", per_rank, "), got ",
+               train.batch_size);
+  if (world_size > 0 && parallel.dp * parallel.pp != world_size)
+    fail_input("parallel.dp * parallel.pp", "must equal the number of MPI ranks (", world_size,
+               "), got ", parallel.dp, " * ", parallel.pp, " = ", parallel.dp * parallel.pp);
+  if (checkpoint.resume && checkpoint.dir.empty())
+    fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
+  if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
+}
+
+}  // namespace gpt2

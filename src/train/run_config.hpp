@@ -1,0 +1,80 @@
+#pragma once
+// Everything a run reads from its input deck. Defaults here are the documented defaults; the deck
+// (inputs/*.toml) and `--set section.key=value` override them. `gpt2 info --config` prints the result.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/input_deck.hpp"
+#include "model/model_config.hpp"
+
+namespace gpt2 {
+
+struct DataConfig {
+  std::string train;    // shard path or glob
+  std::string val;      // shard path or glob; empty: no evaluation
+  int seq_len = 64;     // T
+  bool shuffle = false; // seeded permutation of the sequences per epoch
+  std::string tokenizer = "auto";  // byte | gpt2 | auto (byte when vocab_size <= 256): for samples
+};
+
+struct TrainConfig {
+  int64_t batch_size = 8;  // GLOBAL sequences per optimizer step
+  int steps = 20;
+  double lr = 3e-4;
+  double min_lr = 0;       // floor of the cosine / noam schedules
+  int warmup_steps = 0;
+  std::string schedule = "constant";  // constant | cosine | noam
+  double weight_decay = 0.1;          // tensors of rank >= 2 only
+  double grad_clip = 1.0;             // max global grad norm; <= 0 disables
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  int64_t seed = 1337;
+  int eval_every = 0;    // steps between validation passes (0: only at the end if data.val is set)
+  int eval_batches = 4;  // validation batches per pass
+  int sample_every = 0;  // steps between printed samples (0: none)
+  int sample_tokens = 64;
+  int log_every = 1;     // steps between progress lines
+  bool tf32 = false;     // TF32 tensor-core GEMMs (CUDA only)
+};
+
+struct ParallelConfig {
+  int dp = 1;                     // data-parallel replicas
+  int pp = 1;                     // pipeline stages
+  int microbatches = 1;           // per dp rank and step
+  std::string schedule = "1f1b";  // naive | gpipe | 1f1b
+  std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
+  double bucket_mb = 4;           // gradient all-reduce bucket size in MiB
+  std::string comm = "auto";      // auto | mpi | nccl
+  int blas_threads = 0;           // host BLAS threads per rank; 0: cores on the node / ranks on it
+};
+
+struct CheckpointConfig {
+  std::string init_from;  // our checkpoint or an llm.c model file to start from
+  std::string dir;        // where checkpoints go; empty: none written
+  int every = 0;          // steps between checkpoints (0: only at the end when dir is set)
+  bool resume = false;    // continue from dir/latest if it exists
+};
+
+struct TraceConfig {
+  std::string file;       // HDF5 trace path; empty: no trace
+  bool sync = false;      // fence device work around traced events (CUDA)
+  int64_t max_events = 1 << 20;  // per rank; events beyond are counted, not stored
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  ParallelConfig parallel;
+  CheckpointConfig checkpoint;
+  TraceConfig trace;
+
+  std::vector<DeckField> fields();  // the schema: every key, bound to the members above
+  // Loads a deck and applies overrides; InputError on any bad key or value.
+  static RunConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
+  // Checks values and their combinations; world_size > 0 also checks dp * pp against it.
+  void validate(int world_size = 0) const;
+  std::string toml();  // the effective configuration
+};
+
+}  // namespace gpt2

@@ -1,0 +1,200 @@
+#include "train/trainer.hpp"
+
+#include <cstdio>
+#include <numeric>
+
+#include "core/error.hpp"
+#include "core/fs.hpp"
+#include "modules/parallel/stage_partition.hpp"
+#include "runtime/collective.hpp"
+#include "tensor/adamw.hpp"
+#include "tensor/gemm.hpp"
+
+namespace gpt2 {
+
+Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts)
+    : cfg_(std::move(cfg)), env_(env), opts_(std::move(opts)) {
+  MPI_Comm world = MPI_COMM_WORLD;
+  collective_phase(world, [&] {
+    cfg_.validate(env_.size());
+    if (env_.rank() == 0) {
+      if (!cfg_.checkpoint.dir.empty()) make_dirs(cfg_.checkpoint.dir, "checkpoint.dir");
+      if (!cfg_.trace.file.empty()) {
+        const std::string f = cfg_.trace.file;
+        const size_t slash = f.rfind('/');
+        if (slash != std::string::npos) make_dirs(f.substr(0, slash), "trace.file");
+        AtomicFile probe(f);  // fails now, with the name, if the trace cannot be written
+      }
+      log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl);
+    }
+  });
+  topo_ = std::make_unique<Topology>(world, cfg_.parallel.dp, cfg_.parallel.pp);
+  collective_phase(world, [&] { setup_data(); });
+  collective_phase(world, [&] { setup_model(); });
+  collective_phase(world, [&] { load_initial_state(); });
+  tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, topo_->stage());
+  tracer_.sync_clock(world);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_data() {
+  const auto& d = cfg_.data;
+  const int V = cfg_.model.vocab_size;
+  train_data_ = std::make_unique<TokenDataset>(d.train, "data.train", d.seq_len, V);
+  train_loader_ = std::make_unique<DataLoader>(*train_data_, cfg_.train.batch_size, d.shuffle,
+                                               uint64_t(cfg_.train.seed), "data.train");
+  if (!d.val.empty()) {
+    val_data_ = std::make_unique<TokenDataset>(d.val, "data.val", d.seq_len, V);
+    val_loader_ = std::make_unique<DataLoader>(*val_data_, cfg_.train.batch_size, false, 0, "data.val");
+  }
+  const int64_t per_rank = cfg_.train.batch_size / cfg_.parallel.dp;
+  mb_size_ = int(per_rank / cfg_.parallel.microbatches);
+  host_inputs_.resize(size_t(mb_size_) * d.seq_len);
+  host_targets_.resize(host_inputs_.size());
+}
+
+void Trainer::setup_model() {
+  const auto& p = cfg_.parallel;
+  blas_threads_ = env_.set_blas_threads(p.blas_threads);
+  gemm_set_tf32(cfg_.train.tf32);
+  layout_ = std::make_unique<ParamLayout>(cfg_.model);
+  stage_layers_ = partition_stages(cfg_.model, p.pp, cfg_.data.seq_len, p.stage_layers);
+  const int s = topo_->stage();
+  const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + s, 0);
+  stage_ = std::make_unique<Stage<float>>(StageLayout(*layout_, first, first + stage_layers_[s]),
+                                          mb_size_, cfg_.data.seq_len);
+  // Communicators: NCCL where built with it and every rank has a GPU of its own on the node.
+  comm_backend_ = p.comm;
+  if (comm_backend_ == "auto") {
+#if defined(GPT2_HAVE_NCCL)
+    int ndev = 0;
+    (void)ndev;
+    comm_backend_ = env_.local_size() <= Kokkos::Cuda::detect_device_count() ? "nccl" : "mpi";
+#else
+    comm_backend_ = "mpi";
+#endif
+  }
+  if (p.dp > 1) dp_comm_ = make_communicator(comm_backend_, topo_->dp_comm());
+  if (p.pp > 1) pipe_comm_ = make_communicator(comm_backend_, topo_->pipe_comm());
+  if (topo_->tied_comm() != MPI_COMM_NULL) tied_comm_ = make_communicator(comm_backend_, topo_->tied_comm());
+
+  OptimizerConfig oc;
+  oc.beta1 = cfg_.train.beta1, oc.beta2 = cfg_.train.beta2, oc.eps = cfg_.train.eps;
+  oc.weight_decay = cfg_.train.weight_decay;
+  opt_ = make_optimizer("adamw", stage_->layout().tensors(), stage_->layout().local_size(), oc);
+
+  train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
+  eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
+  exec_ = std::make_unique<PipelineExecutor>(*stage_, s, pipe_comm_.get(), tracer_);
+  const size_t bucket = size_t(p.bucket_mb * 1024 * 1024 / sizeof(float));
+  averager_ = std::make_unique<GradientAverager>(
+      dp_comm_.get(), Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), bucket, tracer_);
+  if (stage_->layout().has_head())
+    losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
+
+  lr_.kind = cfg_.train.schedule;
+  lr_.lr = cfg_.train.lr, lr_.min_lr = cfg_.train.min_lr;
+  lr_.warmup_steps = cfg_.train.warmup_steps, lr_.total_steps = cfg_.train.steps;
+  sample_rng_ = Rng(uint64_t(cfg_.train.seed), 77);
+}
+
+void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a) {
+  const int64_t row0 = int64_t(topo_->dp_rank()) * (cfg_.train.batch_size / cfg_.parallel.dp) +
+                       int64_t(mb) * mb_size_;
+  loader.load(batch, row0, mb_size_, host_inputs_.data(), host_targets_.data());
+  using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  Kokkos::deep_copy(a.tokens, HostInts(host_inputs_.data(), host_inputs_.size()));
+  Kokkos::deep_copy(a.targets, HostInts(host_targets_.data(), host_targets_.size()));
+}
+
+StepMetrics Trainer::train_step() {
+  Tracer::Scope scope(tracer_, EventKind::step, int(step_));
+  const double t0 = tracer_.now();
+  const int T = cfg_.data.seq_len;
+  stage_->zero_grads();
+  averager_->begin_step(int(step_));
+  PipelineExecutor::StepIO io;
+  io.step = int(step_);
+  io.microbatch_size = mb_size_;
+  io.load = [&](int mb, Activations<float>& a) { load_microbatch(*train_loader_, step_, mb, a); };
+  io.losses = Vec<float>(losses_.data(), losses_.extent(0));
+  // Each dp rank's gradient is its slice's mean; averaging over dp gives the global-batch mean.
+  io.dloss = float(1.0 / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
+  io.need_grad = true;
+  io.grads_ready = [&](size_t x) { averager_->ready(x); };
+  exec_->run(train_actions_, io);
+  averager_->finish();
+  sync_tied_embedding();
+
+  StepMetrics m;
+  m.step = int(step_ + 1);
+  m.loss = global_loss(cfg_.parallel.microbatches);
+  m.grad_norm = global_grad_norm();
+  m.lr = learning_rate(lr_, int(step_));
+  {
+    Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
+    opt_->step(Vec<float>(stage_->params.data(), stage_->params.extent(0)),
+               Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), m.lr,
+               clip_factor(m.grad_norm, cfg_.train.grad_clip));
+    Kokkos::fence();
+  }
+  ++step_;
+  const double dt = tracer_.now() - t0;
+  m.step_ms = dt * 1e3;
+  m.tokens_per_s = double(cfg_.train.batch_size) * T / dt;
+  m.rank_tokens_per_s = m.tokens_per_s / cfg_.parallel.dp;
+  return m;
+}
+
+void Trainer::sync_tied_embedding() {
+  if (!tied_comm_) return;
+  Tracer::Scope t(tracer_, EventKind::tied_sync, int(step_));
+  // First stage: wte at local offset 0; last stage: its tied copy, also at offset 0.
+  const size_t n = layout_->tensor(Param::wte).range.size();
+  tied_comm_->allreduce(stage_->grads.data(), n, DType::f32, ReduceOp::sum);
+}
+
+double Trainer::global_loss(int microbatches_run) {
+  double sum = 0;
+  if (stage_->layout().has_head()) {
+    const size_t n = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
+    const Vec<float> l(losses_.data(), n);
+    Kokkos::parallel_reduce(
+        "loss_sum", Kokkos::RangePolicy<ExecSpace>(0, n),
+        KOKKOS_LAMBDA(size_t i, double& acc) { acc += l(i); }, sum);
+    sum = allreduce_sum(topo_->dp_comm(), sum);
+  }
+  sum = allreduce_sum(topo_->pipe_comm(), sum);  // only the head stage contributes
+  return sum / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
+}
+
+double Trainer::global_grad_norm() {
+  // The tied wte copy on a last stage duplicates stage 0's: count it once.
+  const size_t skip = stage_->layout().tied_size(), n = stage_->grads.extent(0) - skip;
+  double ss = sum_of_squares<float>(Vec<float>(stage_->grads.data() + skip, n));
+  ss = allreduce_sum(topo_->pipe_comm(), ss);
+  return std::sqrt(ss);
+}
+
+double Trainer::evaluate() {
+  if (!val_loader_) return -1;
+  Tracer::Scope scope(tracer_, EventKind::eval, int(step_));
+  const int batches = int(std::min<int64_t>(cfg_.train.eval_batches, val_loader_->batches_per_epoch()));
+  const int m = cfg_.parallel.microbatches, T = cfg_.data.seq_len;
+  double total = 0;
+  for (int k = 0; k < batches; ++k) {
+    PipelineExecutor::StepIO io;
+    io.step = int(step_);
+    io.microbatch_size = mb_size_;
+    io.load = [&](int mb, Activations<float>& a) { load_microbatch(*val_loader_, k, mb, a); };
+    io.losses = Vec<float>(losses_.data(), losses_.extent(0));
+    io.need_grad = false;
+    exec_->run(eval_actions_, io);
+    total += global_loss(m);
+  }
+  (void)T;
+  return batches > 0 ? total / batches : -1;
+}
+
+}  // namespace gpt2

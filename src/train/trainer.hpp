@@ -1,0 +1,97 @@
+#pragma once
+// The training run: composes the engine (Stage, data, trace) with the strategies the deck picks
+// (schedule, communicators, gradient averaging, optimizer). One step:
+//   zero grads -> pipeline actions (forwards/backwards, activations between stages; gradient buckets
+//   all-reduced over dp as backward finishes them) -> tied-embedding sum between first and last
+//   stage -> global loss and grad norm -> clip + AdamW.
+// With dp = pp = 1 every communication step is a no-op and this is the one-rank trainer.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "data/loader.hpp"
+#include "model/stage.hpp"
+#include "modules/optim/lr_schedule.hpp"
+#include "modules/parallel/data_parallel.hpp"
+#include "modules/parallel/pipeline.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/environment.hpp"
+#include "runtime/optimizer.hpp"
+#include "runtime/topology.hpp"
+#include "train/metrics.hpp"
+#include "train/run_config.hpp"
+#include "trace/tracer.hpp"
+
+namespace gpt2 {
+
+struct TrainOptions {
+  std::string metrics_jsonl;  // one JSON object per step (rank 0)
+  bool quiet = false;         // no progress lines
+};
+
+class Trainer {
+ public:
+  // Everything that can fail on bad input happens here, agreed on by all ranks (CollectiveError).
+  Trainer(RunConfig cfg, Environment& env, TrainOptions opts = {});
+  ~Trainer();
+
+  void run();                // the remaining steps, evaluations, samples, checkpoints, trace
+  StepMetrics train_step();  // one optimizer step
+  double evaluate();         // mean validation loss over train.eval_batches batches
+  void save_checkpoint();    // collective; into checkpoint.dir
+  void write_trace();        // collective; trace.file
+
+  int64_t step() const { return step_; }
+  const std::vector<StepMetrics>& history() const { return history_; }
+  const Topology& topology() const { return *topo_; }
+  Stage<float>& stage() { return *stage_; }
+  const StageLayout& stage_layout() const { return stage_->layout(); }
+  const RunConfig& config() const { return cfg_; }
+  const Tracer& tracer() const { return tracer_; }
+  const PipelineExecutor& executor() const { return *exec_; }
+  const GradientAverager& averager() const { return *averager_; }
+  // Parameters of the whole model in the global layout, assembled on world rank 0 (collective;
+  // other ranks get an empty vector). With pp > 1 only dp replica 0 contributes.
+  std::vector<float> gather_params();
+
+ private:
+  void setup_data();
+  void setup_model();
+  void load_initial_state();
+  void load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a);
+  void sync_tied_embedding();
+  double global_loss(int microbatches_run);
+  double global_grad_norm();
+  std::vector<float> gather_section(const Vec<float>& local);  // owned range -> rank 0
+  void read_checkpoint(const std::string& path, bool with_optimizer);
+  void maybe_sample();
+
+  RunConfig cfg_;
+  Environment& env_;
+  TrainOptions opts_;
+  std::unique_ptr<Topology> topo_;
+  std::unique_ptr<Communicator> dp_comm_, pipe_comm_, tied_comm_;
+  std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<Stage<float>> stage_;
+  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<PipelineExecutor> exec_;
+  std::unique_ptr<GradientAverager> averager_;
+  std::unique_ptr<MetricsLog> log_;
+  Tracer tracer_;
+  LrSchedule lr_;
+  std::vector<Action> train_actions_, eval_actions_;
+  Buffer<float> losses_;
+  std::vector<int> host_inputs_, host_targets_;
+  std::vector<int> stage_layers_;
+  int mb_size_ = 1;  // sequences per microbatch on this rank
+  int64_t step_ = 0;
+  Rng sample_rng_;
+  std::vector<StepMetrics> history_;
+  int blas_threads_ = 1;
+  std::string comm_backend_;
+};
+
+}  // namespace gpt2

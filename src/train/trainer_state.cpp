@@ -1,0 +1,250 @@
+// Trainer: initial state (fresh init, our checkpoint, llm.c weights), checkpoints and the run loop.
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "core/fs.hpp"
+#include "model/checkpoint.hpp"
+#include "model/llmc_io.hpp"
+#include "runtime/collective.hpp"
+#include "train/sampler.hpp"
+#include "train/trainer.hpp"
+#include "trace/hdf5_trace.hpp"
+
+namespace gpt2 {
+
+namespace {
+using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+constexpr int kTagParams = 900;
+
+std::string latest_path(const std::string& dir) { return dir + "/latest"; }
+
+// Name of the newest checkpoint in dir (from dir/latest), or empty.
+std::string latest_checkpoint(const std::string& dir) {
+  if (!file_exists(latest_path(dir))) return "";
+  std::string name = read_file(latest_path(dir));
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name.empty() ? "" : dir + "/" + name;
+}
+
+void copy_to_device(const Vec<float>& dst, const std::vector<float>& src) {
+  Kokkos::deep_copy(dst, HostFloats(const_cast<float*>(src.data()), src.size()));
+}
+}  // namespace
+
+void Trainer::load_initial_state() {
+  const auto& ck = cfg_.checkpoint;
+  std::string resume_from;
+  if (ck.resume) resume_from = latest_checkpoint(ck.dir);
+  if (!resume_from.empty()) {
+    read_checkpoint(resume_from, true);
+    if (env_.rank() == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
+  } else if (!ck.init_from.empty()) {
+    read_checkpoint(ck.init_from, false);
+    if (env_.rank() == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
+  } else {
+    stage_->init_params(uint64_t(cfg_.train.seed));
+  }
+}
+
+// Reads this stage's part (its owned range, plus wte into a tied copy) of a native checkpoint or an
+// llm.c model file. Every rank reads the file itself; rank 0 also verifies the checksums.
+void Trainer::read_checkpoint(const std::string& path, bool with_optimizer) {
+  const StageLayout& L = stage_->layout();
+  const Range own = L.owned();
+  const size_t tied = L.tied_size(), n = L.local_size();
+  auto load = [&](const std::function<void(size_t begin, size_t count, float* dst)>& read,
+                  const Vec<float>& dst) {
+    std::vector<float> host(n);
+    if (tied) read(0, tied, host.data());  // wte, for the tied LM head
+    read(own.begin, own.size(), host.data() + tied);
+    copy_to_device(dst, host);
+  };
+  const std::string key = with_optimizer ? "checkpoint.resume" : "checkpoint.init_from";
+  if (!file_exists(path)) fail_input(key, "no such file: ", path);
+  if (is_llmc_model(path)) {
+    if (with_optimizer) fail_input(path, "is an llm.c model file; resume needs a gpt2-kokkos checkpoint");
+    LlmcModel m = read_llmc_model(path);
+    if (!(m.config == cfg_.model))
+      fail_input(path, "model differs from the configuration (file vs config): ", m.config.diff(cfg_.model));
+    load([&](size_t b, size_t c, float* d) { std::copy(m.params.begin() + b, m.params.begin() + b + c, d); },
+         Vec<float>(stage_->params.data(), n));
+    return;
+  }
+  if (!is_native_checkpoint(path))
+    fail_input(path, "is neither a gpt2-kokkos checkpoint nor an llm.c model file (bad magic)");
+  CheckpointReader r(path);
+  if (!(r.meta().model == cfg_.model))
+    fail_input(path, "model differs from the configuration (checkpoint vs config): ",
+               r.meta().model.diff(cfg_.model));
+  if (env_.rank() == 0) r.verify();
+  load([&](size_t b, size_t c, float* d) { r.read("params", b, c, d); }, Vec<float>(stage_->params.data(), n));
+  if (!with_optimizer) return;
+  if (r.meta().optimizer != opt_->name())
+    fail_input(path, "holds no ", opt_->name(), " state (optimizer \"", r.meta().optimizer, "\")");
+  for (auto& [name, buf] : opt_->state())
+    load([&, name = name](size_t b, size_t c, float* d) { r.read("opt." + name, b, c, d); }, buf);
+  step_ = r.meta().step;
+  opt_->set_steps_taken(step_);
+  sample_rng_.set_state(r.meta().rng);
+}
+
+// Stage s of dp replica 0 sends its owned range to world rank 0, which returns the whole buffer.
+std::vector<float> Trainer::gather_section(const Vec<float>& local) {
+  const StageLayout& L = stage_->layout();
+  const size_t tied = L.tied_size();
+  std::vector<float> out;
+  if (topo_->dp_rank() != 0) return out;
+  std::vector<float> mine(L.owned().size());
+  Kokkos::deep_copy(HostFloats(mine.data(), mine.size()), Vec<float>(local.data() + tied, mine.size()));
+  if (topo_->stage() != 0) {
+    MPI_Send(mine.data(), int(mine.size()), MPI_FLOAT, 0, kTagParams, topo_->pipe_comm());
+    return out;
+  }
+  out = std::move(mine);
+  size_t offset = out.size();
+  out.resize(layout_->total());
+  for (int s = 1; s < topo_->pp(); ++s) {
+    MPI_Status st;
+    MPI_Probe(s, kTagParams, topo_->pipe_comm(), &st);
+    int count = 0;
+    MPI_Get_count(&st, MPI_FLOAT, &count);
+    MPI_Recv(out.data() + offset, count, MPI_FLOAT, s, kTagParams, topo_->pipe_comm(), MPI_STATUS_IGNORE);
+    offset += size_t(count);
+  }
+  if (offset != out.size()) fail("gather: stages returned ", offset, " of ", out.size(), " parameters");
+  return out;
+}
+
+std::vector<float> Trainer::gather_params() {
+  return gather_section(Vec<float>(stage_->params.data(), stage_->params.extent(0)));
+}
+
+void Trainer::save_checkpoint() {
+  if (cfg_.checkpoint.dir.empty()) return;
+  Tracer::Scope t(tracer_, EventKind::checkpoint, int(step_));
+  char name[64];
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.bin", (long long)step_);
+  const std::string path = cfg_.checkpoint.dir + "/" + name;
+  CheckpointMeta meta;
+  meta.model = cfg_.model;
+  meta.step = step_;
+  meta.rng = sample_rng_.state();
+  meta.config_toml = cfg_.toml();
+  meta.optimizer = opt_->name();
+  std::vector<std::pair<std::string, Vec<float>>> sections = {
+      {"params", Vec<float>(stage_->params.data(), stage_->params.extent(0))}};
+  for (auto& s : opt_->state()) sections.push_back({"opt." + s.first, s.second});
+  std::unique_ptr<CheckpointWriter> w;
+  std::vector<std::string> names;
+  for (auto& s : sections) names.push_back(s.first);
+  if (env_.rank() == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), names);
+  for (auto& s : sections) {
+    std::vector<float> all = gather_section(s.second);
+    if (w) w->append(all.data(), all.size());
+  }
+  if (w) {
+    w->commit();
+    AtomicFile latest(latest_path(cfg_.checkpoint.dir));
+    latest.write(name, std::strlen(name));
+    latest.write("\n", 1);
+    latest.commit();
+    std::printf("checkpoint: %s\n", path.c_str());
+    std::fflush(stdout);
+  }
+}
+
+void Trainer::write_trace() {
+  if (cfg_.trace.file.empty()) return;
+  TraceMeta meta;
+  meta.config_toml = cfg_.toml();
+  meta.world_size = topo_->world_size();
+  meta.dp = topo_->dp(), meta.pp = topo_->pp();
+  meta.microbatches = cfg_.parallel.microbatches;
+  meta.schedule = cfg_.parallel.schedule;
+  meta.execution_space = env_.execution_space();
+  meta.device = env_.device();
+  meta.comm = comm_backend_;
+  meta.blas_threads = blas_threads_;
+  meta.stage_layers = stage_layers_;
+  meta.tokens_per_step = cfg_.train.batch_size * cfg_.data.seq_len;
+  meta.num_params = int64_t(layout_->total());
+  meta.model = cfg_.model;
+  meta.seq_len = cfg_.data.seq_len;
+  write_hdf5_trace(cfg_.trace.file, MPI_COMM_WORLD, meta, tracer_, history_);
+}
+
+void Trainer::maybe_sample() {
+  const int every = cfg_.train.sample_every;
+  if (every <= 0 || step_ % every != 0) return;
+  if (topo_->pp() > 1) {
+    static bool told = false;
+    if (env_.rank() == 0 && !told) std::printf("(samples during training need parallel.pp = 1; use gpt2 sample)\n");
+    told = true;
+    return;
+  }
+  if (env_.rank() != 0) return;
+  std::unique_ptr<Tokenizer> tok = make_sample_tokenizer(cfg_.data.tokenizer, cfg_.model.vocab_size);
+  const std::vector<int> prompt = {tok->eot() >= 0 ? tok->eot() : int('\n')};
+  SampleOptions so;
+  so.tokens = cfg_.train.sample_tokens;
+  const std::vector<int> out = generate(*stage_, prompt, so, sample_rng_);
+  std::printf("--- sample at step %lld ---\n%s\n---\n", (long long)step_, tok->decode(out).c_str());
+  std::fflush(stdout);
+}
+
+void Trainer::run() {
+  const auto& t = cfg_.train;
+  const bool root = env_.rank() == 0;
+  if (root && !opts_.quiet) {
+    std::printf("gpt2 train: %s | %d ranks (dp %d x pp %d, %s, %s) | %s, %d BLAS threads/rank\n",
+                cfg_.model.describe().c_str(), topo_->world_size(), topo_->dp(), topo_->pp(),
+                cfg_.parallel.schedule.c_str(), comm_backend_.c_str(), env_.execution_space().c_str(),
+                blas_threads_);
+    std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
+                layout_->total() / 1e6, (long long)t.batch_size, cfg_.data.seq_len,
+                cfg_.parallel.microbatches, mb_size_, (long long)train_loader_->batches_per_epoch());
+    std::fflush(stdout);
+  }
+  double time_sum = 0, tok_sum = 0, rank_tok_sum = 0;
+  int timed = 0;
+  const int64_t first = step_;
+  while (step_ < t.steps) {
+    StepMetrics m = train_step();
+    if (step_ > first + 1 || t.steps - first == 1) {  // the first step includes warm-up costs
+      time_sum += m.step_ms / 1e3, tok_sum += m.tokens_per_s, rank_tok_sum += m.rank_tokens_per_s;
+      ++timed;
+    }
+    const bool last = step_ == t.steps;
+    if (val_loader_ && ((t.eval_every > 0 && step_ % t.eval_every == 0) || last)) m.val_loss = evaluate();
+    history_.push_back(m);
+    if (root) {
+      log_->step(m);
+      if (m.val_loss >= 0) log_->eval(m.step, m.val_loss);
+      if (!opts_.quiet && (step_ % t.log_every == 0 || last || step_ == first + 1)) {
+        const double mean = timed ? time_sum / timed : m.step_ms / 1e3;
+        std::printf("%s\n", progress_line(m, t.steps, mean * double(t.steps - step_)).c_str());
+        if (m.val_loss >= 0) std::printf("step %d | val loss %.4f\n", m.step, m.val_loss);
+        std::fflush(stdout);
+      }
+    }
+    maybe_sample();
+    const bool ckpt = !cfg_.checkpoint.dir.empty() &&
+                      ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last);
+    if (ckpt) {
+      save_checkpoint();
+      write_trace();
+    }
+  }
+  if (cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
+  if (root && !opts_.quiet && timed > 0) {
+    const double step_s = time_sum / timed, per_epoch = step_s * train_loader_->batches_per_epoch();
+    std::printf("done: %lld steps | mean step %.1f ms | %.0f tok/s in all, %.0f tok/s per dp rank | "
+                "time per epoch %s\n",
+                (long long)step_, step_s * 1e3, tok_sum / timed, rank_tok_sum / timed,
+                format_duration(per_epoch).c_str());
+    if (!history_.empty()) std::printf("final loss %.4f\n", history_.back().loss);
+  }
+}
+
+}  // namespace gpt2
