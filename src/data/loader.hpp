@@ -1,0 +1,54 @@
+#pragma once
+// Batches from token shards. A sequence is T+1 consecutive tokens starting at a multiple of T
+// within one shard (inputs = first T, targets = last T); sequences are numbered shard by shard.
+// Global batch k (epoch e = k / batches_per_epoch, j = k % batches_per_epoch) holds sequences
+// order_e[j*B, (j+1)*B), where order_e is the identity (shuffle off) or a permutation seeded by
+// (seed, e) (shuffle on). A data-parallel rank takes a contiguous slice of rows of each global batch,
+// so any dp/pp layout sees exactly the data of the one-rank run, and the ranks' slices of an epoch
+// are disjoint partitions of it. The data position is just the step number: nothing else to save.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/shard.hpp"
+
+namespace gpt2 {
+
+class TokenDataset {
+ public:
+  // pattern: a path or glob; key names the config entry in errors ("data.train").
+  TokenDataset(const std::string& pattern, const std::string& key, int seq_len, int vocab_size);
+  size_t num_sequences() const { return total_; }
+  int seq_len() const { return T_; }
+  size_t num_tokens() const;
+  const std::vector<Shard>& shards() const { return shards_; }
+  // Writes the T inputs and T targets of sequence i.
+  void sequence(size_t i, int* inputs, int* targets) const;
+
+ private:
+  std::vector<Shard> shards_;
+  std::vector<size_t> first_;  // first sequence id of each shard
+  size_t total_ = 0;
+  int T_;
+};
+
+class DataLoader {
+ public:
+  DataLoader(const TokenDataset& data, int64_t global_batch, bool shuffle, uint64_t seed,
+             const std::string& key);
+  int64_t batches_per_epoch() const { return per_epoch_; }
+  // Sequence id of row `row` of global batch k.
+  size_t sequence_of(int64_t k, int64_t row);
+  // Rows [row_begin, row_begin + rows) of global batch k into host arrays of rows*T ints each.
+  void load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, int* targets);
+
+ private:
+  const TokenDataset& data_;
+  int64_t B_, per_epoch_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t epoch_ = -1;            // epoch whose permutation is in order_
+  std::vector<uint64_t> order_;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,91 @@
+#include "data/shard.hpp"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/fs.hpp"
+
+namespace gpt2 {
+
+Shard::Shard(const std::string& path, int vocab_size) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail_input(path, "cannot open token shard: ", std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  const size_t bytes = size_t(st.st_size);
+  if (bytes < kShardHeaderBytes) {
+    ::close(fd);
+    fail_input(path, "truncated token shard: ", bytes, " bytes, expected a 1024-byte header");
+  }
+  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) fail_input(path, "cannot map token shard: ", std::strerror(errno));
+  map_ = m;
+  map_bytes_ = bytes;
+  const int32_t* h = static_cast<const int32_t*>(m);
+  auto bad = [&](const auto&... parts) {
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    fail_input(path, parts...);
+  };
+  if (h[0] != kShardMagic)
+    bad("not a token shard: magic ", h[0], ", expected ", kShardMagic, " (llm.c's format)");
+  if (h[1] != kShardVersion) bad("unsupported token shard version ", h[1], ", expected ", kShardVersion);
+  if (h[2] < 0) bad("negative token count ", h[2], " in the header");
+  count_ = size_t(uint32_t(h[2]));
+  if (bytes != kShardHeaderBytes + 2 * count_)
+    bad("token shard size is ", bytes, " bytes but its header says ", count_, " tokens (expected ",
+        kShardHeaderBytes + 2 * count_, " bytes): truncated or corrupt");
+  tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(m) + kShardHeaderBytes);
+  if (vocab_size > 0) {
+    const uint16_t* mx = std::max_element(tokens_, tokens_ + count_);
+    if (count_ && *mx >= vocab_size)
+      bad("holds token ", *mx, " at position ", mx - tokens_, ", not below model.vocab_size (",
+          vocab_size, ")");
+  }
+}
+
+Shard::~Shard() {
+  if (map_) ::munmap(map_, map_bytes_);
+}
+
+Shard::Shard(Shard&& o) noexcept
+    : path_(std::move(o.path_)), count_(o.count_), map_(o.map_), map_bytes_(o.map_bytes_),
+      tokens_(o.tokens_) {
+  o.map_ = nullptr;
+}
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > size_t(INT32_MAX)) fail("write_shard: too many tokens for one shard");
+  int32_t header[256] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = int32_t(tokens.size());
+  AtomicFile f(path);
+  f.write(header, sizeof(header));
+  f.write(tokens.data(), tokens.size() * sizeof(uint16_t));
+  f.commit();
+}
+
+std::vector<std::string> expand_glob(const std::string& pattern, const std::string& key) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  if (out.empty())
+    fail_input(key, "no token shard matches \"", pattern, "\" (run `gpt2 prepare` first?)");
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace gpt2
