@@ -76,7 +76,8 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
           Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb);
           io.load(a.mb, *s.act);
         }
-        Tracer::Scope t(tracer_, EventKind::forward, io.step, a.mb);
+        // Evaluation forwards are traced as `eval` so a step's forward count stays the schedule's.
+        Tracer::Scope t(tracer_, io.need_grad ? EventKind::forward : EventKind::eval, io.step, a.mb);
         Vec<float> losses = head ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
         stage_.forward(*s.act, losses, io.need_grad, io.dloss);
         if (!io.need_grad && !head && actions.size() > i + 1 &&

@@ -12,12 +12,14 @@
 
 namespace gpt2 {
 
-Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts)
-    : cfg_(std::move(cfg)), env_(env), opts_(std::move(opts)) {
-  MPI_Comm world = MPI_COMM_WORLD;
+Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm comm)
+    : cfg_(std::move(cfg)), env_(env), comm_(comm), opts_(std::move(opts)) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  MPI_Comm world = comm_;
   collective_phase(world, [&] {
-    cfg_.validate(env_.size());
-    if (env_.rank() == 0) {
+    cfg_.validate(size_);
+    if (rank_ == 0) {
       if (!cfg_.checkpoint.dir.empty()) make_dirs(cfg_.checkpoint.dir, "checkpoint.dir");
       if (!cfg_.trace.file.empty()) {
         const std::string f = cfg_.trace.file;

@@ -33,7 +33,8 @@ struct TrainOptions {
 class Trainer {
  public:
   // Everything that can fail on bad input happens here, agreed on by all ranks (CollectiveError).
-  Trainer(RunConfig cfg, Environment& env, TrainOptions opts = {});
+  // comm: the ranks of this run (the world; tests run several runs side by side on sub-groups).
+  Trainer(RunConfig cfg, Environment& env, TrainOptions opts = {}, MPI_Comm comm = MPI_COMM_WORLD);
   ~Trainer();
 
   void run();                // the remaining steps, evaluations, samples, checkpoints, trace
@@ -69,6 +70,8 @@ class Trainer {
 
   RunConfig cfg_;
   Environment& env_;
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
   TrainOptions opts_;
   std::unique_ptr<Topology> topo_;
   std::unique_ptr<Communicator> dp_comm_, pipe_comm_, tied_comm_;

@@ -38,10 +38,10 @@ void Trainer::load_initial_state() {
   if (ck.resume) resume_from = latest_checkpoint(ck.dir);
   if (!resume_from.empty()) {
     read_checkpoint(resume_from, true);
-    if (env_.rank() == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
+    if (rank_ == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
   } else if (!ck.init_from.empty()) {
     read_checkpoint(ck.init_from, false);
-    if (env_.rank() == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
+    if (rank_ == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
   } else {
     stage_->init_params(uint64_t(cfg_.train.seed));
   }
@@ -77,7 +77,7 @@ void Trainer::read_checkpoint(const std::string& path, bool with_optimizer) {
   if (!(r.meta().model == cfg_.model))
     fail_input(path, "model differs from the configuration (checkpoint vs config): ",
                r.meta().model.diff(cfg_.model));
-  if (env_.rank() == 0) r.verify();
+  if (rank_ == 0) r.verify();
   load([&](size_t b, size_t c, float* d) { r.read("params", b, c, d); }, Vec<float>(stage_->params.data(), n));
   if (!with_optimizer) return;
   if (r.meta().optimizer != opt_->name())
@@ -138,7 +138,7 @@ void Trainer::save_checkpoint() {
   std::unique_ptr<CheckpointWriter> w;
   std::vector<std::string> names;
   for (auto& s : sections) names.push_back(s.first);
-  if (env_.rank() == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), names);
+  if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), names);
   for (auto& s : sections) {
     std::vector<float> all = gather_section(s.second);
     if (w) w->append(all.data(), all.size());
@@ -171,7 +171,7 @@ void Trainer::write_trace() {
   meta.num_params = int64_t(layout_->total());
   meta.model = cfg_.model;
   meta.seq_len = cfg_.data.seq_len;
-  write_hdf5_trace(cfg_.trace.file, MPI_COMM_WORLD, meta, tracer_, history_);
+  write_hdf5_trace(cfg_.trace.file, comm_, meta, tracer_, history_);
 }
 
 void Trainer::maybe_sample() {
@@ -179,11 +179,11 @@ void Trainer::maybe_sample() {
   if (every <= 0 || step_ % every != 0) return;
   if (topo_->pp() > 1) {
     static bool told = false;
-    if (env_.rank() == 0 && !told) std::printf("(samples during training need parallel.pp = 1; use gpt2 sample)\n");
+    if (rank_ == 0 && !told) std::printf("(samples during training need parallel.pp = 1; use gpt2 sample)\n");
     told = true;
     return;
   }
-  if (env_.rank() != 0) return;
+  if (rank_ != 0) return;
   std::unique_ptr<Tokenizer> tok = make_sample_tokenizer(cfg_.data.tokenizer, cfg_.model.vocab_size);
   const std::vector<int> prompt = {tok->eot() >= 0 ? tok->eot() : int('\n')};
   SampleOptions so;
@@ -195,7 +195,7 @@ void Trainer::maybe_sample() {
 
 void Trainer::run() {
   const auto& t = cfg_.train;
-  const bool root = env_.rank() == 0;
+  const bool root = rank_ == 0;
   if (root && !opts_.quiet) {
     std::printf("gpt2 train: %s | %d ranks (dp %d x pp %d, %s, %s) | %s, %d BLAS threads/rank\n",
                 cfg_.model.describe().c_str(), topo_->world_size(), topo_->dp(), topo_->pp(),

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what gpt2-kokkos needs on Debian bookworm (apt packages only; nothing from elsewhere).
+# Safe to re-run: installs only what is missing. Uses sudo when not run as root.
+#   job_scripts/setup.sh            build + test dependencies
+#   job_scripts/setup.sh --bench    also PyTorch (python3-torch) for the reference scripts/benchmarks
+set -euo pipefail
+
+packages=(
+  build-essential cmake git pkg-config
+  libtrilinos-kokkos-dev libopenblas-dev
+  mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
+  libtomlplusplus-dev libcli11-dev libgtest-dev libbenchmark-dev
+  python3 python3-numpy python3-h5py python3-matplotlib
+  npm
+)
+[[ "${1:-}" == "--bench" ]] && packages+=(python3-torch)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq -o DPkg::Lock::Timeout=600
+$sudo apt-get install -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600 "${missing[@]}"

