@@ -15,6 +15,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   std::string metrics;
   bool quiet = false;
+  int stop_at = 0;
 };
 }  // namespace
 
@@ -25,6 +26,9 @@ Run add_train(CLI::App& app) {
   c->add_option("--set", a->sets, "Override a deck value: section.key=value (repeatable)");
   c->add_option("--metrics-jsonl", a->metrics, "Write one JSON object per step to this file (rank 0)");
   c->add_flag("-q,--quiet", a->quiet, "No progress lines");
+  c->add_option("--stop-at", a->stop_at,
+                "Stop after this step, checkpointing as at the end (resume later with checkpoint.resume)")
+      ->check(CLI::PositiveNumber);
   c->footer("Ranks: parallel.dp * parallel.pp must equal the number of MPI ranks.\n"
             "See `gpt2 info --keys` for every configuration key.");
   return [a]() -> int {
@@ -36,6 +40,7 @@ Run add_train(CLI::App& app) {
       TrainOptions opts;
       opts.metrics_jsonl = a->metrics;
       opts.quiet = a->quiet;
+      opts.stop_at = a->stop_at;
       Trainer trainer(cfg, env, opts);
       trainer.run();
     } catch (const CollectiveError& e) {

@@ -185,9 +185,11 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   layernorm_forward<T>(lnf, a.lnf_mean, a.lnf_rstd, a.output(), param(layout_.tensor(Param::lnfw)),
                        param(layout_.tensor(Param::lnfb)));
   matmul_forward<T>(logits, lnf, wte, Vec<T>());
-  crossentropy_forward<T>(losses, lse, logits, a.targets, c.vocab_size);
-  if (!need_grad) return;
-  crossentropy_backward<T>(logits, logits, lse, a.targets, c.vocab_size, dloss);  // in place
+  if (!need_grad) {
+    crossentropy_forward<T>(losses, lse, logits, a.targets, c.vocab_size);
+    return;
+  }
+  crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
   matmul_backward<T>(a.dlnf, dwte, Vec<T>(), logits, lnf, wte);
 }
 
@@ -230,7 +232,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in) {
   Mat<T> datt = as_mat(datt_, s.att.extent(0), T_);
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
   matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, d, s.fch_gelu, p.fcprojw);
-  gelu_backward<T>(flat(dfch), flat(dfch), flat(s.fch));
+  gelu_backward<T>(flat(dfch), flat(s.fch));
   matmul_backward<T>(dln, g.fcw, g.fcb, dfch, s.ln2, p.fcw);
   layernorm_backward<T>(d, g.ln2w, g.ln2b, dln, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))

@@ -26,7 +26,7 @@ void causal_softmax_rows(Mat<T> att, int Tn) {
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, len),
             [&](int j, T& s) {
-              const T e = km::exp(att(r, j) - mx);
+              const T e = km::expf_(att(r, j) - mx);
               att(r, j) = e;
               s += e;
             },

@@ -7,11 +7,15 @@ namespace gpt2 {
 // out (N,C) = wte[tokens[n]] (Vp,C) + wpe[n % T] (maxT,C);   N = B*T, rows ordered (b, t)
 template <class T>
 void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int seq_len) {
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
-  const int64_t N = out.extent(0), C = out.extent(1);
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  const int N = out.extent(0), C = out.extent(1);
   Kokkos::parallel_for(
-      "embedding_forward", Policy({0, 0}, {N, C}),
-      KOKKOS_LAMBDA(int64_t n, int64_t c) { out(n, c) = wte(tokens(n), c) + wpe(n % seq_len, c); });
+      "embedding_forward", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank(), tok = tokens(n), t = n % seq_len;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
+                             [&](int c) { out(n, c) = wte(tok, c) + wpe(t, c); });
+      });
 }
 
 // dwte (Vp,C) += scatter of dout rows by token; dwpe (maxT,C) += dout summed over the batch.

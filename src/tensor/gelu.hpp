@@ -12,20 +12,20 @@ void gelu_forward(Vec<T> out, CVec<T> in) {
       "gelu_forward", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) {
         const T x = in(i);
         const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-        out(i) = T(0.5) * x * (T(1) + km::tanh(u));
+        out(i) = T(0.5) * x * (T(1) + km::tanhf_(u));
       });
 }
 
-// din (n) = dout (n) * gelu'(in (n));   din may alias dout (in place)
+// In place: d (n) holds dout on entry and din = dout * gelu'(in (n)) on exit
 template <class T>
-void gelu_backward(Vec<T> din, CVec<T> dout, CVec<T> in) {
+void gelu_backward(Vec<T> d, CVec<T> in) {
   Kokkos::parallel_for(
       "gelu_backward", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) {
         const T x = in(i);
         const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-        const T th = km::tanh(u);
+        const T th = km::tanhf_(u);
         const T du = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * x * x);
-        din(i) = dout(i) * (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du);
+        d(i) *= (T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du);
       });
 }
 

@@ -23,19 +23,25 @@ template <class T>
 void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residual = {}) {
   const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
   gemm<T>(Op::N, Op::T, N, OC, C, T(1), in.data(), C, w.data(), C, T(0), out.data(), OC);
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  // One team per row, columns contiguous: the host loop vectorizes (an MDRange tiling does not).
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
   const bool has_b = b.extent(0) != 0, has_r = residual.extent(0) != 0;
-  if (has_b && has_r)
-    Kokkos::parallel_for(
-        "matmul_bias_residual", Policy({0, 0}, {N, OC}),
-        KOKKOS_LAMBDA(int n, int o) { out(n, o) += b(o) + residual(n, o); });
-  else if (has_b)
-    Kokkos::parallel_for(
-        "matmul_bias", Policy({0, 0}, {N, OC}), KOKKOS_LAMBDA(int n, int o) { out(n, o) += b(o); });
-  else if (has_r)
-    Kokkos::parallel_for(
-        "matmul_residual", Policy({0, 0}, {N, OC}),
-        KOKKOS_LAMBDA(int n, int o) { out(n, o) += residual(n, o); });
+  if (!has_b && !has_r) return;
+  Kokkos::parallel_for(
+      "matmul_bias_residual", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        T* row = &out(n, 0);
+        if (has_b && has_r) {
+          const T* r = &residual(n, 0);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC), [&](int o) { row[o] += b(o) + r[o]; });
+        } else if (has_b) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC), [&](int o) { row[o] += b(o); });
+        } else {
+          const T* r = &residual(n, 0);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC), [&](int o) { row[o] += r[o]; });
+        }
+      });
 }
 
 // din (N,C) = dout @ w   (or += when accumulate_din);   dw (OC,C) += dout^T @ in;   db (OC) += colsum

@@ -21,7 +21,7 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::step(const StepMetrics& m) {
   if (!f_) return;
   std::fprintf(f_,
-               "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"step_ms\": %.6g, "
+               "{\"step\": %d, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"step_ms\": %.6g, "
                "\"tokens_per_s\": %.6g}\n",
                m.step, m.loss, m.lr, m.grad_norm, m.step_ms, m.tokens_per_s);
   std::fflush(f_);
@@ -29,7 +29,7 @@ void MetricsLog::step(const StepMetrics& m) {
 
 void MetricsLog::eval(int step, double val_loss) {
   if (!f_) return;
-  std::fprintf(f_, "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
+  std::fprintf(f_, "{\"step\": %d, \"val_loss\": %.17g}\n", step, val_loss);
   std::fflush(f_);
 }
 

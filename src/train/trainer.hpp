@@ -28,6 +28,7 @@ namespace gpt2 {
 struct TrainOptions {
   std::string metrics_jsonl;  // one JSON object per step (rank 0)
   bool quiet = false;         // no progress lines
+  int stop_at = 0;            // > 0: stop after this step (checkpoint written), as if interrupted
 };
 
 class Trainer {

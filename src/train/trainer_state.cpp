@@ -209,13 +209,14 @@ void Trainer::run() {
   double time_sum = 0, tok_sum = 0, rank_tok_sum = 0;
   int timed = 0;
   const int64_t first = step_;
-  while (step_ < t.steps) {
+  const int64_t end = opts_.stop_at > 0 ? std::min<int64_t>(opts_.stop_at, t.steps) : t.steps;
+  while (step_ < end) {
     StepMetrics m = train_step();
     if (step_ > first + 1 || t.steps - first == 1) {  // the first step includes warm-up costs
       time_sum += m.step_ms / 1e3, tok_sum += m.tokens_per_s, rank_tok_sum += m.rank_tokens_per_s;
       ++timed;
     }
-    const bool last = step_ == t.steps;
+    const bool last = step_ == end;
     if (val_loader_ && ((t.eval_every > 0 && step_ % t.eval_every == 0) || last)) m.val_loss = evaluate();
     history_.push_back(m);
     if (root) {

@@ -1,0 +1,49 @@
+#pragma once
+// Sum / max of f(j), j in [0, n), over the threads of a team. On the host backends a team is one
+// thread: there the loop keeps 8 independent partial results so the compiler can hold them in
+// vector registers (a single running total is a serial dependency chain, and IEEE rules forbid the
+// compiler from splitting it itself). The combination order is fixed, so results are reproducible.
+#include <Kokkos_Core.hpp>
+
+namespace gpt2 {
+
+template <class T, class Member, class F>
+KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {
+  T total = 0;
+  if (team.team_size() > 1) {
+    Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, n), [&](int j, T& acc) { acc += f(j); }, total);
+    return total;
+  }
+  T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) a[k] += f(j + k);
+  for (int k = 0; j < n; ++j, ++k) a[k] += f(j);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+template <class T, class Member, class F>
+KOKKOS_INLINE_FUNCTION T team_max(const Member& team, int n, const F& f) {
+  T best = f(0);
+  if (team.team_size() > 1) {
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n), [&](int j, T& m) { m = f(j) > m ? f(j) : m; },
+        Kokkos::Max<T>(best));
+    return best;
+  }
+  T a[8] = {best, best, best, best, best, best, best, best};
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) {
+      const T x = f(j + k);
+      a[k] = x > a[k] ? x : a[k];
+    }
+  for (; j < n; ++j) {
+    const T x = f(j);
+    a[0] = x > a[0] ? x : a[0];
+  }
+  for (int k = 1; k < 8; ++k) best = a[k] > best ? a[k] : best;
+  return best;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,101 @@
+"""Helpers shared by the Python tests: token shards, input decks, running gpt2 (under mpiexec)."""
+import json
+import os
+import subprocess
+import time
+
+import numpy as np
+
+SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+
+
+def write_shard(path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION, count=None):
+    """llm.c token shard: 256 int32 header (magic, version, count), then uint16 tokens."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = (magic, version, len(tokens) if count is None else count)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype="<u2").tobytes())
+
+
+def learnable_tokens(n, vocab, seed=1234):
+    """A noisy counter modulo the vocabulary: a tiny model's loss falls on it within steps."""
+    rng = np.random.default_rng(seed)
+    t = (np.arange(n) * 7 + np.arange(n) // 13) % vocab
+    noise = rng.random(n) < 0.2
+    t[noise] = rng.integers(0, vocab, noise.sum())
+    return t
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_deck(path, sections):
+    """sections: {"model": {...}, "data": {...}, ...} -> a TOML input deck."""
+    with open(path, "w") as f:
+        for name, keys in sections.items():
+            f.write(f"[{name}]\n")
+            for k, v in keys.items():
+                f.write(f"{k} = {toml_value(v)}\n")
+            f.write("\n")
+
+
+def tiny_deck(train, val="", **overrides):
+    """A 2-layer model on 64 tokens that trains in well under a second per step on one core."""
+    deck = {
+        "model": {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 64, "block_size": 16},
+        "data": {"train": train, "val": val, "seq_len": 16},
+        "train": {"batch_size": 8, "steps": 4, "lr": 1e-3},
+    }
+    for key, value in overrides.items():  # section__key=value
+        sec, name = key.split("__")
+        deck.setdefault(sec, {})[name] = value
+    return deck
+
+
+class Result:
+    def __init__(self, rc, out, err, seconds):
+        self.rc, self.out, self.err, self.seconds = rc, out, err, seconds
+
+
+def run(cmd, ranks=1, mpiexec="mpiexec", timeout=120, env=None, cwd=None):
+    """Runs cmd (a list) on `ranks` MPI ranks; returns Result (rc 124 on timeout)."""
+    full = [mpiexec, "-n", str(ranks)] + cmd if ranks > 1 else cmd
+    e = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
+    t0 = time.time()
+    try:
+        p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+        return Result(p.returncode, p.stdout, p.stderr, time.time() - t0)
+    except subprocess.TimeoutExpired as x:
+        return Result(124, x.stdout or "", x.stderr or "", time.time() - t0)
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class Checks:
+    """Collects failures so a test reports all of them, then exits non-zero."""
+
+    def __init__(self):
+        self.failures = []
+
+    def check(self, ok, what):
+        if not ok:
+            self.failures.append(what)
+            print(f"FAIL: {what}", flush=True)
+        return ok
+
+    def finish(self, name):
+        if self.failures:
+            print(f"{name}: {len(self.failures)} failure(s)")
+            raise SystemExit(1)
+        print(f"{name}: all checks passed")
