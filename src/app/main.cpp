@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   using namespace gpt2;
   CLI::App app{"gpt2-kokkos: train GPT-2 with data and pipeline parallelism (Kokkos + MPI)", "gpt2"};
   app.require_subcommand(1);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("error: ") + e.what() + "\nRun with --help for more information.\n";
+  });
   app.set_version_flag("--version", "gpt2-kokkos " GPT2_VERSION);
   app.footer(
       "Examples:\n"

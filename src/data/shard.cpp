@@ -30,7 +30,8 @@ Shard::Shard(const std::string& path, int vocab_size) : path_(path) {
   if (m == MAP_FAILED) fail_input(path, "cannot map token shard: ", std::strerror(errno));
   map_ = m;
   map_bytes_ = bytes;
-  const int32_t* h = static_cast<const int32_t*>(m);
+  int32_t h[3];  // copied: the error paths below unmap the file before formatting the message
+  std::memcpy(h, m, sizeof(h));
   auto bad = [&](const auto&... parts) {
     ::munmap(map_, map_bytes_);
     map_ = nullptr;
@@ -47,9 +48,9 @@ Shard::Shard(const std::string& path, int vocab_size) : path_(path) {
   tokens_ = reinterpret_cast<const uint16_t*>(static_cast<const char*>(m) + kShardHeaderBytes);
   if (vocab_size > 0) {
     const uint16_t* mx = std::max_element(tokens_, tokens_ + count_);
-    if (count_ && *mx >= vocab_size)
-      bad("holds token ", *mx, " at position ", mx - tokens_, ", not below model.vocab_size (",
-          vocab_size, ")");
+    const size_t token = count_ ? *mx : 0, at = size_t(mx - tokens_);
+    if (count_ && token >= size_t(vocab_size))
+      bad("holds token ", token, " at position ", at, ", not below model.vocab_size (", vocab_size, ")");
   }
 }
 

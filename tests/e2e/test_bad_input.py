@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Bad input (ctest: bad_input): every case must stop with ONE line `error: <input>: <what was
+expected>` (printed once, not once per rank), a non-zero exit on every rank within 10 s, and leave
+an existing checkpoint folder and trace untouched. Training cases run on 2 ranks unless the case is
+about the number of ranks.
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import gpt2test  # noqa: E402
+
+
+def digest(paths):
+    h = hashlib.sha256()
+    for p in paths:
+        for root, _, files in sorted(os.walk(p)) if os.path.isdir(p) else [("", [], [p])]:
+            for name in sorted(files):
+                with open(os.path.join(root, name), "rb") as f:
+                    h.update(name.encode() + f.read())
+    return h.hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpt2", required=True)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    w = args.workdir
+    shutil.rmtree(w, ignore_errors=True)
+    os.makedirs(w)
+    P = lambda *n: os.path.join(w, *n)  # noqa: E731
+    tokens = gpt2test.learnable_tokens(4000, 64)
+
+    # Good inputs, and a protected checkpoint folder + trace made by a real run.
+    gpt2test.write_shard(P("train.bin"), tokens)
+    gpt2test.write_deck(P("good.toml"), gpt2test.tiny_deck(P("train.bin"), checkpoint__dir=P("ckpt"),
+                                                           trace__file=P("trace.h5"), train__steps=2,
+                                                           parallel__dp=2))
+    r = gpt2test.run([args.gpt2, "train", P("good.toml"), "-q"], 2, args.mpiexec)
+    if r.rc != 0:
+        raise SystemExit(f"setup run failed: {r.err}")
+    protected = [P("ckpt"), P("trace.h5")]
+    before = digest(protected)
+    ckpt = os.path.join(P("ckpt"), open(P("ckpt", "latest")).read().strip())
+
+    # Broken files.
+    gpt2test.write_shard(P("truncated.bin"), tokens, count=len(tokens) + 100)
+    gpt2test.write_shard(P("magic.bin"), tokens, magic=12345)
+    gpt2test.write_shard(P("version.bin"), tokens, version=7)
+    gpt2test.write_shard(P("big_token.bin"), np.append(tokens, 64))
+    with open(P("short.bin"), "wb") as f:
+        f.write(b"\0" * 100)
+    corrupt = P("corrupt.bin")
+    shutil.copy(ckpt, corrupt)
+    with open(corrupt, "r+b") as f:  # flip one byte in the middle of the parameters
+        f.seek(os.path.getsize(corrupt) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x40]))
+    with open(P("empty.txt"), "w"):
+        pass
+    with open(P("bad_utf8.txt"), "wb") as f:
+        f.write(b"hello \xff\xfe world")
+    with open(P("syntax.toml"), "w") as f:
+        f.write("[model]\nn_layer = = 2\n")
+    # A minimal byte-level BPE vocabulary (the 256 byte symbols and one merge): enough to reach the
+    # UTF-8 check without GPT-2's real files.
+    byte_syms = [c for c in range(ord("!"), ord("~") + 1)] + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    extra, syms = 0, []
+    for b in range(256):
+        syms.append(chr(b) if b in byte_syms else chr(256 + extra))
+        extra += b not in byte_syms
+    json.dump(dict({s: i for i, s in enumerate(syms)}, ab=256), open(P("encoder.json"), "w"))
+    with open(P("vocab.bpe"), "w") as f:
+        f.write("#version: 0.2\na b\n")
+
+    def deck(name, **overrides):
+        base = dict(checkpoint__dir=P("ckpt"), trace__file=P("trace.h5"), parallel__dp=2)
+        base.update(overrides)
+        path = P(name + ".toml")
+        gpt2test.write_deck(path, gpt2test.tiny_deck(P("train.bin"), **base))
+        return path
+
+    train = lambda cfg, *more: [args.gpt2, "train", cfg, "-q", *more]  # noqa: E731
+    cases = [  # (name, command, ranks, expected text)
+        ("missing shard", train(deck("c1", data__train=P("nope_*.bin"))), 2, "data.train: no token shard matches"),
+        ("truncated shard", train(deck("c2", data__train=P("truncated.bin"))), 2, "truncated or corrupt"),
+        ("shard shorter than its header", train(deck("c3", data__train=P("short.bin"))), 2, "1024-byte header"),
+        ("wrong magic", train(deck("c4", data__train=P("magic.bin"))), 2, "not a token shard: magic 12345"),
+        ("wrong version", train(deck("c5", data__train=P("version.bin"))), 2, "unsupported token shard version 7"),
+        ("token beyond vocabulary", train(deck("c6", data__train=P("big_token.bin"))), 2, "not below model.vocab_size (64)"),
+        ("missing validation shard", train(deck("c7", data__val=P("val_*.bin"))), 2, "data.val: no token shard matches"),
+        ("checkpoint of another config", train(deck("c8", checkpoint__init_from=ckpt, model__n_embd=48)), 2, "n_embd: 32 vs 48"),
+        ("corrupted checkpoint", train(deck("c9", checkpoint__init_from=corrupt)), 2, "checksum mismatch"),
+        ("init_from not a model", train(deck("c10", checkpoint__init_from=P("train.bin"))), 2, "neither a gpt2-kokkos checkpoint"),
+        ("misspelled key", train(deck("c11"), "--set", "train.lrr=1e-3"), 2, "train.lrr: unknown configuration key (did you mean train.lr?)"),
+        ("wrong value type", train(deck("c12"), "--set", "train.lr=\"fast\""), 2, "train.lr: expected a number, got a string"),
+        ("zero batch size", train(deck("c13", train__batch_size=0)), 2, "train.batch_size: must be a positive integer"),
+        ("negative steps", train(deck("c14", train__steps=-3)), 2, "train.steps: must be a positive integer"),
+        ("dp*pp is not the world size", train(deck("c15", parallel__dp=1)), 2, "must equal the number of MPI ranks (2)"),
+        ("more stages than layers", train(deck("c16", parallel__dp=1, parallel__pp=4)), 4, "more pipeline stages (4) than model.n_layer (2)"),
+        ("batch not divisible", train(deck("c17", parallel__microbatches=3)), 2, "must be divisible by parallel.dp * parallel.microbatches"),
+        ("seq_len above block_size", train(deck("c18", data__seq_len=32)), 2, "data.seq_len: must be at most model.block_size (16)"),
+        ("unknown schedule", train(deck("c19", parallel__schedule="zigzag")), 2, "parallel.schedule: expected naive, gpipe or 1f1b"),
+        ("unwritable trace folder", train(deck("c20", trace__file="/proc/gpt2/trace.h5")), 2, "trace.file: cannot create folder"),
+        ("unwritable checkpoint folder", train(deck("c21", checkpoint__dir="/proc/gpt2-ckpt")), 2, "checkpoint.dir: cannot create folder"),
+        ("stage_layers not summing", train(deck("c22", parallel__dp=1, parallel__pp=2, parallel__stage_layers=[1, 2])), 2, "entries must sum to model.n_layer (2)"),
+        ("missing input deck", train(P("nope.toml")), 2, "cannot open the input deck"),
+        ("TOML syntax error", train(P("syntax.toml")), 2, "(line 2)"),
+        ("malformed --set", train(deck("c23"), "--set", "lr"), 2, "expected section.key=value"),
+        ("resume without a folder", train(deck("c24", checkpoint__dir="", checkpoint__resume=True)), 2, "checkpoint.resume: needs checkpoint.dir"),
+        ("empty text for prepare", [args.gpt2, "prepare", "--out", P("out_empty"), P("empty.txt")], 1, "no text to tokenize"),
+        ("invalid UTF-8 for the GPT-2 tokenizer", [args.gpt2, "prepare", "--tokenizer", "gpt2", "--vocab", P("encoder.json"),
+                                                   "--merges", P("vocab.bpe"), "--out", P("out_utf8"), P("bad_utf8.txt")], 1, "invalid UTF-8 at byte offset 6"),
+        ("unknown tokenizer", [args.gpt2, "prepare", "--tokenizer", "wordpiece", "--out", P("o"), P("empty.txt")], 1, "--tokenizer"),
+        ("sample from a missing checkpoint", [args.gpt2, "sample", "--checkpoint", P("nope.bin")], 1, "no such checkpoint"),
+    ]
+    checks = gpt2test.Checks()
+    for name, cmd, ranks, expected in cases:
+        r = gpt2test.run(cmd, ranks, args.mpiexec, timeout=30)
+        text = r.out + r.err
+        lines = [l for l in text.splitlines() if l.startswith("error")]
+        ok = checks.check(r.rc not in (0, 124), f"{name}: exit status {r.rc}")
+        ok &= checks.check(r.seconds < 10, f"{name}: took {r.seconds:.1f} s (limit 10)")
+        ok &= checks.check(expected in text, f"{name}: expected {expected!r} in:\n{text.strip()[-600:]}")
+        ok &= checks.check(len(lines) == 1, f"{name}: {len(lines)} error lines (want 1):\n{text.strip()[-600:]}")
+        if ok:
+            print(f"ok   {name:40s} rc={r.rc} {r.seconds:4.1f}s  {lines[0][:110]}")
+    checks.check(digest(protected) == before, "a failed run changed the existing checkpoint folder or trace")
+    checks.check(not os.path.exists(P("out_empty", "train_000.bin")), "prepare wrote shards for empty text")
+    checks.finish(f"bad_input ({len(cases)} cases)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+// Token shards, the loader's batch semantics and data-parallel partitions, and input decks.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "../common/tiny_data.hpp"
+#include "core/error.hpp"
+#include "data/loader.hpp"
+#include "train/run_config.hpp"
+
+using namespace gpt2;
+
+namespace {
+std::string dir() {
+  static const std::string d = test::temp_dir("data");
+  return d;
+}
+std::vector<uint16_t> iota_tokens(size_t n, int vocab) {
+  std::vector<uint16_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = uint16_t(i % vocab);
+  return t;
+}
+}  // namespace
+
+TEST(Shard, WriteReadRoundTripAndValidation) {
+  const auto t = test::pseudo_text(1000, 50, 1);
+  write_shard(dir() + "/a.bin", t);
+  Shard s(dir() + "/a.bin", 50);
+  ASSERT_EQ(s.size(), t.size());
+  EXPECT_TRUE(std::equal(t.begin(), t.end(), s.tokens()));
+  EXPECT_THROW(Shard(dir() + "/a.bin", 10), InputError);  // tokens beyond a smaller vocabulary
+  EXPECT_THROW(Shard(dir() + "/missing.bin"), InputError);
+  { std::ofstream(dir() + "/trunc.bin", std::ios::binary) << std::string(1024 + 10, '\0'); }
+  EXPECT_THROW(Shard(dir() + "/trunc.bin"), InputError);  // zero magic
+}
+
+TEST(Loader, SequentialBatchesWrapAtTheEpoch) {
+  const int T = 4, B = 3;
+  write_shard(dir() + "/seq_000.bin", iota_tokens(4 * 10 + 1, 1000));  // 10 sequences
+  write_shard(dir() + "/seq_001.bin", iota_tokens(4 * 5 + 3, 1000));    // 5 more (tail unused)
+  TokenDataset data(dir() + "/seq_*.bin", "data.train", T, 1000);
+  ASSERT_EQ(data.num_sequences(), 15u);
+  DataLoader loader(data, B, false, 0, "data.train");
+  EXPECT_EQ(loader.batches_per_epoch(), 5);
+  std::vector<int> in(B * T), tg(B * T);
+  loader.load(1, 0, B, in.data(), tg.data());  // batch 1 = sequences 3, 4, 5
+  for (int r = 0; r < B; ++r)
+    for (int j = 0; j < T; ++j) {
+      EXPECT_EQ(in[r * T + j], (3 + r) * T + j);
+      EXPECT_EQ(tg[r * T + j], (3 + r) * T + j + 1);  // targets: the next token
+    }
+  loader.load(3, 1, 1, in.data(), tg.data());  // batch 3, row 1 = sequence 10 = shard 1's first
+  EXPECT_EQ(in[0], 0);
+  EXPECT_EQ(tg[T - 1], T);
+  EXPECT_EQ(loader.sequence_of(5, 0), 0u);  // batch 5 is epoch 1's first
+}
+
+TEST(Loader, ShuffledEpochsAreSeededPermutations) {
+  write_shard(dir() + "/shuf.bin", iota_tokens(8 * 64 + 1, 1000));
+  TokenDataset data(dir() + "/shuf.bin", "data.train", 8, 1000);
+  DataLoader a(data, 8, true, 42, "data.train"), b(data, 8, true, 42, "data.train"),
+      c(data, 8, true, 43, "data.train");
+  std::vector<size_t> e0, e1, other;
+  for (int64_t k = 0; k < 16; ++k)
+    for (int r = 0; r < 8; ++r) {
+      (k < 8 ? e0 : e1).push_back(a.sequence_of(k, r));
+      EXPECT_EQ(a.sequence_of(k, r), b.sequence_of(k, r));
+      if (k < 8) other.push_back(c.sequence_of(k, r));
+    }
+  EXPECT_EQ(std::set<size_t>(e0.begin(), e0.end()).size(), 64u);  // a permutation of the epoch
+  EXPECT_NE(e0, e1);                                             // a new one each epoch
+  EXPECT_NE(e0, other);                                          // and per seed
+}
+
+TEST(Loader, DataParallelPartitionsAreDisjointAndCoverTheData) {
+  write_shard(dir() + "/part.bin", iota_tokens(16 * 96 + 1, 1000));  // 96 sequences
+  TokenDataset data(dir() + "/part.bin", "data.train", 16, 1000);
+  for (bool shuffle : {false, true})
+    for (int dp : {1, 2, 4}) {
+      const int B = 8, per_rank = B / dp;
+      DataLoader loader(data, B, shuffle, 7, "data.train");
+      std::vector<std::set<size_t>> part(dp);
+      for (int64_t k = 0; k < loader.batches_per_epoch(); ++k)
+        for (int r = 0; r < dp; ++r)
+          for (int row = r * per_rank; row < (r + 1) * per_rank; ++row) part[r].insert(loader.sequence_of(k, row));
+      std::set<size_t> all;
+      size_t total = 0;
+      for (const auto& p : part) {
+        EXPECT_EQ(p.size(), size_t(96 / dp));  // equal sizes
+        total += p.size();
+        all.insert(p.begin(), p.end());
+      }
+      EXPECT_EQ(total, all.size()) << "partitions overlap (dp " << dp << ")";
+      EXPECT_EQ(all.size(), 96u) << "partitions do not cover the epoch (dp " << dp << ")";
+    }
+}
+
+TEST(InputDeck, BindsKeysAndRejectsTyposAndWrongTypes) {
+  const std::string path = dir() + "/deck.toml";
+  std::ofstream(path) << "[model]\nn_layer = 3\n[train]\nlr = 1e-3\nbatch_size = 16\n[data]\ntrain = \"x.bin\"\n";
+  RunConfig c = RunConfig::load(path, {"train.steps=7", "data.shuffle=true", "data.val=v_*.bin"});
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_TRUE(c.data.shuffle);
+  EXPECT_EQ(c.data.val, "v_*.bin");
+  auto message = [&](std::vector<std::string> sets) {
+    try {
+      RunConfig::load(path, sets);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({"model.n_layers=2"}),
+            "model.n_layers: unknown configuration key (did you mean model.n_layer?)");
+  EXPECT_EQ(message({"train.steps=1.5"}), "train.steps: expected an integer, got a number");
+  EXPECT_EQ(message({"data.shuffle=1"}), "data.shuffle: expected true or false, got an integer");
+  EXPECT_EQ(message({"nosection=1"}), "--set nosection=1: expected section.key=value, e.g. train.lr=3e-4");
+  // The effective configuration reads back to itself.
+  const std::string text = c.toml();
+  std::ofstream(dir() + "/again.toml") << text;
+  EXPECT_EQ(RunConfig::load(dir() + "/again.toml").toml(), text);
+}
