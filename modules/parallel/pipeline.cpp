@@ -100,7 +100,10 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       }
       case ActionKind::backward: {
         Slot& s = live_.at(a.mb);
-        if (s.send.pending()) pipe_->wait(s.send);  // the activation went out long ago
+        if (s.send.pending()) {  // the activation went out long ago
+          Tracer::Scope t(tracer_, EventKind::send_wait, io.step, a.mb);
+          pipe_->wait(s.send);
+        }
         Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb);
         stage_.backward(*s.act, i == last_backward ? io.grads_ready : std::function<void(size_t)>());
         if (i + 1 < actions.size() && actions[i + 1].kind == ActionKind::send_grad) break;
@@ -120,7 +123,10 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       }
     }
   }
-  if (pipe_) drain();
+  if (pipe_ && !releasing_.empty()) {
+    Tracer::Scope t(tracer_, EventKind::send_wait, io.step, -1);
+    drain();
+  }
   if (!live_.empty()) fail("pipeline: ", live_.size(), " microbatches still held at the end of a step");
 }
 

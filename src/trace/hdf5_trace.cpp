@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -107,8 +108,22 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   attr_int(g, "n_embd", meta.model.n_embd);
   attr_int(g, "vocab_size", meta.model.vocab_size);
   attr_int(g, "seq_len", meta.seq_len);
+  attr_int(g, "batch_size", meta.batch_size);
+  attr_int(g, "steps", meta.steps);
+  attr_int(g, "batches_per_epoch", meta.batches_per_epoch);
+  attr_int(g, "train_tokens", meta.train_tokens);
   std::vector<int64_t> layers(meta.stage_layers.begin(), meta.stage_layers.end());
   attr_ints(g, "stage_layers", layers);
+  std::vector<double> errors(size_t(size), 0.0);
+  const double mine_error = tracer.clock_error();
+  MPI_Allgather(&mine_error, 1, MPI_DOUBLE, errors.data(), 1, MPI_DOUBLE, comm);
+  {
+    const hsize_t n = errors.size();
+    hid_t s = H5Screate_simple(1, &n, nullptr);
+    hid_t a = H5Acreate2(g, "clock_error", H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_DOUBLE, errors.data());
+    H5Aclose(a), H5Sclose(s);
+  }
   H5Gclose(g);
 
   // /events: every rank's events at its offset.
@@ -116,6 +131,8 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   std::vector<EventRecord> mine(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
     mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end};
+  // Recorded when they end (enclosing events after their contents): store them by start.
+  std::stable_sort(mine.begin(), mine.end(), [](const EventRecord& a, const EventRecord& b) { return a.start < b.start; });
   int64_t count = int64_t(mine.size()), offset = 0, total = 0, dropped = tracer.dropped(), all_dropped = 0;
   MPI_Exscan(&count, &offset, 1, MPI_INT64_T, MPI_SUM, comm);
   if (rank == 0) offset = 0;

@@ -2,9 +2,12 @@
 // One HDF5 file per run, written collectively by every rank with parallel HDF5:
 //   /meta     attributes: config (TOML text), git_revision, versions, world_size, dp, pp,
 //             microbatches, schedule, execution_space, device, comm, blas_threads, stage_layers,
-//             tokens_per_step, num_params, n_layer, n_head, n_embd, vocab_size, seq_len
-//   /events   compound {rank, kind, step, microbatch, stage, start, end} (all ranks, rank order);
-//             attribute kind_names lists the kind codes; dropped = events that did not fit
+//             tokens_per_step, num_params, n_layer, n_head, n_embd, vocab_size, seq_len, batch_size,
+//             steps, batches_per_epoch, train_tokens, clock_error (per rank, seconds)
+//   /events   compound {rank, kind, step, microbatch, stage, start, end}: all ranks, rank order, each
+//             rank's events by start time; attribute kind_names lists the kind codes; dropped =
+//             events that did not fit. step is 0-based (eval events: the steps completed so far);
+//             microbatch is -1 for whole-step events and the bucket index for allreduce_issue
 //   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss} (one per step)
 // The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
 // previous version.
@@ -23,7 +26,8 @@ struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
   int world_size = 1, dp = 1, pp = 1, microbatches = 1, blas_threads = 1, seq_len = 0;
   std::vector<int> stage_layers;
-  int64_t tokens_per_step = 0, num_params = 0;
+  int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
+          train_tokens = 0;
   ModelConfig model;
 };
 

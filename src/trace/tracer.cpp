@@ -7,7 +7,8 @@ namespace gpt2 {
 const char* event_name(EventKind k) {
   static const char* names[] = {"forward",  "backward", "optimizer",  "allreduce_issue",
                                 "allreduce_wait", "send", "recv",     "data",
-                                "eval",     "checkpoint", "step",     "tied_sync"};
+                                "eval",     "checkpoint", "step",     "tied_sync",
+                                "send_wait", "scalar_sync"};
   return names[int(k)];
 }
 
@@ -59,6 +60,7 @@ double Tracer::sync_clock(MPI_Comm comm) {
   double zero = rank == 0 ? now() : 0;
   MPI_Bcast(&zero, 1, MPI_DOUBLE, 0, comm);
   offset_ += zero;
+  clock_error_ = error;
   return error;
 }
 

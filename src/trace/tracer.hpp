@@ -14,7 +14,10 @@ namespace gpt2 {
 
 enum class EventKind : int32_t {
   forward, backward, optimizer, allreduce_issue, allreduce_wait, send, recv, data, eval,
-  checkpoint, step, tied_sync, count_
+  checkpoint, step, tied_sync,
+  send_wait,    // completing non-blocking pipeline sends
+  scalar_sync,  // the per-step loss and gradient-norm reductions
+  count_
 };
 const char* event_name(EventKind k);
 
@@ -71,13 +74,14 @@ class Tracer {
   };
 
   const std::vector<Event>& events() const { return events_; }
+  double clock_error() const { return clock_error_; }  // from the last sync_clock
   int64_t dropped() const { return dropped_; }
 
  private:
   bool enabled_ = false, sync_ = false;
   int64_t capacity_ = 0, dropped_ = 0;
   int32_t stage_ = 0;
-  double offset_ = 0;
+  double offset_ = 0, clock_error_ = 0;
   std::vector<Event> events_;
 };
 

@@ -165,8 +165,9 @@ double Trainer::global_loss(int microbatches_run) {
     Kokkos::parallel_reduce(
         "loss_sum", Kokkos::RangePolicy<ExecSpace>(0, n),
         KOKKOS_LAMBDA(size_t i, double& acc) { acc += l(i); }, sum);
-    sum = allreduce_sum(topo_->dp_comm(), sum);
   }
+  Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
+  if (stage_->layout().has_head()) sum = allreduce_sum(topo_->dp_comm(), sum);
   sum = allreduce_sum(topo_->pipe_comm(), sum);  // only the head stage contributes
   return sum / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
 }
@@ -175,6 +176,7 @@ double Trainer::global_grad_norm() {
   // The tied wte copy on a last stage duplicates stage 0's: count it once.
   const size_t skip = stage_->layout().tied_size(), n = stage_->grads.extent(0) - skip;
   double ss = sum_of_squares<float>(Vec<float>(stage_->grads.data() + skip, n));
+  Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
   ss = allreduce_sum(topo_->pipe_comm(), ss);
   return std::sqrt(ss);
 }

@@ -171,6 +171,10 @@ void Trainer::write_trace() {
   meta.num_params = int64_t(layout_->total());
   meta.model = cfg_.model;
   meta.seq_len = cfg_.data.seq_len;
+  meta.batch_size = cfg_.train.batch_size;
+  meta.steps = cfg_.train.steps;
+  meta.batches_per_epoch = train_loader_->batches_per_epoch();
+  meta.train_tokens = int64_t(train_data_->num_tokens());
   write_hdf5_trace(cfg_.trace.file, comm_, meta, tracer_, history_);
 }
 

@@ -1,0 +1,325 @@
+"""Shared helpers for the analysis scripts: load a gpt2-kokkos HDF5 trace and derive the numbers that
+several scripts need (step times, tokens/s, MFU, communication share, pipeline bubble).
+
+Trace layout (src/trace/hdf5_trace.hpp), one file per run:
+  /meta     attributes: config (TOML text), world_size, dp, pp, microbatches, schedule, device,
+            execution_space, tokens_per_step, num_params, n_layer, n_embd, seq_len, stage_layers, ...
+  /events   compound {rank, kind, step, microbatch, stage, start, end}; attribute kind_names is one
+            comma-separated string mapping kind codes to names; times in seconds on a common clock
+  /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss}, one row per
+            optimizer step (rank 0's view); val_loss < 0 where no evaluation ran
+
+Conventions used here:
+  * Step indices in /events are 0-based; in /metrics they are 1-based (metrics step k = event step k-1).
+  * A `step` event wraps one whole optimizer step on one rank. Events are attributed to a step by time
+    containment in that rank's step window where the step index alone is ambiguous: the evaluation
+    that runs after k completed steps carries step index k, the 0-based index of the next step.
+  * World rank r sits at dp rank r // pp, pipeline stage r % pp (src/runtime/topology.hpp).
+  * The file stores each rank's events in completion order (an enclosing event such as `step` is
+    written after the events inside it); Trace.events is re-sorted by (rank, start).
+"""
+import glob
+import os
+
+import h5py
+import numpy as np
+
+# Fallback when /events has no kind_names attribute (src/trace/tracer.hpp: EventKind).
+DEFAULT_KIND_NAMES = ("forward", "backward", "optimizer", "allreduce_issue", "allreduce_wait", "send",
+                      "recv", "data", "eval", "checkpoint", "step", "tied_sync")
+COMPUTE_KINDS = ("forward", "backward")
+COMM_KINDS = ("send", "recv", "allreduce_wait", "tied_sync")
+# One colour per kind, shared by every plot.
+KIND_COLORS = {
+    "forward": "#4C72B0", "backward": "#DD8452", "send": "#55A868", "recv": "#C44E52",
+    "allreduce_issue": "#8172B3", "allreduce_wait": "#937860", "optimizer": "#DA8BC3",
+    "tied_sync": "#CCB974", "data": "#8C8C8C", "eval": "#64B5CD", "checkpoint": "#222222",
+    "step": "#EEEEEE",
+}
+
+
+def decode(value):
+    """HDF5 attribute -> plain Python (bytes -> str, numpy scalars -> int/float, arrays -> lists)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return decode(value[()])
+        return [decode(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class Trace:
+    """One run: .meta (dict), .events (structured array sorted by rank, start), .metrics, helpers."""
+
+    def __init__(self, path):
+        self.path = path
+        self.name = os.path.splitext(os.path.basename(path))[0]
+        with h5py.File(path, "r") as f:
+            self.meta = {k: decode(v) for k, v in f["meta"].attrs.items()} if "meta" in f else {}
+            events = f["events"][...] if "events" in f else np.zeros(0, dtype=_EVENT_DTYPE)
+            attrs = f["events"].attrs if "events" in f else {}
+            names = decode(attrs["kind_names"]) if "kind_names" in attrs else None
+            self.dropped = int(decode(attrs["dropped"])) if "dropped" in attrs else 0
+            self.metrics = f["metrics"][...] if "metrics" in f else np.zeros(0, dtype=_METRIC_DTYPE)
+        if isinstance(names, list):
+            names = ",".join(names)
+        self.kind_names = names.split(",") if names else list(DEFAULT_KIND_NAMES)
+        # Enclosing events first when two start together: sort by rank, start, then longest first.
+        order = np.lexsort((-events["end"], events["start"], events["rank"]))
+        self.events = events[order]
+        self.metrics = self.metrics[np.argsort(self.metrics["step"], kind="stable")]
+        self._windows = None
+
+    # --- meta -------------------------------------------------------------------------------
+    def _int(self, key, default):
+        value = self.meta.get(key, default)
+        return int(value[0] if isinstance(value, list) else value)
+
+    @property
+    def dp(self):
+        return self._int("dp", 1)
+
+    @property
+    def pp(self):
+        return self._int("pp", 1)
+
+    @property
+    def microbatches(self):
+        return self._int("microbatches", 1)
+
+    @property
+    def world_size(self):
+        return self._int("world_size", self.dp * self.pp)
+
+    @property
+    def schedule(self):
+        return str(self.meta.get("schedule", "?"))
+
+    @property
+    def tokens_per_step(self):
+        return self._int("tokens_per_step", 0)
+
+    @property
+    def label(self):
+        """Short run description from /meta, e.g. 'pp2 (dp1 x pp2, m4, 1f1b)'."""
+        parts = [f"dp{self.dp} x pp{self.pp}", f"m{self.microbatches}"]
+        if self.pp > 1:
+            parts.append(self.schedule)
+        return f"{self.name} ({', '.join(parts)})"
+
+    def rank_name(self, rank):
+        return f"rank {rank} (dp {rank // self.pp}, stage {rank % self.pp})"
+
+    # --- events -----------------------------------------------------------------------------
+    def code(self, kind):
+        """Kind code for a name (-1 when the trace does not know the kind)."""
+        return self.kind_names.index(kind) if kind in self.kind_names else -1
+
+    def kind_name(self, code):
+        return self.kind_names[code] if 0 <= code < len(self.kind_names) else f"kind{code}"
+
+    def mask(self, kinds=None, rank=None, step=None):
+        """Boolean mask over self.events selecting kinds (names), a rank and a step index."""
+        m = np.ones(len(self.events), dtype=bool)
+        if kinds is not None:
+            m &= np.isin(self.events["kind"], [self.code(k) for k in kinds])
+        if rank is not None:
+            m &= self.events["rank"] == rank
+        if step is not None:
+            m &= self.events["step"] == step
+        return m
+
+    def step_windows(self):
+        """{rank: structured array (step, start, end) of that rank's `step` events, by start}."""
+        if self._windows is None:
+            self._windows = {}
+            steps = self.events[self.mask(["step"])]
+            for r in self.ranks():
+                w = steps[steps["rank"] == r]
+                self._windows[r] = w[np.argsort(w["start"], kind="stable")]
+        return self._windows
+
+    def containing_step(self):
+        """Per event: the index of the rank's `step` event whose window contains it, else -1."""
+        out = np.full(len(self.events), -1, dtype=np.int64)
+        for r, w in self.step_windows().items():
+            if len(w) == 0:
+                continue
+            idx = np.flatnonzero(self.events["rank"] == r)
+            ev = self.events[idx]
+            j = np.searchsorted(w["start"], ev["start"], side="right") - 1
+            ok = (j >= 0) & (ev["end"] <= w["end"][np.maximum(j, 0)] + 1e-9)
+            out[idx[ok]] = w["step"][j[ok]]
+        return out
+
+    def ranks(self):
+        present = set(np.unique(self.events["rank"]).tolist())
+        return sorted(present | set(range(self.world_size)))
+
+    def train_steps(self, skip=1):
+        """Sorted 0-based indices of the traced optimizer steps, leaving out the first `skip`."""
+        steps = np.unique(self.events["step"][self.mask(["step"])]).tolist()
+        return steps[skip:] if len(steps) > skip else steps
+
+    # --- metrics ----------------------------------------------------------------------------
+    def metric_rows(self, skip=1):
+        """/metrics rows without the first `skip` steps (all rows if that would leave none)."""
+        rows = self.metrics
+        if len(rows) > skip:
+            rows = rows[skip:]
+        return rows
+
+    def mean_step_time(self, skip=1):
+        """Mean optimizer-step time in seconds (rank 0's /metrics step_time, warm-up left out).
+        Falls back to the slowest rank's `step` events when /metrics is empty."""
+        rows = self.metric_rows(skip)
+        if len(rows):
+            return float(np.mean(rows["step_time"]))
+        times = []
+        for s in self.train_steps(skip):
+            ev = self.events[self.mask(["step"], step=s)]
+            times.append(float(np.max(ev["end"]) - np.min(ev["start"])))
+        return float(np.mean(times)) if times else float("nan")
+
+    def tokens_per_s(self, skip=1):
+        """Tokens per second over the measured steps: tokens_per_step / mean step time."""
+        t = self.mean_step_time(skip)
+        return self.tokens_per_step / t if t > 0 else float("nan")
+
+
+_EVENT_DTYPE = np.dtype([("rank", "<i4"), ("kind", "<i4"), ("step", "<i4"), ("microbatch", "<i4"),
+                         ("stage", "<i4"), ("start", "<f8"), ("end", "<f8")])
+_METRIC_DTYPE = np.dtype([("step", "<i4"), ("loss", "<f8"), ("lr", "<f8"), ("grad_norm", "<f8"),
+                          ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8")])
+
+
+def load(paths):
+    """Load several traces; exits with a clear message when one cannot be read."""
+    traces = []
+    for p in paths:
+        try:
+            traces.append(Trace(p))
+        except (OSError, KeyError) as e:
+            raise SystemExit(f"{p}: cannot read as a gpt2-kokkos HDF5 trace ({e})")
+    return traces
+
+
+# --- derived numbers --------------------------------------------------------------------------
+def flops_per_token(meta):
+    """Training FLOPs per token: 6*N (forward + backward matmuls over all N parameters, the tied LM
+    head included) + 12*L*C*T (attention scores and weighted sum), as in the PaLM/nanoGPT estimate."""
+    n = int(meta.get("num_params", 0))
+    layers, channels, t = (int(meta.get(k, 0)) for k in ("n_layer", "n_embd", "seq_len"))
+    return 6.0 * n + 12.0 * layers * channels * t
+
+
+def mfu(trace, peak_tflops, skip=1):
+    """Model FLOPs utilisation: achieved model FLOP/s over world_size * peak_tflops."""
+    achieved = trace.tokens_per_s(skip) * flops_per_token(trace.meta)
+    return achieved / (trace.world_size * peak_tflops * 1e12)
+
+
+def comm_fraction(trace, skip=1):
+    """Share of step time spent in send/recv/allreduce_wait/tied_sync, per rank averaged.
+
+    For each rank: sum of the durations of those events that lie inside the rank's `step` windows
+    (first `skip` steps left out) divided by the sum of those windows. Returns (mean, {rank: share}).
+    """
+    steps = set(trace.train_steps(skip))
+    owner = trace.containing_step()
+    comm = trace.mask(COMM_KINDS) & np.isin(owner, list(steps))
+    per_rank = {}
+    for r, w in trace.step_windows().items():
+        w = w[np.isin(w["step"], list(steps))]
+        total = float(np.sum(w["end"] - w["start"]))
+        if total <= 0:
+            continue
+        ev = trace.events[comm & (trace.events["rank"] == r)]
+        per_rank[r] = float(np.sum(ev["end"] - ev["start"])) / total
+    mean = float(np.mean(list(per_rank.values()))) if per_rank else float("nan")
+    return mean, per_rank
+
+
+def theoretical_bubble(schedule, stages, microbatches):
+    """Idle share of an ideal pipeline with equal stage times: (p-1)/(m+p-1) for gpipe and 1f1b;
+    (p-1)/p for naive model parallelism (only one stage works at a time); 0 without a pipeline."""
+    p, m = stages, microbatches
+    if p <= 1:
+        return 0.0
+    if schedule == "naive":
+        return (p - 1) / p
+    return (p - 1) / (m + p - 1)
+
+
+def measured_bubble(trace, step):
+    """Measured bubble fraction of one step, averaged over the dp replicas (pipelines).
+
+    For the pipeline of replica d (ranks d*pp .. d*pp+pp-1) the compute window is [t0, t1] with
+    t0 = the first forward start and t1 = the last backward end of the step on any of its stages;
+      bubble_d = 1 - sum over stages s of (forward + backward time of s in the step) / (pp * (t1 - t0)).
+    Everything else inside the window (send/recv waits, data loading, idle gaps) counts as bubble.
+    Returns (mean over replicas, [bubble_d, ...]); nan when the step has no forward/backward events.
+    """
+    fwd, bwd = trace.code("forward"), trace.code("backward")
+    ev = trace.events[trace.mask(COMPUTE_KINDS, step=step)]
+    values = []
+    for d in range(trace.dp):
+        mine = ev[(ev["rank"] // trace.pp) == d]
+        f, b = mine[mine["kind"] == fwd], mine[mine["kind"] == bwd]
+        if len(f) == 0 or len(b) == 0:
+            continue
+        t0, t1 = float(f["start"].min()), float(b["end"].max())
+        if t1 <= t0:
+            continue
+        busy = float(np.sum(mine["end"] - mine["start"]))
+        values.append(1.0 - busy / (trace.pp * (t1 - t0)))
+    return (float(np.mean(values)) if values else float("nan")), values
+
+
+def mean_bubble(trace, skip=1):
+    """measured_bubble averaged over the traced steps (first `skip` left out)."""
+    values = [measured_bubble(trace, s)[0] for s in trace.train_steps(skip)]
+    values = [v for v in values if np.isfinite(v)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def shard_tokens(pattern):
+    """Token counts of the llm.c-format shards matching a path or glob (header int32 [2])."""
+    counts = []
+    for path in sorted(glob.glob(pattern)) or [pattern]:
+        header = np.fromfile(path, dtype="<i4", count=256)
+        if len(header) < 3 or header[0] != 20240520:
+            raise SystemExit(f"{path}: not a token shard (expected magic 20240520 in a 1024-byte header)")
+        counts.append(int(header[2]))
+    return counts
+
+
+def batches_per_epoch(trace, shard_counts):
+    """Optimizer steps per epoch as the loader counts them (src/data/loader.hpp): sequences of T+1
+    tokens at stride T inside each shard, (count - 1) // T per shard, grouped into global batches."""
+    t = int(trace.meta.get("seq_len", 0))
+    if t <= 0 or trace.tokens_per_step <= 0:
+        return 0
+    sequences = sum((c - 1) // t for c in shard_counts if c > t)
+    return sequences // (trace.tokens_per_step // t)
+
+
+def pyplot():
+    """matplotlib.pyplot with a file-only backend unless MPLBACKEND chooses another."""
+    import matplotlib
+    if "MPLBACKEND" not in os.environ:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, out_dir, filename):
+    """Save a figure as PNG under out_dir (created) and print where it went."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, filename)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    print(f"wrote {path}")
+    return path
