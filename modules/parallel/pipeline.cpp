@@ -45,12 +45,32 @@ void PipelineExecutor::release(int mb) {
   live_.erase(it);
 }
 
+Buffer<float> PipelineExecutor::grad_buffer(size_t n) {
+  for (size_t i = 0; i < grad_sends_.size(); ++i)
+    if (pipe_->test(grad_sends_[i].send)) {
+      grad_pool_.push_back(std::move(grad_sends_[i].buf));
+      grad_sends_.erase(grad_sends_.begin() + long(i));
+      break;
+    }
+  while (!grad_pool_.empty()) {
+    Buffer<float> b = std::move(grad_pool_.back());
+    grad_pool_.pop_back();
+    if (b.extent(0) == n) return b;
+  }
+  return Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "grad_send"), n);
+}
+
 void PipelineExecutor::drain() {
   for (Slot& s : releasing_) {
     pipe_->wait(s.send);
     if (s.act->B == pool_B_) pool_.push_back(std::move(s.act));
   }
   releasing_.clear();
+  for (GradSend& g : grad_sends_) {
+    pipe_->wait(g.send);
+    grad_pool_.push_back(std::move(g.buf));
+  }
+  grad_sends_.clear();
 }
 
 void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io) {
@@ -90,7 +110,11 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         Slot& s = live_.at(a.mb);
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
         s.send = pipe_->isend(s.act->output().data(), elems, DType::f32, index_ + 1, tag(a.kind, a.mb));
-        if (!io.need_grad) release(a.mb);  // evaluation: nothing more to do with it
+        if (!io.need_grad) {  // evaluation: hand the slot on once the next stage has the data,
+          Tracer::Scope w(tracer_, EventKind::send_wait, io.step, a.mb);  // so one or two suffice
+          pipe_->wait(s.send);
+          release(a.mb);
+        }
         break;
       }
       case ActionKind::recv_grad: {
@@ -106,24 +130,23 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         }
         Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb);
         stage_.backward(*s.act, i == last_backward ? io.grads_ready : std::function<void(size_t)>());
-        if (i + 1 < actions.size() && actions[i + 1].kind == ActionKind::send_grad) break;
+        if (i + 1 < actions.size() && actions[i + 1].kind == ActionKind::send_grad) break;  // after it
         release(a.mb);
         break;
       }
       case ActionKind::send_grad: {
-        // The stage's gradient buffer is reused by the next backward: send from the slot's input
-        // buffer, which this microbatch no longer needs.
-        Slot& s = live_.at(a.mb);
-        Mat<float> d = stage_.dres(B);
-        Kokkos::deep_copy(Vec<float>(s.act->input.data(), elems), Vec<float>(d.data(), elems));
+        // The stage's gradient buffer is reused by the next backward: send from a copy.
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
-        s.send = pipe_->isend(s.act->input.data(), elems, DType::f32, index_ - 1, tag(a.kind, a.mb));
+        GradSend g{grad_buffer(elems), Request{}};
+        Kokkos::deep_copy(g.buf, Vec<float>(stage_.dres(B).data(), elems));
+        g.send = pipe_->isend(g.buf.data(), elems, DType::f32, index_ - 1, tag(a.kind, a.mb));
+        grad_sends_.push_back(std::move(g));
         release(a.mb);
         break;
       }
     }
   }
-  if (pipe_ && !releasing_.empty()) {
+  if (pipe_ && (!releasing_.empty() || !grad_sends_.empty())) {
     Tracer::Scope t(tracer_, EventKind::send_wait, io.step, -1);
     drain();
   }

@@ -4,6 +4,8 @@
 // Communicator. Each microbatch's saved activations live in a slot taken from a pool when its
 // forward starts and returned as soon as its backward is done (after its messages completed), so
 // the pool's size is the schedule's peak in-flight count: m for GPipe, p - stage for 1F1B.
+// Input gradients travel back from small buffers of their own, so a slot is free as soon as its
+// backward is done.
 // With one stage and no communicator this is plain gradient accumulation over microbatches.
 #include <functional>
 #include <map>
@@ -40,11 +42,16 @@ class PipelineExecutor {
  private:
   struct Slot {
     std::unique_ptr<Activations<float>> act;
-    Request send;  // activation or gradient still on its way
+    Request send;  // activation still on its way
+  };
+  struct GradSend {  // a microbatch's input gradient on its way back (N*C floats)
+    Buffer<float> buf;
+    Request send;
   };
   Slot& acquire(int mb, int B);
   void release(int mb);  // back to the pool once its send completed
-  void drain();          // complete every pending send, return their slots
+  Buffer<float> grad_buffer(size_t n);  // a free gradient send buffer
+  void drain();          // complete every pending send, return their buffers
 
   Stage<float>& stage_;
   int index_;
@@ -53,6 +60,8 @@ class PipelineExecutor {
   std::map<int, Slot> live_;      // by microbatch
   std::vector<Slot> releasing_;   // backward done, send still pending
   std::vector<std::unique_ptr<Activations<float>>> pool_;
+  std::vector<GradSend> grad_sends_;  // in flight
+  std::vector<Buffer<float>> grad_pool_;
   int peak_slots_ = 0, pool_B_ = -1;
   size_t slot_bytes_ = 0;
 };

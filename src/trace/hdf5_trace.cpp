@@ -52,6 +52,19 @@ void attr_ints(hid_t obj, const char* name, const std::vector<int64_t>& v) {
 }
 void attr_int(hid_t obj, const char* name, int64_t v) { attr_ints(obj, name, {v}); }
 
+// An array attribute holding every rank's value (collective).
+void attr_per_rank(hid_t obj, const char* name, double mine, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  std::vector<double> all(size_t(size), 0.0);
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm);
+  const hsize_t n = all.size();
+  hid_t s = H5Screate_simple(1, &n, nullptr);
+  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_DOUBLE, all.data());
+  H5Aclose(a), H5Sclose(s);
+}
+
 }  // namespace
 
 std::string git_revision() { return GPT2_GIT_REVISION; }
@@ -114,16 +127,9 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   attr_int(g, "train_tokens", meta.train_tokens);
   std::vector<int64_t> layers(meta.stage_layers.begin(), meta.stage_layers.end());
   attr_ints(g, "stage_layers", layers);
-  std::vector<double> errors(size_t(size), 0.0);
-  const double mine_error = tracer.clock_error();
-  MPI_Allgather(&mine_error, 1, MPI_DOUBLE, errors.data(), 1, MPI_DOUBLE, comm);
-  {
-    const hsize_t n = errors.size();
-    hid_t s = H5Screate_simple(1, &n, nullptr);
-    hid_t a = H5Acreate2(g, "clock_error", H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
-    H5Awrite(a, H5T_NATIVE_DOUBLE, errors.data());
-    H5Aclose(a), H5Sclose(s);
-  }
+  attr_per_rank(g, "clock_error", tracer.clock_error(), comm);
+  attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
+  attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);
   H5Gclose(g);
 
   // /events: every rank's events at its offset.

@@ -3,7 +3,8 @@
 //   /meta     attributes: config (TOML text), git_revision, versions, world_size, dp, pp,
 //             microbatches, schedule, execution_space, device, comm, blas_threads, stage_layers,
 //             tokens_per_step, num_params, n_layer, n_head, n_embd, vocab_size, seq_len, batch_size,
-//             steps, batches_per_epoch, train_tokens, clock_error (per rank, seconds)
+//             steps, batches_per_epoch, train_tokens; per rank: clock_error (s), param_bytes,
+//             peak_activation_bytes
 //   /events   compound {rank, kind, step, microbatch, stage, start, end}: all ranks, rank order, each
 //             rank's events by start time; attribute kind_names lists the kind codes; dropped =
 //             events that did not fit. step is 0-based (eval events: the steps completed so far);
@@ -26,6 +27,7 @@ struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
   int world_size = 1, dp = 1, pp = 1, microbatches = 1, blas_threads = 1, seq_len = 0;
   std::vector<int> stage_layers;
+  double param_bytes = 0, activation_bytes = 0;  // this rank's
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;
   ModelConfig model;

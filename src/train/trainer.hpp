@@ -56,6 +56,9 @@ class Trainer {
   // Parameters of the whole model in the global layout, assembled on world rank 0 (collective;
   // other ranks get an empty vector). With pp > 1 only dp replica 0 contributes.
   std::vector<float> gather_params();
+  // This rank's parameter buffer, and its saved activations at their peak (slots x slot size).
+  size_t param_bytes() const { return stage_->params.extent(0) * sizeof(float); }
+  size_t activation_bytes() const { return size_t(exec_->peak_slots()) * exec_->slot_bytes(); }
 
  private:
   void setup_data();
@@ -68,6 +71,7 @@ class Trainer {
   std::vector<float> gather_section(const Vec<float>& local);  // owned range -> rank 0
   void read_checkpoint(const std::string& path, bool with_optimizer);
   void maybe_sample();
+  void print_summary(double step_s, double tok_s, double rank_tok_s);
 
   RunConfig cfg_;
   Environment& env_;

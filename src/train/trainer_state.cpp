@@ -172,6 +172,8 @@ void Trainer::write_trace() {
   meta.model = cfg_.model;
   meta.seq_len = cfg_.data.seq_len;
   meta.batch_size = cfg_.train.batch_size;
+  meta.param_bytes = double(param_bytes());
+  meta.activation_bytes = double(activation_bytes());
   meta.steps = cfg_.train.steps;
   meta.batches_per_epoch = train_loader_->batches_per_epoch();
   meta.train_tokens = int64_t(train_data_->num_tokens());
@@ -242,14 +244,32 @@ void Trainer::run() {
     }
   }
   if (cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
-  if (root && !opts_.quiet && timed > 0) {
-    const double step_s = time_sum / timed, per_epoch = step_s * train_loader_->batches_per_epoch();
-    std::printf("done: %lld steps | mean step %.1f ms | %.0f tok/s in all, %.0f tok/s per dp rank | "
-                "time per epoch %s\n",
-                (long long)step_, step_s * 1e3, tok_sum / timed, rank_tok_sum / timed,
-                format_duration(per_epoch).c_str());
-    if (!history_.empty()) std::printf("final loss %.4f\n", history_.back().loss);
+  print_summary(timed ? time_sum / timed : 0, timed ? tok_sum / timed : 0, timed ? rank_tok_sum / timed : 0);
+}
+
+// Collective: every rank's throughput and memory, printed by rank 0.
+void Trainer::print_summary(double step_s, double tok_s, double rank_tok_s) {
+  struct RankStats {
+    double step_s, tok_s, param_mib, act_mib, peak_mb;
+  } mine{step_s, rank_tok_s, param_bytes() / 1048576.0, activation_bytes() / 1048576.0,
+         double(exec_->peak_slots())};
+  std::vector<RankStats> all(static_cast<size_t>(size_));
+  MPI_Gather(&mine, 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, comm_);
+  if (rank_ != 0 || opts_.quiet || step_s <= 0) return;
+  std::printf("done: %lld steps | mean step %.1f ms | %.0f tok/s in all (sum over dp ranks) | time per epoch %s\n",
+              (long long)step_, step_s * 1e3, tok_s,
+              format_duration(step_s * train_loader_->batches_per_epoch()).c_str());
+  for (int r = 0; r < size_ && r < 16; ++r) {
+    const RankStats& s = all[size_t(r)];
+    std::printf("  rank %d (dp %d, stage %d): %.0f tok/s on its data, time per epoch %s | params %.1f MiB | "
+                "peak activations %.1f MiB (%.0f microbatches)\n",
+                r, r / topo_->pp(), r % topo_->pp(), s.tok_s,
+                format_duration(s.step_s * train_loader_->batches_per_epoch()).c_str(), s.param_mib, s.act_mib,
+                s.peak_mb);
   }
+  if (size_ > 16) std::printf("  (%d more ranks)\n", size_ - 16);
+  if (!history_.empty()) std::printf("final loss %.4f\n", history_.back().loss);
+  std::fflush(stdout);
 }
 
 }  // namespace gpt2

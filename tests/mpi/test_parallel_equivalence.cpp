@@ -36,6 +36,7 @@ struct Result {
   std::vector<float> params;  // global layout, on the run's rank 0
   double eval = 0;
   bool replicas_identical = true;
+  int peak_slots = 0, stage = 0, stages = 1;  // this rank's most microbatches held at once
 };
 
 int rank_of(MPI_Comm c) {
@@ -62,6 +63,8 @@ Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
     r.replicas_identical = r.replicas_identical && lo == hi;
   }
   r.params = t.gather_params();
+  r.peak_slots = t.executor().peak_slots();
+  r.stage = t.topology().stage(), r.stages = t.topology().pp();
   return r;
 }
 
@@ -161,6 +164,10 @@ TEST(Parallel, PipelineMatchesOneRankForEverySchedule) {
       MPI_Comm g;
       const Result r = train_on_groups(c, pp, &g);
       expect_matches_reference(r, g, "pp=" + std::to_string(pp) + " " + sched);
+      // Saved activations: 1F1B holds at most p - stage microbatches, GPipe all m, naive one.
+      const int m = c.parallel.microbatches;
+      const int bound = std::string(sched) == "1f1b" ? std::min(m, r.stages - r.stage) : std::string(sched) == "gpipe" ? m : 1;
+      EXPECT_EQ(r.peak_slots, bound) << "pp=" << pp << " " << sched << " stage " << r.stage;
       MPI_Comm_free(&g);
     }
 }

@@ -1,0 +1,439 @@
+#!/usr/bin/env bash
+# ctest `slurm_jobs` (label slurm): the job scripts, submitted to a real Slurm.
+#
+#   tests/slurm/test_slurm.sh SOURCE_DIR GPT2_EXECUTABLE
+#
+# Starts a private one-node Slurm (munged, slurmctld, slurmd; 4 CPUs, 2 fake GPUs) with all its
+# state in a scratch folder and its own free ports, makes a tiny token shard and input deck of its
+# own, then submits
+#   sbatch -N 1 -n 2 job_scripts/dp.slurm      -> COMPLETED, dp=2 x pp=1, trace, metrics, plots
+#   sbatch -N 1 -n 2 job_scripts/pp.slurm      -> COMPLETED, dp=1 x pp=2, trace, metrics, plots
+#   sbatch -N 1 -n 4 job_scripts/hybrid.slurm  -> COMPLETED, dp=2 x pp=2 (PP=2)
+#   sbatch -n 2 dp.slurm ... --set parallel.dp=4       -> FAILED, "asks for 4 ranks ... only 2 tasks"
+#   sbatch -n 2 hybrid.slurm with PP=4                 -> FAILED, "PP=4 ... need at least 4 ranks"
+#   sbatch -n 64 dp.slurm                              -> refused by sbatch (more CPUs than the node)
+# and checks each job's state and exit code (scontrol show job; no accounting database needed),
+# its output file and its run folder. Plots are required only for the analysis/*.py scripts present.
+#
+# Slurm comes from Debian (slurmctld, slurmd; apt-get when missing). Needs root, or sudo without a
+# password; otherwise, or when the packages cannot be installed, it exits 77 (skipped) saying why.
+# The daemons are always stopped at exit (trap), by the PIDs in their pid files, each checked
+# against /proc/PID/comm; never by name.
+# Environment: GPT2_SLURM_KEEP=1 keeps the scratch folder; GPT2_SLURM_TIMEOUT (seconds to wait for
+# the jobs, default 240); TMPDIR (where the scratch folder goes).
+set -uo pipefail
+
+SRC=${1:?usage: test_slurm.sh SOURCE_DIR GPT2_EXECUTABLE}
+BIN=${2:?usage: test_slurm.sh SOURCE_DIR GPT2_EXECUTABLE}
+SRC=$(cd "$SRC" && pwd)
+BIN=$(readlink -f "$BIN")
+TIMEOUT=${GPT2_SLURM_TIMEOUT:-240}
+T_START=$SECONDS
+
+say() { echo "[slurm-test $((SECONDS - T_START))s] $*"; }
+skip() { echo "[slurm-test] SKIP: $*"; exit 77; }
+FAILURES=0
+fail() { echo "[slurm-test] FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+ok() { echo "[slurm-test] ok: $*"; }
+
+[[ -x $BIN ]] || { echo "[slurm-test] FAIL: gpt2 executable not found: $BIN"; exit 1; }
+[[ -f $SRC/job_scripts/dp.slurm ]] || { echo "[slurm-test] FAIL: no job_scripts/dp.slurm in $SRC"; exit 1; }
+
+# ---- root / sudo --------------------------------------------------------------------------------
+SUDO=()
+if [[ $(id -u) != 0 ]]; then
+  command -v sudo >/dev/null 2>&1 || skip "not root and no sudo: the Slurm daemons must run as root"
+  sudo -n true 2>/dev/null || skip "not root and sudo asks for a password: the Slurm daemons must run as root"
+  SUDO=(sudo -n)
+fi
+as_root() { "${SUDO[@]}" "$@"; }
+
+# ---- packages -----------------------------------------------------------------------------------
+have_slurm() {
+  local c
+  for c in slurmctld slurmd munged mungekey sbatch scontrol squeue scancel sinfo; do
+    PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || return 1
+  done
+}
+if ! have_slurm; then
+  command -v apt-get >/dev/null 2>&1 || skip "Slurm is not installed and there is no apt-get to install it"
+  say "installing slurmctld slurmd (apt-get, no recommends)"
+  apt_install() {
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      -o DPkg::Lock::Timeout=600 slurmctld slurmd >"${TMPDIR:-/tmp}/gpt2-slurm-apt.log" 2>&1
+  }
+  if ! apt_install; then
+    as_root apt-get update -q -o DPkg::Lock::Timeout=600 >>"${TMPDIR:-/tmp}/gpt2-slurm-apt.log" 2>&1
+    apt_install || { tail -n 5 "${TMPDIR:-/tmp}/gpt2-slurm-apt.log"; skip "could not install slurmctld/slurmd with apt-get (log: ${TMPDIR:-/tmp}/gpt2-slurm-apt.log)"; }
+  fi
+  have_slurm || skip "slurmctld/slurmd installed but their commands are missing"
+fi
+export PATH=$PATH:/usr/sbin:/sbin
+command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the test's token shard"
+
+# ---- scratch folder, ports ------------------------------------------------------------------------
+D=$(mktemp -d "${TMPDIR:-/tmp}/gpt2-slurm.XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
+chmod 755 "$D"
+CONF=$D/etc/slurm.conf
+HOST=$(hostname -s)
+mkdir -p "$D"/{etc,state,spool,run,log,data,runs,out,work,fakegpu}
+install -d -m 755 "$D/munge"
+sl() { SLURM_CONF=$CONF "$@"; } # Slurm client commands; SLURM_CONF is not exported into this shell
+
+# Ports nobody listens on (from /proc/net/tcp*: no ss/netstat needed), picked at random.
+listening_ports() {
+  local hex
+  for hex in $(awk 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+    echo $((16#$hex))
+  done
+}
+pick_port() {
+  local used p i
+  used=" $(listening_ports | tr '\n' ' ') $* "
+  for i in $(seq 200); do
+    p=$((20000 + RANDOM % 30000))
+    [[ $used != *" $p "* ]] && { echo "$p"; return 0; }
+  done
+  return 1
+}
+CTLD_PORT=$(pick_port) || { echo "FAIL: no free port"; exit 1; }
+SLURMD_PORT=$(pick_port "$CTLD_PORT") || { echo "FAIL: no free port"; exit 1; }
+
+# ---- stopping everything, whatever happens ----------------------------------------------------------
+# stop_pid PIDFILE COMM: SIGTERM the process in PIDFILE if /proc/PID/comm is COMM, wait for it
+# (a zombie counts as gone: the sandbox reaps late), SIGKILL after 10 s.
+alive() { [[ -d /proc/$1 ]] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+stop_pid() {
+  local file=$1 comm=$2 pid i
+  [[ -s $file ]] || return 0
+  pid=$(tr -dc 0-9 <"$file")
+  [[ -n $pid ]] || return 0
+  if [[ $(cat "/proc/$pid/comm" 2>/dev/null) != "$comm" ]]; then return 0; fi
+  as_root kill -TERM "$pid" 2>/dev/null
+  for i in $(seq 100); do alive "$pid" || return 0; sleep 0.1; done
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] && as_root kill -KILL "$pid" 2>/dev/null
+  echo "[slurm-test] $comm ($pid) needed SIGKILL"
+}
+# Processes of this test's cluster that outlive slurmd (job steps, ranks): they carry
+# SLURM_CONF=<this scratch folder's slurm.conf> in their environment, which nothing else has.
+stragglers() {
+  local p
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [[ $p == "$$" || $p == "$BASHPID" ]] && continue
+    as_root cat "/proc/$p/environ" 2>/dev/null | tr '\0' '\n' | grep -qxF "SLURM_CONF=$CONF" && echo "$p"
+  done
+}
+cleanup() {
+  local rc=$? p i
+  trap - EXIT INT TERM
+  set +e
+  if [[ -s $D/run/slurmctld.pid ]] && alive "$(cat "$D/run/slurmctld.pid")"; then
+    local jobs
+    jobs=$(sl squeue -h -o %i 2>/dev/null | tr '\n' ' ')
+    if [[ -n ${jobs// /} ]]; then
+      # shellcheck disable=SC2086
+      sl scancel $jobs 2>/dev/null
+      for i in $(seq 100); do [[ -z $(sl squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.2; done
+    fi
+  fi
+  stop_pid "$D/run/slurmd.pid" slurmd
+  stop_pid "$D/run/slurmctld.pid" slurmctld
+  local sig
+  for sig in TERM KILL; do
+    for p in $(stragglers); do as_root kill -"$sig" "$p" 2>/dev/null; done
+    [[ -z $(stragglers) ]] && break
+    sleep 1
+  done
+  stop_pid "$D/munge/munged.pid" munged
+  if [[ ${GPT2_SLURM_KEEP:-0} == 1 ]]; then
+    echo "[slurm-test] kept $D"
+  elif ((rc == 0 || rc == 77)); then
+    as_root rm -rf "$D"
+  else
+    echo "[slurm-test] scratch folder kept for inspection: $D"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+dump_logs() {
+  local f
+  for f in "$D"/log/*.log; do
+    echo "----- $f (last 30 lines)"
+    tail -n 30 "$f"
+  done
+}
+die() { echo "[slurm-test] FAIL: $*"; dump_logs; exit 1; }
+
+# ---- configuration ------------------------------------------------------------------------------------
+for i in 0 1; do ln -s /dev/null "$D/fakegpu/nvidia$i"; done
+cat >"$CONF" <<EOF
+# Private one-node test cluster of tests/slurm/test_slurm.sh
+ClusterName=gpt2test
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$D/munge/munge.socket
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+MpiDefault=pmi2
+SlurmdParameters=config_overrides
+EnforcePartLimits=ALL
+ReturnToService=2
+MailProg=/bin/true
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+GresTypes=gpu
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+cat >"$D/etc/gres.conf" <<EOF
+AutoDetect=off
+NodeName=$HOST Name=gpu File=$D/fakegpu/nvidia[0-1]
+EOF
+
+# ---- daemons ------------------------------------------------------------------------------------------
+say "scratch $D, slurmctld port $CTLD_PORT, slurmd port $SLURMD_PORT"
+as_root mungekey -c -b 1024 -k "$D/munge/munge.key" || die "mungekey failed"
+as_root munged --key-file="$D/munge/munge.key" --socket="$D/munge/munge.socket" \
+  --pid-file="$D/munge/munged.pid" --log-file="$D/log/munged.log" --seed-file="$D/munge/munged.seed" ||
+  die "munged did not start"
+for i in $(seq 50); do [[ -S $D/munge/munge.socket ]] && break; sleep 0.1; done
+[[ -S $D/munge/munge.socket ]] || die "munged made no socket"
+as_root env SLURM_CONF="$CONF" slurmctld -c -f "$CONF" || die "slurmctld did not start"
+as_root env SLURM_CONF="$CONF" slurmd -f "$CONF" || die "slurmd did not start"
+state=""
+for i in $(seq 150); do
+  state=$(sl sinfo -h -n "$HOST" -o %T 2>/dev/null)
+  [[ $state == idle ]] && break
+  sleep 0.2
+done
+[[ $state == idle ]] || die "node $HOST is '$state', not idle, after 30 s"
+say "cluster up: node $HOST idle ($(sl sinfo -h -o '%c CPUs, gres %G'))"
+
+# ---- the test's own data and input deck ----------------------------------------------------------
+python3 - "$D/data" <<'EOF' || die "could not write the token shards"
+import random, struct, sys
+# llm.c token shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+rng = random.Random(1234)
+for name, n in (("train_000.bin", 4096), ("val_000.bin", 1024)):
+    # a learnable sequence: a repeating pattern with a little noise
+    toks = [(i * 7 + (rng.random() < 0.1) * rng.randrange(64)) % 64 for i in range(n)]
+    header = [20240520, 1, n] + [0] * 253
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{n}H", *toks))
+EOF
+CONFIG=$D/work/tiny_slurm.toml
+cat >"$CONFIG" <<EOF
+# Tiny deck of tests/slurm/test_slurm.sh
+[model]
+n_layer = 2
+n_head = 2
+n_embd = 32
+vocab_size = 64
+block_size = 16
+
+[data]
+train = "$D/data/train_000.bin"
+val = "$D/data/val_000.bin"
+seq_len = 16
+
+[train]
+batch_size = 8
+steps = 5
+lr = 1e-3
+eval_batches = 2
+
+[parallel]
+dp = 1
+pp = 1
+microbatches = 2
+EOF
+
+# ---- submitting -----------------------------------------------------------------------------------------
+# From a folder outside the repository, by the scripts' absolute paths: the scripts must find the
+# repository themselves. Run folders go to $D/runs, output files to $D/out.
+cd "$D/work" || die "cd $D/work"
+EXPORT="ALL,GPT2_BIN=$BIN,GPT2_RUNS_DIR=$D/runs"
+job_field() { sl scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
+submit() { # submit EXPORTS SBATCH_ARGS... -> prints the job id
+  local exp=$1
+  shift
+  sl sbatch --parsable --export="$exp" -o "$D/out/%x-%j.out" "$@" | cut -d';' -f1
+}
+JOB_DP=$(submit "$EXPORT" -N 1 -n 2 "$SRC/job_scripts/dp.slurm" "$CONFIG") || die "sbatch dp.slurm failed"
+JOB_PP=$(submit "$EXPORT" -N 1 -n 2 "$SRC/job_scripts/pp.slurm" "$CONFIG") || die "sbatch pp.slurm failed"
+JOB_HY=$(submit "$EXPORT,PP=2" -N 1 -n 4 --ntasks-per-node=4 --gpus-per-node=2 "$SRC/job_scripts/hybrid.slurm" "$CONFIG") ||
+  die "sbatch hybrid.slurm failed"
+JOB_BAD_DP=$(submit "$EXPORT" -N 1 -n 2 -J bad-dp "$SRC/job_scripts/dp.slurm" "$CONFIG" --set parallel.dp=4) ||
+  die "sbatch of the over-asking dp job failed"
+JOB_BAD_PP=$(submit "$EXPORT,PP=4" -N 1 -n 2 --ntasks-per-node=2 --gpus-per-node=2 -J bad-hybrid "$SRC/job_scripts/hybrid.slurm" "$CONFIG") ||
+  die "sbatch of the over-asking hybrid job failed"
+say "submitted dp=$JOB_DP pp=$JOB_PP hybrid=$JOB_HY bad-dp=$JOB_BAD_DP bad-hybrid=$JOB_BAD_PP"
+
+# A small sweep: dp at 1 and 2 ranks, pp at 2, and the analysis job that depends on them.
+SWEEP=$D/sweep
+sl env GPT2_BIN="$BIN" "$SRC/job_scripts/sweep.sh" --ranks "1 2" --pp 2 --tasks-per-node 2 --gpus-per-node 2 \
+  --name sw --dir "$SWEEP" "$CONFIG" >"$D/out/sweep.log" 2>&1 || { cat "$D/out/sweep.log"; die "sweep.sh failed"; }
+[[ -s $SWEEP/jobs.txt ]] || { cat "$D/out/sweep.log"; die "sweep.sh wrote no $SWEEP/jobs.txt"; }
+mapfile -t SWEEP_JOBS <"$SWEEP/jobs.txt"
+SWEEP_ANALYSIS=${SWEEP_JOBS[-1]}
+((${#SWEEP_JOBS[@]} == 4)) || fail "sweep.sh submitted ${#SWEEP_JOBS[@]} jobs, expected 4 (dp1 dp2 pp2 + analysis)"
+dep=$(job_field "$SWEEP_ANALYSIS" Dependency)
+[[ $dep == afterany:* ]] && ok "sweep: analysis job $SWEEP_ANALYSIS waits: Dependency=$dep" ||
+  fail "sweep: analysis job $SWEEP_ANALYSIS has Dependency=$dep, expected afterany:..."
+say "sweep: jobs ${SWEEP_JOBS[*]} (analysis $SWEEP_ANALYSIS)"
+
+# A job that asks for more than the node has is refused at submission (EnforcePartLimits=ALL).
+if out=$(sl sbatch --parsable --export="$EXPORT" -o "$D/out/%x-%j.out" -N 1 -n 64 --ntasks-per-node=64 \
+  "$SRC/job_scripts/dp.slurm" "$CONFIG" 2>&1); then
+  fail "sbatch -n 64 on a 4-CPU node was accepted (job $out)"
+else
+  ok "sbatch -n 64 refused at submission: $(echo "$out" | tail -n1)"
+fi
+
+# ---- waiting ------------------------------------------------------------------------------------------------
+ALL_JOBS=("$JOB_DP" "$JOB_PP" "$JOB_HY" "$JOB_BAD_DP" "$JOB_BAD_PP" "${SWEEP_JOBS[@]}")
+# Bounded well inside ctest's TIMEOUT (420 s), so that the EXIT trap always gets to stop the daemons.
+deadline=$((SECONDS + TIMEOUT))
+((deadline > T_START + 360)) && deadline=$((T_START + 360))
+while :; do
+  pending=0
+  for j in "${ALL_JOBS[@]}"; do
+    case $(job_field "$j" JobState) in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED | BOOT_FAIL | DEADLINE) ;;
+      *) pending=1 ;;
+    esac
+  done
+  ((pending)) || break
+  if ((SECONDS > deadline)); then
+    sl squeue
+    die "jobs still not finished after ${TIMEOUT} s"
+  fi
+  sleep 1
+done
+say "all jobs finished"
+
+# ---- checks -------------------------------------------------------------------------------------------------
+out_file() { ls "$D"/out/*-"$1".out 2>/dev/null | head -n1; }
+show_job() {
+  echo "----- job $1: $(job_field "$1" JobState) $(job_field "$1" ExitCode); output $(out_file "$1"):"
+  tail -n 40 "$(out_file "$1")" 2>/dev/null
+}
+
+# check_good JOB DP PP: COMPLETED with 0:0, and a complete run folder.
+check_good() {
+  local j=$1 dp=$2 pp=$3 st ec run f n pngs s
+  st=$(job_field "$j" JobState)
+  ec=$(job_field "$j" ExitCode)
+  local name
+  name=$(job_field "$j" JobName)
+  if [[ $st != COMPLETED || $ec != 0:0 ]]; then
+    fail "job $j ($name): $st, exit code $ec"
+    show_job "$j"
+    return
+  fi
+  ok "job $j ($name): COMPLETED 0:0"
+  run=$(ls -d "$D/runs/"*-"$j" 2>/dev/null | head -n1)
+  [[ -n $run ]] || { fail "job $j: no run folder $D/runs/*-$j"; show_job "$j"; return; }
+  for f in config.toml config.effective.toml job.txt stdout.log metrics.jsonl trace.h5 exit_code; do
+    [[ -s $run/$f ]] || fail "job $j: $run/$f missing or empty"
+  done
+  grep -qx "dp = $dp" "$run/config.effective.toml" && grep -qx "pp = $pp" "$run/config.effective.toml" ||
+    fail "job $j: effective config is not dp=$dp pp=$pp: $(grep -E '^(dp|pp) =' "$run/config.effective.toml" | paste -sd' ')"
+  grep -qx "ranks=$((dp * pp))" "$run/job.txt" || fail "job $j: job.txt does not say ranks=$((dp * pp))"
+  [[ $(cat "$run/exit_code" 2>/dev/null) == 0 ]] || fail "job $j: exit_code file is not 0"
+  n=$(grep -c '"loss"' "$run/metrics.jsonl" 2>/dev/null)
+  ((n == 5)) || fail "job $j: metrics.jsonl has $n lines with a training loss, expected 5 (one per step)"
+  [[ $(head -c 4 "$run/trace.h5" | od -An -c | tr -d ' ') == '211HDF' ]] || fail "job $j: trace.h5 is not an HDF5 file"
+  grep -q "training finished" "$(out_file "$j")" || fail "job $j: its output file lacks 'training finished'"
+  cmp -s "$CONFIG" "$run/config.toml" || fail "job $j: config.toml is not a copy of the deck"
+  # plots: required for each analysis script that exists
+  local want=()
+  for s in plot_loss plot_pipeline report; do [[ -f $SRC/analysis/$s.py ]] && want+=("$s"); done
+  if ((${#want[@]} == 0)); then
+    echo "[slurm-test] note: no analysis/plot_loss.py, plot_pipeline.py, report.py yet; plot check skipped"
+  else
+    for s in "${want[@]}"; do
+      grep -q "analysis/$s.py -> " "$run/stdout.log" || fail "job $j: analysis/$s.py did not run cleanly: $(grep "$s" "$run/stdout.log" | tail -n1)"
+    done
+    pngs=$(ls "$run/plots/"*.png 2>/dev/null | wc -l)
+    ((pngs > 0)) || fail "job $j: no PNG in $run/plots (analysis: ${want[*]})"
+    ok "job $j: $pngs plot(s) from ${want[*]}"
+  fi
+  ok "job $j: run folder $(basename "$run"): $(ls "$run" | paste -sd' ')"
+}
+
+# check_bad JOB MESSAGE...: FAILED with exit code 2, the message in its output, nothing launched.
+check_bad() {
+  local j=$1 st ec msg f
+  shift
+  st=$(job_field "$j" JobState)
+  ec=$(job_field "$j" ExitCode)
+  f=$(out_file "$j")
+  if [[ $st != FAILED || $ec != 2:0 ]]; then
+    fail "over-asking job $j: $st, exit code $ec (expected FAILED 2:0)"
+    show_job "$j"
+    return
+  fi
+  for msg in "$@"; do
+    grep -qF -- "$msg" "$f" || { fail "over-asking job $j: output lacks '$msg'"; show_job "$j"; return; }
+  done
+  grep -q "gpt2 train\|srun --mpi" "$f" && fail "over-asking job $j launched ranks anyway"
+  ok "over-asking job $j: FAILED 2:0: $(grep ERROR "$f" | head -n1)"
+}
+
+check_good "$JOB_DP" 2 1
+check_good "$JOB_PP" 1 2
+check_good "$JOB_HY" 2 2
+check_bad "$JOB_BAD_DP" "asks for 4 ranks" "the allocation gives only 2"
+check_bad "$JOB_BAD_PP" "PP=4" "at least 4 ranks"
+
+# The sweep: every job COMPLETED, a summary of the 3 runs, scaling plots if plot_scaling.py exists.
+for j in "${SWEEP_JOBS[@]}"; do
+  st=$(job_field "$j" JobState)
+  [[ $st == COMPLETED && $(job_field "$j" ExitCode) == 0:0 ]] ||
+    { fail "sweep job $j ($(job_field "$j" JobName)): $st $(job_field "$j" ExitCode)"; cat "$SWEEP"/*-"$j".out 2>/dev/null | tail -n 20; }
+done
+n=$(grep -c '^sw-' "$SWEEP/summary.txt" 2>/dev/null)
+((n == 3)) || fail "sweep: summary.txt lists $n runs, expected 3: $(cat "$SWEEP/summary.txt" 2>/dev/null)"
+if [[ -f $SRC/analysis/plot_scaling.py ]]; then
+  if ls "$SWEEP"/plots/scaling*.png >/dev/null 2>&1; then
+    ok "sweep: $(ls "$SWEEP"/plots/*.png | xargs -n1 basename | paste -sd' ')"
+  else
+    fail "sweep: no scaling plot in $SWEEP/plots: $(tail -n 5 "$SWEEP/plots/plots.log" 2>/dev/null)"
+  fi
+else
+  echo "[slurm-test] note: no analysis/plot_scaling.py yet; scaling plot check skipped"
+fi
+((n == 3)) && ok "sweep: 3 runs + analysis job COMPLETED (dependency afterany)"
+
+say "done: $FAILURES failure(s)"
+if ((FAILURES)); then
+  dump_logs
+  exit 1
+fi
+echo "[slurm-test] PASS"
+exit 0
