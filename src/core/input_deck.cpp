@@ -103,17 +103,44 @@ void InputDeck::set(const std::string& assignment) {
   overrides_.push_back(assignment);
 }
 
+namespace {
+// Copies every key of `from`'s sections into `into` (later values win).
+void merge_sections(toml::table& into, const toml::table& from, const std::string& source) {
+  for (auto&& [sec, tbl] : from) {
+    if (!tbl.is_table()) continue;  // reported by bind
+    if (!into.contains(sec.str())) into.insert(sec.str(), toml::table{});
+    toml::table* dst = into[sec.str()].as_table();
+    if (!dst) fail_input(std::string(sec.str()), "is not a [section] in ", source);
+    for (auto&& [k, v] : *tbl.as_table()) dst->insert_or_assign(k.str(), v);
+  }
+}
+
+// A deck may start from another: `base = "shakespeare.toml"` (relative to the deck's folder) at
+// the top, then override what differs. Bases may chain (up to 8 deep).
+toml::table resolve_base(toml::table deck, const std::string& source, int depth = 0) {
+  const toml::node* b = deck.get("base");
+  if (!b) return deck;
+  if (!b->is_string()) fail_input(source, "base: expected the path of another deck, got ", type_name(*b));
+  if (depth >= 8) fail_input(source, "base: decks chained more than 8 deep (a cycle?)");
+  std::string path = *b->value<std::string>();
+  const size_t slash = source.rfind('/');
+  if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_input(source, "base: cannot open ", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  toml::table root = resolve_base(parse(text.str(), path), path, depth + 1);
+  deck.erase("base");
+  merge_sections(root, deck, source);
+  return root;
+}
+}  // namespace
+
 void InputDeck::bind(const std::vector<DeckField>& fields) const {
-  toml::table root = parse(text_, source_);
+  toml::table root = resolve_base(parse(text_, source_), source_);
   for (const std::string& a : overrides_) {
     const size_t eq = a.find('=');
-    toml::table o = override_table(a.substr(0, eq), a.substr(eq + 1));
-    for (auto&& [sec, tbl] : o) {
-      if (!root.contains(sec.str())) root.insert(sec.str(), toml::table{});
-      toml::table* dst = root[sec.str()].as_table();
-      if (!dst) fail_input(std::string(sec.str()), "is not a [section] in ", source_);
-      for (auto&& [k, v] : *tbl.as_table()) dst->insert_or_assign(k.str(), v);
-    }
+    merge_sections(root, override_table(a.substr(0, eq), a.substr(eq + 1)), source_);
   }
   std::map<std::string, const DeckField*> by_key;
   for (const auto& f : fields) by_key[f.key] = &f;

@@ -1,7 +1,8 @@
 #pragma once
 // TOML input decks bound to plain structs. A deck is a TOML file with [section] tables; every key must
 // be declared by the program (bind), so typos and wrong types are errors that name the key.
-// `--set section.key=value` overrides are applied to the TOML before binding.
+// `--set section.key=value` overrides are applied to the TOML before binding. A deck may begin with
+// `base = "other.toml"` (relative to its folder) and then hold only what differs from it.
 #include <cstdint>
 #include <string>
 #include <variant>

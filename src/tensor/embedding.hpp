@@ -1,5 +1,6 @@
 #pragma once
 // Token + position embedding.
+#include "tensor/column_sum.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -23,17 +24,23 @@ void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int 
 // batch gives the same bits on every backend and every run.
 template <class T>
 void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, Tokens tokens, int seq_len) {
-  const int64_t N = dout.extent(0), C = dout.extent(1), Tn = seq_len, B = N / Tn;
+  const int N = dout.extent(0), C = dout.extent(1), Tn = seq_len, B = N / Tn;
+  // Work items own blocks of kColumnBlock channels (see column_sum.hpp) and walk the rows in order.
+  constexpr int W = kColumnBlock;
   Kokkos::parallel_for(
-      "embedding_backward_wte", Kokkos::RangePolicy<ExecSpace>(0, C), KOKKOS_LAMBDA(int64_t c) {
-        for (int64_t n = 0; n < N; ++n) dwte(tokens(n), c) += dout(n, c);
+      "embedding_backward_wte", Kokkos::RangePolicy<ExecSpace>(0, (C + W - 1) / W), KOKKOS_LAMBDA(int blk) {
+        const int c0 = blk * W, c1 = c0 + W < C ? c0 + W : C;
+        for (int n = 0; n < N; ++n) {
+          const int tok = tokens(n);
+          for (int c = c0; c < c1; ++c) dwte(tok, c) += dout(n, c);
+        }
       });
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<2>>;
+  // wpe: for each position t, a column sum over the B rows holding it.
   Kokkos::parallel_for(
-      "embedding_backward_wpe", Policy({0, 0}, {Tn, C}), KOKKOS_LAMBDA(int64_t t, int64_t c) {
-        T acc = 0;
-        for (int64_t b = 0; b < B; ++b) acc += dout(b * Tn + t, c);
-        dwpe(t, c) += acc;
+      "embedding_backward_wpe", Kokkos::RangePolicy<ExecSpace>(0, Tn * ((C + W - 1) / W)), KOKKOS_LAMBDA(int i) {
+        const int blocks = (C + W - 1) / W, t = i / blocks, c0 = (i % blocks) * W, c1 = c0 + W < C ? c0 + W : C;
+        for (int b = 0; b < B; ++b)
+          for (int c = c0; c < c1; ++c) dwpe(t, c) += dout(b * Tn + t, c);
       });
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 // LayerNorm over the channel dimension, eps 1e-5, biased variance (as GPT-2 / PyTorch).
+#include "tensor/column_sum.hpp"
 #include "tensor/math.hpp"
 #include "tensor/views.hpp"
 
@@ -63,17 +64,10 @@ void layernorm_backward(Mat<T> din, Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> 
           din(n, c) += (w(c) * dout(n, c) - g_mean - norm * gx_mean) * s;
         });
       });
-  // Parameter gradients are column sums: one thread per channel, rows in order (deterministic).
-  Kokkos::parallel_for(
-      "layernorm_backward_params", Kokkos::RangePolicy<ExecSpace>(0, C), KOKKOS_LAMBDA(int c) {
-        T aw = 0, ab = 0;
-        for (int n = 0; n < N; ++n) {
-          aw += dout(n, c) * (in(n, c) - mean(n)) * rstd(n);
-          ab += dout(n, c);
-        }
-        dw(c) += aw;
-        db(c) += ab;
-      });
+  // Parameter gradients are column sums.
+  column_sum<T>("layernorm_backward_dw", dw, N, C,
+                KOKKOS_LAMBDA(int n, int c) { return dout(n, c) * (in(n, c) - mean(n)) * rstd(n); });
+  column_sum<T>("layernorm_backward_db", db, N, C, KOKKOS_LAMBDA(int n, int c) { return dout(n, c); });
 }
 
 }  // namespace gpt2

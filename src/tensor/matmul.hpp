@@ -1,20 +1,16 @@
 #pragma once
 // Linear layer with PyTorch's weight layout: out = in @ w^T + b. The GEMMs go to the vendor BLAS.
+#include "tensor/column_sum.hpp"
 #include "tensor/gemm.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
 
-// Column sums: db (OC) += sum_n dout (N,OC). One thread per column, rows in order (deterministic).
+// db (OC) += sum_n dout (N,OC)
 template <class T>
 void bias_backward(Vec<T> db, CMat<T> dout) {
-  const int N = dout.extent(0), OC = dout.extent(1);
-  Kokkos::parallel_for(
-      "bias_backward", Kokkos::RangePolicy<ExecSpace>(0, OC), KOKKOS_LAMBDA(int o) {
-        T acc = 0;
-        for (int n = 0; n < N; ++n) acc += dout(n, o);
-        db(o) += acc;
-      });
+  column_sum<T>("bias_backward", db, dout.extent(0), dout.extent(1),
+                KOKKOS_LAMBDA(int n, int o) { return dout(n, o); });
 }
 
 // out (N,OC) = in (N,C) @ w (OC,C)^T + b (OC) [+ residual (N,OC)]

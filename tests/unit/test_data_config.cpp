@@ -118,6 +118,14 @@ TEST(InputDeck, BindsKeysAndRejectsTyposAndWrongTypes) {
   EXPECT_EQ(message({"train.steps=1.5"}), "train.steps: expected an integer, got a number");
   EXPECT_EQ(message({"data.shuffle=1"}), "data.shuffle: expected true or false, got an integer");
   EXPECT_EQ(message({"nosection=1"}), "--set nosection=1: expected section.key=value, e.g. train.lr=3e-4");
+  // A deck built on another one overrides only what it names.
+  std::ofstream(dir() + "/derived.toml") << "base = \"deck.toml\"\n[train]\nlr = 5e-4\n";
+  RunConfig d = RunConfig::load(dir() + "/derived.toml");
+  EXPECT_EQ(d.model.n_layer, 3);
+  EXPECT_EQ(d.train.batch_size, 16);
+  EXPECT_DOUBLE_EQ(d.train.lr, 5e-4);
+  std::ofstream(dir() + "/cycle.toml") << "base = \"cycle.toml\"\n";
+  EXPECT_THROW(RunConfig::load(dir() + "/cycle.toml"), InputError);
   // The effective configuration reads back to itself.
   const std::string text = c.toml();
   std::ofstream(dir() + "/again.toml") << text;
