@@ -52,14 +52,42 @@ double Communicator::timeout_seconds() {
   return t;
 }
 
+void mpi_wait(MPI_Request& r, const char* what, int peer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int done = 0;
+  for (int spins = 0;; ++spins) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if ((spins & 1023) == 0) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > Communicator::timeout_seconds()) {
+        int world = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world);
+        std::fprintf(stderr,
+                     "error: rank %d waited %.0f s for a %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
+                     "probably died or hangs. Aborting the job.\n",
+                     world, waited, what, peer >= 0 ? " with peer " : "",
+                     peer >= 0 ? std::to_string(peer).c_str() : "");
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
+  }
+}
+
 double allreduce_sum(MPI_Comm comm, double x) {
   double y = 0;
-  MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm);
+  MPI_Request r;
+  MPI_Iallreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm, &r);
+  mpi_wait(r, "all-reduce of a scalar");
   return y;
 }
 int64_t allreduce_max(MPI_Comm comm, int64_t x) {
   int64_t y = 0;
-  MPI_Allreduce(&x, &y, 1, MPI_INT64_T, MPI_MAX, comm);
+  MPI_Request r;
+  MPI_Iallreduce(&x, &y, 1, MPI_INT64_T, MPI_MAX, comm, &r);
+  mpi_wait(r, "all-reduce of a scalar");
   return y;
 }
 
@@ -219,25 +247,13 @@ bool MpiCommunicator::test(Request& r) {
 
 void MpiCommunicator::wait(Request& r) {
   if (!r.pending()) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int spins = 0; !test(r); ++spins) {
-    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    if ((spins & 1023) == 0) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > timeout_seconds()) {
-        int world = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &world);
-        const Op& op = ops_[r.id];
-        std::fprintf(stderr,
-                     "error: rank %d waited %.0f s for a %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
-                     "probably died or hangs. Aborting the job.\n",
-                     world, waited, op.what, op.peer >= 0 ? " with peer " : "",
-                     op.peer >= 0 ? std::to_string(op.peer).c_str() : "");
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-    }
+  Op& op = ops_[r.id];
+  if (!op.done) {
+    mpi_wait(op.req, op.what, op.peer);
+    op.done = true;
+    finish(op);
   }
+  test(r);  // frees the slot
 }
 
 void MpiCommunicator::progress() {

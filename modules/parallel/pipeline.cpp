@@ -108,8 +108,10 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       }
       case ActionKind::send_activation: {
         Slot& s = live_.at(a.mb);
-        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
-        s.send = pipe_->isend(s.act->output().data(), elems, DType::f32, index_ + 1, tag(a.kind, a.mb));
+        {
+          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
+          s.send = pipe_->isend(s.act->output().data(), elems, DType::f32, index_ + 1, tag(a.kind, a.mb));
+        }
         if (!io.need_grad) {  // evaluation: hand the slot on once the next stage has the data,
           Tracer::Scope w(tracer_, EventKind::send_wait, io.step, a.mb);  // so one or two suffice
           pipe_->wait(s.send);

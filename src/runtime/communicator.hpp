@@ -70,8 +70,12 @@ class Communicator {
 };
 
 // Host-side helpers over an MPI communicator, for small control values (loss, norms, flags).
+// Like every wait here, they abort the job after the timeout instead of hanging on a dead peer.
 double allreduce_sum(MPI_Comm comm, double x);
 int64_t allreduce_max(MPI_Comm comm, int64_t x);
+// Completes an MPI request, polling; after Communicator::timeout_seconds() prints which operation
+// (and peer) it waited for and calls MPI_Abort.
+void mpi_wait(MPI_Request& r, const char* what, int peer = -1);
 
 // backend: "mpi" or "nccl" ("auto" = nccl where built with it, else mpi). The MPI communicator is
 // duplicated, so the Communicator owns its own message space.

@@ -1,6 +1,9 @@
 #include "runtime/environment.hpp"
 
+#include <sched.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include <Kokkos_Core.hpp>
 #include <fstream>
@@ -59,8 +62,16 @@ Environment::~Environment() {
 int Environment::set_blas_threads(int requested) {
   int n = requested;
   if (n <= 0) {
+    // OPENBLAS_NUM_THREADS wins; a launcher that bound this rank to some cores (Slurm's
+    // --cpus-per-task, mpiexec -bind-to) gets them all; otherwise the node's cores are shared.
+    const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+    cpu_set_t set;
+    CPU_ZERO(&set);
     const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-    n = int(cores > 0 ? cores : 1) / local_size_;
+    const int bound = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : int(cores);
+    if (env && std::atoi(env) > 0) n = std::atoi(env);
+    else if (bound < cores) n = bound;
+    else n = int(cores > 0 ? cores : 1) / local_size_;
     if (n < 1) n = 1;
   }
   gemm_set_host_threads(n);

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -109,6 +110,10 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   attr_string(g, "execution_space", meta.execution_space);
   attr_string(g, "device", meta.device);
   attr_string(g, "comm", meta.comm);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+  attr_string(g, "slurm_job_id", job ? job : "");
+  attr_string(g, "slurm_nodes", nodes ? nodes : "");
   attr_int(g, "world_size", meta.world_size);
   attr_int(g, "dp", meta.dp);
   attr_int(g, "pp", meta.pp);

@@ -1,6 +1,7 @@
 #pragma once
 // One HDF5 file per run, written collectively by every rank with parallel HDF5:
-//   /meta     attributes: config (TOML text), git_revision, versions, world_size, dp, pp,
+//   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
+//             world_size, dp, pp,
 //             microbatches, schedule, execution_space, device, comm, blas_threads, stage_layers,
 //             tokens_per_step, num_params, n_layer, n_head, n_embd, vocab_size, seq_len, batch_size,
 //             steps, batches_per_epoch, train_tokens; per rank: clock_error (s), param_bytes,

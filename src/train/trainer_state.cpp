@@ -1,6 +1,7 @@
 // Trainer: initial state (fresh init, our checkpoint, llm.c weights), checkpoints and the run loop.
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 #include "core/error.hpp"
 #include "core/fs.hpp"
@@ -98,19 +99,23 @@ std::vector<float> Trainer::gather_section(const Vec<float>& local) {
   std::vector<float> mine(L.owned().size());
   Kokkos::deep_copy(HostFloats(mine.data(), mine.size()), Vec<float>(local.data() + tied, mine.size()));
   if (topo_->stage() != 0) {
-    MPI_Send(mine.data(), int(mine.size()), MPI_FLOAT, 0, kTagParams, topo_->pipe_comm());
+    MPI_Request r;
+    MPI_Isend(mine.data(), int(mine.size()), MPI_FLOAT, 0, kTagParams, topo_->pipe_comm(), &r);
+    mpi_wait(r, "checkpoint send to rank 0", 0);
     return out;
   }
   out = std::move(mine);
   size_t offset = out.size();
   out.resize(layout_->total());
   for (int s = 1; s < topo_->pp(); ++s) {
-    MPI_Status st;
-    MPI_Probe(s, kTagParams, topo_->pipe_comm(), &st);
-    int count = 0;
-    MPI_Get_count(&st, MPI_FLOAT, &count);
-    MPI_Recv(out.data() + offset, count, MPI_FLOAT, s, kTagParams, topo_->pipe_comm(), MPI_STATUS_IGNORE);
-    offset += size_t(count);
+    // Stage s sends exactly its owned range: the layout says how long that is.
+    const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + s, 0);
+    const size_t count = StageLayout(*layout_, first, first + stage_layers_[s]).owned().size();
+    if (offset + count > out.size()) fail("gather: stage ", s, " would overflow the parameter buffer");
+    MPI_Request r;
+    MPI_Irecv(out.data() + offset, int(count), MPI_FLOAT, s, kTagParams, topo_->pipe_comm(), &r);
+    mpi_wait(r, "checkpoint receive", s);
+    offset += count;
   }
   if (offset != out.size()) fail("gather: stages returned ", offset, " of ", out.size(), " parameters");
   return out;
@@ -254,7 +259,9 @@ void Trainer::print_summary(double step_s, double tok_s, double rank_tok_s) {
   } mine{step_s, rank_tok_s, param_bytes() / 1048576.0, activation_bytes() / 1048576.0,
          double(exec_->peak_slots())};
   std::vector<RankStats> all(static_cast<size_t>(size_));
-  MPI_Gather(&mine, 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, comm_);
+  MPI_Request req;
+  MPI_Igather(&mine, 5, MPI_DOUBLE, all.data(), 5, MPI_DOUBLE, 0, comm_, &req);
+  mpi_wait(req, "summary gather");
   if (rank_ != 0 || opts_.quiet || step_s <= 0) return;
   std::printf("done: %lld steps | mean step %.1f ms | %.0f tok/s in all (sum over dp ranks) | time per epoch %s\n",
               (long long)step_, step_s * 1e3, tok_s,

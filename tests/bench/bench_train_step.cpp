@@ -97,6 +97,18 @@ void report(benchmark::State& s, double flops) {
   s.counters["GFLOP/s"] = benchmark::Counter(flops * s.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The BLAS alone at the LM head's shape: the rate that bounds a step from below.
+void BM_Sgemm_LMHead(benchmark::State& s) {
+  auto x = random_buffer(size_t(kN) * kC, 1), w = random_buffer(size_t(kVp) * kC, 2);
+  auto y = random_buffer(size_t(kN) * kVp, 3);
+  for (auto _ : s) {
+    gemm<float>(Op::N, Op::T, kN, kVp, kC, 1.0f, x.data(), kC, w.data(), kC, 0.0f, y.data(), kVp);
+    Kokkos::fence();
+  }
+  report(s, 2.0 * kN * kVp * kC);
+}
+BENCHMARK(BM_Sgemm_LMHead)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_LayerNorm(benchmark::State& s) {
   auto in = random_buffer(kN * kC, 1), w = random_buffer(kC, 2), b = random_buffer(kC, 3);
   auto out = random_buffer(kN * kC, 4), dout = random_buffer(kN * kC, 5), din = random_buffer(kN * kC, 6);

@@ -1,0 +1,389 @@
+# shellcheck shell=bash
+# Shared logic of job_scripts/{dp,pp,hybrid}.slurm, local.sh, sweep.sh and interactive.sh.
+# Sourced, never run. It defines functions only (and GPT2_ROOT); nothing happens until one is called.
+#
+#   gpt2_job MODE CONFIG [gpt2 train options]     one training run: MODE is dp | pp | hybrid
+#
+# gpt2_job reads the allocation (SLURM_NTASKS, or GPT2_NRANKS for local.sh), derives parallel.dp and
+# parallel.pp from it, checks the resulting configuration with `gpt2 info` before starting any rank,
+# launches `gpt2 train` with srun or mpiexec and leaves one run folder:
+#
+#   runs/<name>-<id>/          name and id: the Slurm job's (local.sh: local-<config>, a time stamp)
+#     config.toml              copy of CONFIG as given
+#     config.effective.toml    the resolved configuration, every --set applied (gpt2 info)
+#     job.txt                  what ran where: job, nodes, ranks, dp x pp, command, site, exit status
+#     stdout.log               everything the job printed (also in Slurm's output file)
+#     metrics.jsonl            one JSON object per step (--metrics-jsonl)
+#     trace.h5                 HDF5 trace (trace.file)
+#     plots/                   PNGs and report from analysis/*.py, made at the end (plots.log)
+#     exit_code                the exit status of the training
+#
+# Environment (all optional; sbatch passes the submitting shell's environment to the job):
+#   GPT2_ROOT        the repository (found automatically)
+#   GPT2_SITE        env file in job_scripts/env/ to source (default: by hostname, see gpt2_load_site)
+#   GPT2_BIN         the gpt2 executable (default: the site's, else $GPT2_ROOT/build/bin/gpt2)
+#   GPT2_RUNS_DIR    parent of run folders (default: ./runs, i.e. the submit folder's runs/)
+#   GPT2_RUN_DIR     exact run folder (overrides GPT2_RUNS_DIR and the name)
+#   PP               hybrid only: pipeline stages (default 2); dp = tasks / PP
+#   GPT2_LAUNCHER    srun | mpiexec (default: srun inside Slurm, mpiexec outside)
+#   GPT2_SRUN_MPI    srun --mpi= plugin (default pmi2: MPICH; the site file may change it)
+#   GPT2_LAUNCH_ARGS extra launcher arguments (word-split), e.g. "--cpu-bind=cores"
+#   GPT2_BLAS_THREADS host BLAS threads per rank (default: Slurm's cpus per task, else cores / ranks)
+#   GPT2_PLOTS       0: make no plots at the end
+#   GPT2_PYTHON      python with numpy, h5py, matplotlib (default: the first python3 that has them)
+# Exit status: that of `gpt2 train`; 2 when the run was refused before launching (bad configuration,
+# ranks that do not match the allocation, missing executable).
+
+# ---- locating the repository ------------------------------------------------------------------
+# A batch script runs from a copy in Slurm's spool folder, so its own path says nothing. This file
+# is sourced by its real path, though, which gives the repository.
+if [[ -z ${GPT2_ROOT:-} || ! -f $GPT2_ROOT/job_scripts/lib/run_common.sh ]]; then
+  GPT2_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+fi
+export GPT2_ROOT
+
+gpt2_log() { echo "[gpt2-job] $*"; }
+gpt2_warn() { echo "[gpt2-job] WARNING: $*" >&2; }
+gpt2_die() { # gpt2_die STATUS MESSAGE...
+  local rc=$1
+  shift
+  echo "[gpt2-job] ERROR: $*" >&2
+  gpt2_untee
+  exit "$rc"
+}
+
+# While a job runs, its stdout and stderr also go to RUN_DIR/stdout.log through two tee processes.
+# gpt2_untee puts the original streams back and waits for the tees to drain: Slurm ends a job's
+# left-over processes as soon as the batch script exits, which would lose the last lines.
+GPT2_TEE_PIDS=()
+gpt2_tee() {
+  exec 3>&1 4>&2
+  exec 1> >(tee -a "$1" >&3)
+  GPT2_TEE_PIDS+=($!)
+  exec 2> >(tee -a "$1" >&4)
+  GPT2_TEE_PIDS+=($!)
+}
+gpt2_untee() {
+  ((${#GPT2_TEE_PIDS[@]})) || return 0
+  exec 1>&3 2>&4 3>&- 4>&-
+  local p
+  for p in "${GPT2_TEE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  GPT2_TEE_PIDS=()
+}
+
+# Prints the usage text: the comment block at the top of FILE (after the shebang, up to the first
+# #SBATCH or other line that is not a comment), without the '# '.
+gpt2_usage() {
+  awk 'NR == 1 && /^#!/ { next } /^#SBATCH/ { exit } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
+}
+
+# ---- site environment ---------------------------------------------------------------------------
+# Picks job_scripts/env/<site>: GPT2_SITE if set (a name there, or a path to a file); else a file
+# named after the short hostname; else by the fully qualified hostname (*.bridges2.psc.edu ->
+# psc-bridges2); else debian-cuda where an NVIDIA GPU answers, debian otherwise.
+gpt2_pick_site() {
+  local envdir=$GPT2_ROOT/job_scripts/env host fqdn
+  if [[ -n ${GPT2_SITE:-} ]]; then
+    echo "$GPT2_SITE"
+    return
+  fi
+  host=$(hostname -s 2>/dev/null || hostname)
+  fqdn=$(hostname 2>/dev/null)
+  # (hostname -f asks the resolver: bounded, in case DNS is slow on a compute node)
+  [[ $fqdn == *.* ]] || fqdn=$(timeout 3 hostname -f 2>/dev/null || echo "$fqdn")
+  if [[ -f $envdir/$host ]]; then
+    echo "$host"
+  elif [[ $fqdn == *bridges2* || $fqdn == *.psc.edu ]]; then
+    echo psc-bridges2
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo debian-cuda
+  else
+    echo debian
+  fi
+}
+
+gpt2_load_site() {
+  local site file
+  site=$(gpt2_pick_site)
+  if [[ $site == */* ]]; then file=$site; else file=$GPT2_ROOT/job_scripts/env/$site; fi
+  [[ -f $file ]] || gpt2_die 2 "site environment '$site' not found ($file); set GPT2_SITE to one of: $(ls "$GPT2_ROOT/job_scripts/env" | paste -sd' ')"
+  GPT2_SITE_FILE=$file
+  # shellcheck disable=SC1090
+  source "$file" || gpt2_die 2 "sourcing the site environment $file failed"
+  : "${GPT2_BIN:=$GPT2_ROOT/build/bin/gpt2}"
+  export GPT2_BIN
+}
+
+# ---- python for the analysis scripts -----------------------------------------------------------
+gpt2_python() {
+  local p
+  for p in ${GPT2_PYTHON:-} python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy, h5py, matplotlib' >/dev/null 2>&1; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# gpt2_analyze OUTDIR SCRIPT... -- TRACE...: runs each analysis/SCRIPT.py that exists on the traces.
+# A script whose --help offers --out writes its files into OUTDIR; one without (report.py prints a
+# table) has its output saved as OUTDIR/SCRIPT.txt and shown. Extras when the script takes them:
+# --peak-tflops $GPT2_PEAK_TFLOPS (MFU), --shards $GPT2_ANALYSIS_SHARDS (epoch size for scaling),
+# --group-by ${GPT2_SCALING_GROUP_BY:-pp} (plot_scaling: one line per pipeline depth).
+# A missing script or python is a note, a failing script a warning: never fatal.
+gpt2_analyze() {
+  local out=$1 py s help scripts=() traces args
+  shift
+  while (($#)) && [[ $1 != -- ]]; do scripts+=("$1"); shift; done
+  shift
+  traces=("$@")
+  ((${#traces[@]})) || { gpt2_log "no trace to analyse; plots skipped"; return 0; }
+  if [[ ${GPT2_PLOTS:-1} == 0 ]]; then gpt2_log "GPT2_PLOTS=0: plots skipped"; return 0; fi
+  if ! py=$(gpt2_python); then
+    gpt2_log "note: no python3 with numpy, h5py and matplotlib (job_scripts/setup.sh installs them); plots skipped"
+    return 0
+  fi
+  mkdir -p "$out"
+  for s in "${scripts[@]}"; do
+    if [[ ! -f $GPT2_ROOT/analysis/$s.py ]]; then
+      gpt2_log "note: analysis/$s.py not found; skipped"
+      continue
+    fi
+    help=$(MPLBACKEND=Agg "$py" "$GPT2_ROOT/analysis/$s.py" --help 2>&1) || true
+    args=()
+    [[ -n ${GPT2_PEAK_TFLOPS:-} && $help == *--peak-tflops* ]] && args+=(--peak-tflops "$GPT2_PEAK_TFLOPS")
+    [[ -n ${GPT2_ANALYSIS_SHARDS:-} && $help == *--shards* ]] && args+=(--shards "$GPT2_ANALYSIS_SHARDS")
+    [[ $s == plot_scaling && $help == *--group-by* ]] && args+=(--group-by "${GPT2_SCALING_GROUP_BY:-pp}")
+    if [[ $help == *--out* ]]; then
+      if MPLBACKEND=Agg "$py" "$GPT2_ROOT/analysis/$s.py" "${traces[@]}" "${args[@]}" --out "$out" \
+        >>"$out/plots.log" 2>&1 </dev/null; then
+        gpt2_log "analysis/$s.py -> $out"
+      else
+        gpt2_warn "analysis/$s.py failed (status $?); see $out/plots.log"
+      fi
+    elif MPLBACKEND=Agg "$py" "$GPT2_ROOT/analysis/$s.py" "${traces[@]}" "${args[@]}" \
+      >"$out/$s.txt" 2>>"$out/plots.log" </dev/null; then
+      gpt2_log "analysis/$s.py -> $out/$s.txt"
+      cat "$out/$s.txt"
+    else
+      gpt2_warn "analysis/$s.py failed (status $?); see $out/plots.log"
+    fi
+  done
+}
+
+# ---- helpers ------------------------------------------------------------------------------------
+# Prints KEY's value from SECTION of the TOML text on stdin (as `gpt2 info` prints it).
+gpt2_toml_get() {
+  awk -v sec="[$1]" -v key="$2" '
+    $0 == sec { on = 1; next }
+    /^\[/ { on = 0 }
+    on && $1 == key && $2 == "=" { v = $0; sub(/^[^=]*= */, "", v); sub(/ *#.*$/, "", v); gsub(/^"|"$/, "", v); print v; exit }'
+}
+
+gpt2_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+# ---- the job --------------------------------------------------------------------------------------
+gpt2_job() {
+  local mode=$1
+  shift
+  local caller=${BASH_SOURCE[1]:-$0}
+  case ${1:-} in
+    -h | --help) gpt2_usage "$caller"; exit 0 ;;
+    '') gpt2_usage "$caller" >&2; gpt2_die 2 "no CONFIG given" ;;
+  esac
+  local config=$1
+  shift
+  local user_args=("$@")
+  [[ -f $config ]] || gpt2_die 2 "config file '$config' not found (relative paths are taken from $PWD)"
+
+  gpt2_load_site
+
+  # -- the allocation
+  # alloc / hint: how messages name the rank budget and the way to raise it
+  local ntasks launcher in_slurm=0 alloc="local.sh -n" hint="run with -n"
+  if [[ -n ${SLURM_JOB_ID:-} && -z ${GPT2_NRANKS:-} ]]; then
+    in_slurm=1 alloc="the allocation" hint="submit with -n"
+    ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
+    if [[ -z $ntasks && -n ${SLURM_NTASKS_PER_NODE:-} ]]; then
+      local per_node=${SLURM_NTASKS_PER_NODE%%[(]*} # "2(x3)" -> 2
+      ntasks=$((${SLURM_JOB_NUM_NODES:-1} * per_node))
+    fi
+    [[ -n $ntasks ]] || gpt2_die 2 "cannot tell the number of tasks of job $SLURM_JOB_ID (no SLURM_NTASKS); submit with -n or --ntasks-per-node"
+    launcher=${GPT2_LAUNCHER:-srun}
+  else
+    ntasks=${GPT2_NRANKS:-1}
+    launcher=${GPT2_LAUNCHER:-mpiexec}
+  fi
+  gpt2_is_uint "$ntasks" && ((ntasks > 0)) || gpt2_die 2 "bad number of tasks '$ntasks'"
+
+  # -- dp x pp from the allocation
+  local dp pp
+  case $mode in
+    dp) dp=$ntasks pp=1 ;;
+    pp) dp=1 pp=$ntasks ;;
+    hybrid)
+      pp=${PP:-2}
+      gpt2_is_uint "$pp" && ((pp > 0)) || gpt2_die 2 "hybrid: PP must be a positive integer, got '$pp'"
+      ((pp <= ntasks)) ||
+        gpt2_die 2 "hybrid: PP=$pp pipeline stages need at least $pp ranks, but $alloc gives $ntasks ($hint $pp or more, or lower PP)"
+      ((ntasks % pp == 0)) ||
+        gpt2_die 2 "hybrid: PP=$pp does not divide the $ntasks ranks that $alloc gives (dp = ranks / PP must be whole; use a multiple of $pp)"
+      dp=$((ntasks / pp))
+      ;;
+    *) gpt2_die 2 "unknown mode '$mode' (dp | pp | hybrid)" ;;
+  esac
+
+  # -- the run folder
+  local name id run_dir
+  if ((in_slurm)); then
+    name=${SLURM_JOB_NAME:-gpt2}
+    id=$SLURM_JOB_ID${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}
+  else
+    name=${GPT2_RUN_NAME:-local-$(basename "${config%.toml}")}
+    id=$(date +%Y%m%d-%H%M%S)-$$
+  fi
+  run_dir=${GPT2_RUN_DIR:-${GPT2_RUNS_DIR:-$PWD/runs}/$name-$id}
+  mkdir -p "$run_dir" || gpt2_die 2 "cannot create the run folder $run_dir"
+  run_dir=$(cd "$run_dir" && pwd)
+  GPT2_RUN_DIR=$run_dir
+
+  # Everything printed from here on also goes to the run folder.
+  gpt2_tee "$run_dir/stdout.log"
+  cp "$config" "$run_dir/config.toml"
+
+  # -- the arguments: ours first, so that the user's own --set / --metrics-jsonl win
+  local sets=(--set "parallel.dp=$dp" --set "parallel.pp=$pp" --set "trace.file=$run_dir/trace.h5")
+  # Host BLAS threads per rank: the site's GPT2_BLAS_THREADS; else, in a batch job, the cores of
+  # each task (--cpus-per-task; without it, the node's cores over its tasks); locally, the cores
+  # (of this allocation, if any) over the ranks.
+  local threads=${GPT2_BLAS_THREADS:-} cores per_node
+  if [[ -z $threads ]]; then
+    if ((in_slurm)) && [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+      threads=$SLURM_CPUS_PER_TASK
+    elif ((in_slurm)); then
+      per_node=${SLURM_NTASKS_PER_NODE%%[(]*}
+      gpt2_is_uint "${per_node:-x}" || per_node=$(((ntasks + ${SLURM_JOB_NUM_NODES:-1} - 1) / ${SLURM_JOB_NUM_NODES:-1}))
+      cores=${SLURM_CPUS_ON_NODE:-1}
+      cores=${cores%%[(,]*}
+      threads=$((cores / per_node))
+    else
+      cores=${SLURM_CPUS_PER_TASK:-$(nproc)}
+      threads=$((cores / ntasks))
+    fi
+    ((threads > 0)) || threads=1
+  fi
+  sets+=(--set "parallel.blas_threads=$threads")
+  export OPENBLAS_NUM_THREADS=$threads
+  local user_sets=() metrics_given=0 i=0 a
+  while ((i < ${#user_args[@]})); do
+    a=${user_args[i]}
+    case $a in
+      --set=*) user_sets+=("$a") ;;
+      --set)
+        # CLI11 takes every following word that is not an option as another value.
+        while ((i + 1 < ${#user_args[@]})) && [[ ${user_args[i + 1]} != -* ]]; do
+          i=$((i + 1))
+          user_sets+=(--set "${user_args[i]}")
+        done
+        ;;
+      --metrics-jsonl | --metrics-jsonl=*) metrics_given=1 ;;
+    esac
+    i=$((i + 1))
+  done
+  local train_args=("${sets[@]}" "${user_args[@]}")
+  ((metrics_given)) || train_args+=(--metrics-jsonl "$run_dir/metrics.jsonl")
+
+  # -- check before launching anything
+  [[ -x $GPT2_BIN ]] ||
+    gpt2_die 2 "gpt2 executable not found: $GPT2_BIN (build it: cmake --build build, or set GPT2_BIN)"
+  local info
+  if ! info=$("$GPT2_BIN" info "$config" "${sets[@]}" "${user_sets[@]}" 2>&1); then
+    echo "$info" | grep -v '^gpt2-kokkos\|^Kokkos\|^communication' >&2
+    gpt2_die 2 "the configuration $config (with the options above) is not valid; nothing was launched"
+  fi
+  echo "$info" | sed -n '/^# effective configuration/,$p' | sed 1d >"$run_dir/config.effective.toml"
+  local eff_dp eff_pp trace nranks
+  eff_dp=$(gpt2_toml_get parallel dp <"$run_dir/config.effective.toml")
+  eff_pp=$(gpt2_toml_get parallel pp <"$run_dir/config.effective.toml")
+  trace=$(gpt2_toml_get trace file <"$run_dir/config.effective.toml")
+  gpt2_is_uint "$eff_dp" && gpt2_is_uint "$eff_pp" ||
+    gpt2_die 2 "could not read parallel.dp / parallel.pp from \`gpt2 info\`"
+  nranks=$((eff_dp * eff_pp))
+  if ((nranks > ntasks)); then
+    gpt2_die 2 "the run asks for $nranks ranks (parallel.dp=$eff_dp x parallel.pp=$eff_pp) but $alloc gives only $ntasks; $hint $nranks, or drop the --set that changes parallel.dp / parallel.pp"
+  elif ((nranks < ntasks)); then
+    gpt2_warn "the run uses $nranks ranks (parallel.dp=$eff_dp x parallel.pp=$eff_pp) of the $ntasks that $alloc gives; the others stay idle"
+  fi
+  if [[ ${GPT2_DEVICE:-} == cuda && -n ${SLURM_GPUS_ON_NODE:-} && -n ${SLURM_NTASKS_PER_NODE:-} ]]; then
+    local tpn=${SLURM_NTASKS_PER_NODE%%[(]*}
+    gpt2_is_uint "$tpn" && ((tpn > SLURM_GPUS_ON_NODE)) &&
+      gpt2_warn "$tpn tasks per node but $SLURM_GPUS_ON_NODE GPUs per node: ranks will share GPUs"
+  fi
+
+  # -- launch
+  local cmd
+  case $launcher in
+    srun)
+      cmd=(srun --mpi="${GPT2_SRUN_MPI:-pmi2}" --ntasks="$nranks" --kill-on-bad-exit=1)
+      [[ -n ${SLURM_CPUS_PER_TASK:-} ]] && cmd+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+      ;;
+    mpiexec | mpirun)
+      cmd=("$launcher" -n "$nranks")
+      ;;
+    *) gpt2_die 2 "GPT2_LAUNCHER must be srun or mpiexec, got '$launcher'" ;;
+  esac
+  # shellcheck disable=SC2206
+  cmd+=(${GPT2_LAUNCH_ARGS:-} "$GPT2_BIN" train "$config" "${train_args[@]}")
+
+  {
+    echo "job_name=$name"
+    echo "job_id=$id"
+    echo "mode=$mode"
+    echo "site=$GPT2_SITE_FILE"
+    echo "host=$(hostname)"
+    echo "nodes=${SLURM_JOB_NUM_NODES:-1}"
+    echo "nodelist=${SLURM_JOB_NODELIST:-$(hostname -s)}"
+    echo "tasks=$ntasks"
+    echo "ranks=$nranks"
+    echo "dp=$eff_dp"
+    echo "pp=$eff_pp"
+    echo "gpus_on_node=${SLURM_GPUS_ON_NODE:-}"
+    echo "cpus_per_task=${SLURM_CPUS_PER_TASK:-}"
+    echo "blas_threads=$threads"
+    echo "workdir=$PWD"
+    echo "gpt2=$GPT2_BIN"
+    echo "version=$("$GPT2_BIN" --version 2>/dev/null)"
+    echo "command=${cmd[*]}"
+    echo "start=$(date -Is)"
+  } >"$run_dir/job.txt"
+
+  gpt2_log "run folder: $run_dir"
+  gpt2_log "$mode on $ntasks tasks (${SLURM_JOB_NUM_NODES:-1} node(s)): parallel.dp=$eff_dp parallel.pp=$eff_pp, site $(basename "$GPT2_SITE_FILE"), launcher $launcher"
+  gpt2_log "${cmd[*]}"
+  local rc=0 t0=$SECONDS
+  # stdin from /dev/null: srun and mpiexec would forward the terminal's input to rank 0.
+  "${cmd[@]}" </dev/null || rc=$?
+  echo "$rc" >"$run_dir/exit_code"
+  {
+    echo "end=$(date -Is)"
+    echo "seconds=$((SECONDS - t0))"
+    echo "exit_code=$rc"
+  } >>"$run_dir/job.txt"
+  if ((rc == 0)); then
+    gpt2_log "training finished in $((SECONDS - t0)) s"
+  else
+    gpt2_warn "training failed with status $rc after $((SECONDS - t0)) s"
+  fi
+
+  # -- plots
+  if [[ -n $trace && -s $trace ]]; then
+    gpt2_analyze "$run_dir/plots" plot_loss plot_pipeline report -- "$trace"
+  else
+    gpt2_log "no trace at '${trace:-}'; plots skipped"
+  fi
+  gpt2_log "done: $run_dir (status $rc)"
+
+  gpt2_untee
+  return "$rc"
+}

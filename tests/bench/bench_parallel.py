@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Parallel-performance benchmarks of the gpt2 command, as ratios against a baseline measured in the
+same run (the box is shared and noisy; runs are interleaved and repeated, medians reported).
+
+  dp     weak scaling, one core per rank (1 BLAS thread): tokens/s at 2 ranks vs 1 rank on a
+         compute-bound config (6 layers, 384 channels, T=256, 8 sequences per rank), and how much
+         of the gradient all-reduce backward hides: wait time with buckets launched during backward
+         vs with one bucket launched after it
+  pp     2 stages, one core each (8 layers, 256 channels, T=128, batch 16): gpipe and 1f1b with 8
+         microbatches vs naive model parallelism (theory 2*8/9 = 1.78x); measured bubble next to
+         (p-1)/(m+p-1); per-stage parameter memory; peak activation memory of 1f1b vs gpipe
+  trace  step time with tracing on vs off, tiny and small configs (target: < 2% apart)
+
+Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,trace,all}
+Writes a JSON summary to DIR/bench_parallel.json and prints a table.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "analysis"))
+import gpt2test  # noqa: E402
+import tracelib  # noqa: E402
+
+ARGS = None
+
+
+def deck(name, model, seq_len, batch, steps, **parallel):
+    d = {
+        "model": dict(model, vocab_size=256, block_size=seq_len),
+        "data": {"train": os.path.join(ARGS.workdir, "train.bin"), "seq_len": seq_len},
+        "train": {"batch_size": batch, "steps": steps, "lr": 1e-4, "log_every": 1000},
+        "parallel": dict(parallel, blas_threads=1),
+    }
+    path = os.path.join(ARGS.workdir, name + ".toml")
+    gpt2test.write_deck(path, d)
+    return path
+
+
+def run(cfg, ranks, trace=None, **sets):
+    """Mean tokens/s and step ms over the steps after the first two (warm-up)."""
+    metrics = cfg.replace(".toml", ".jsonl")
+    cmd = [ARGS.gpt2, "train", cfg, "-q", "--metrics-jsonl", metrics]
+    for k, v in dict(sets, **({"trace.file": trace} if trace else {})).items():
+        cmd += ["--set", f"{k}={v}"]
+    r = gpt2test.run(cmd, ranks, ARGS.mpiexec, timeout=1200)
+    if r.rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.err}")
+    rows = [m for m in gpt2test.read_jsonl(metrics) if "loss" in m][2:]
+    return statistics.mean(m["tokens_per_s"] for m in rows), statistics.mean(m["step_ms"] for m in rows)
+
+
+def median_of(fn):
+    vals = [fn() for _ in range(ARGS.repeats)]
+    return statistics.median(vals), vals
+
+
+def allreduce_wait_ms(trace_path):
+    t = tracelib.load([trace_path])[0]
+    ev = t.events
+    steps = sorted(set(ev["step"][ev["kind"] == t.code("allreduce_wait")]))[2:]
+    w = [ev["end"][i] - ev["start"][i] for i in range(len(ev))
+         if ev["kind"][i] == t.code("allreduce_wait") and ev["step"][i] in steps]
+    return 1e3 * statistics.mean(w)
+
+
+def bench_dp(out):
+    model = {"n_layer": 6, "n_head": 6, "n_embd": 384}
+    one = deck("dp1", model, 256, 8, 6)
+    two = deck("dp2", model, 256, 16, 6, dp=2)
+    ratios, t1s, t2s = [], [], []
+    for _ in range(ARGS.repeats):  # interleaved: both see the same machine state
+        t1, _ = run(one, 1)
+        t2, _ = run(two, 2)
+        t1s.append(t1), t2s.append(t2), ratios.append(t2 / t1)
+    hidden = run(two, 2, trace=os.path.join(ARGS.workdir, "dp2_buckets.h5"), **{"parallel.bucket_mb": 4})
+    exposed = run(two, 2, trace=os.path.join(ARGS.workdir, "dp2_onebucket.h5"), **{"parallel.bucket_mb": 1000})
+    w_b = allreduce_wait_ms(os.path.join(ARGS.workdir, "dp2_buckets.h5"))
+    w_1 = allreduce_wait_ms(os.path.join(ARGS.workdir, "dp2_onebucket.h5"))
+    out["dp"] = {"tokens_per_s_1rank": statistics.median(t1s), "tokens_per_s_2ranks": statistics.median(t2s),
+                 "speedup_median": statistics.median(ratios), "speedups": ratios,
+                 "wait_ms_buckets": w_b, "wait_ms_one_bucket_after_backward": w_1,
+                 "hidden_fraction": 1 - w_b / w_1 if w_1 > 0 else None,
+                 "step_ms_buckets": hidden[1], "step_ms_one_bucket": exposed[1]}
+    d = out["dp"]
+    print(f"dp weak scaling: 1 rank {d['tokens_per_s_1rank']:.0f} tok/s, 2 ranks {d['tokens_per_s_2ranks']:.0f} tok/s"
+          f" -> {d['speedup_median']:.2f}x (runs: {', '.join(f'{r:.2f}' for r in ratios)}; target >= 1.8x)")
+    print(f"  all-reduce wait per step: {w_b:.1f} ms with 4 MiB buckets during backward vs {w_1:.1f} ms with one"
+          f" bucket after it -> {100 * (d['hidden_fraction'] or 0):.0f}% hidden behind backward")
+
+
+def bench_pp(out):
+    model = {"n_layer": 8, "n_head": 8, "n_embd": 256}
+    cfgs = {"naive": deck("pp_naive", model, 128, 16, 8, pp=2, microbatches=1, schedule="naive"),
+            "gpipe": deck("pp_gpipe", model, 128, 16, 8, pp=2, microbatches=8, schedule="gpipe"),
+            "1f1b": deck("pp_1f1b", model, 128, 16, 8, pp=2, microbatches=8, schedule="1f1b")}
+    tok = {k: [] for k in cfgs}
+    for _ in range(ARGS.repeats):
+        for k, c in cfgs.items():
+            tok[k].append(run(c, 2)[0])
+    res = {}
+    for k, c in cfgs.items():
+        path = os.path.join(ARGS.workdir, f"pp_{k}.h5")
+        run(c, 2, trace=path)
+        t = tracelib.load([path])[0]
+        res[k] = {"tokens_per_s": statistics.median(tok[k]),
+                  "speedup_vs_naive": statistics.median(a / b for a, b in zip(tok[k], tok["naive"])),
+                  "bubble_measured": tracelib.mean_bubble(t),
+                  "bubble_theory": tracelib.theoretical_bubble(k, 2, t.microbatches),
+                  "param_mib_per_stage": [b / 2**20 for b in list(t.meta["param_bytes"])],
+                  "peak_activation_mib_per_stage": [b / 2**20 for b in list(t.meta["peak_activation_bytes"])]}
+    out["pp"] = res
+    full = sum(res["naive"]["param_mib_per_stage"])
+    print(f"pipeline, 2 stages, 8 microbatches (naive: 1):")
+    for k, r in res.items():
+        print(f"  {k:6s} {r['tokens_per_s']:8.0f} tok/s  {r['speedup_vs_naive']:.2f}x naive  bubble "
+              f"{r['bubble_measured']:.3f} (theory {r['bubble_theory']:.3f})  params/stage "
+              f"{', '.join(f'{m:.1f}' for m in r['param_mib_per_stage'])} MiB of {full:.1f}  peak activations "
+              f"{', '.join(f'{m:.1f}' for m in r['peak_activation_mib_per_stage'])} MiB")
+
+
+def bench_trace(out):
+    res = {}
+    for name, model, T, B in (("tiny", {"n_layer": 2, "n_head": 2, "n_embd": 64}, 64, 8),
+                              ("small", {"n_layer": 6, "n_head": 6, "n_embd": 384}, 256, 8)):
+        cfg = deck(f"trace_{name}", model, T, B, 12 if name == "small" else 60)
+        off, on = [], []
+        for i in range(ARGS.repeats * 2):
+            off.append(run(cfg, 1)[1])
+            on.append(run(cfg, 1, trace=os.path.join(ARGS.workdir, f"trace_{name}.h5"))[1])
+        m_off, m_on = statistics.median(off), statistics.median(on)
+        res[name] = {"step_ms_off": m_off, "step_ms_on": m_on, "overhead": m_on / m_off - 1}
+        print(f"tracing on vs off, {name}: {m_on:.2f} vs {m_off:.2f} ms/step -> {100 * (m_on / m_off - 1):+.2f}%")
+    out["trace"] = res
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["dp", "pp", "trace", "all"])
+    ap.add_argument("--gpt2", required=True)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--workdir", default="/tmp/gpt2-bench")
+    ap.add_argument("--repeats", type=int, default=3)
+    ARGS = ap.parse_args()
+    os.makedirs(ARGS.workdir, exist_ok=True)
+    gpt2test.write_shard(os.path.join(ARGS.workdir, "train.bin"), gpt2test.learnable_tokens(2_000_000, 256))
+    out = {}
+    for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("trace", bench_trace)):
+        if ARGS.what in (what, "all"):
+            fn(out)
+    summary = os.path.join(ARGS.workdir, "bench_parallel.json")
+    json.dump(out, open(summary, "w"), indent=1)
+    print(f"summary: {summary}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""One training step (forward + backward + clip + AdamW) of GPT-2 124M at B=4, T=64, fp32, on this
+machine: ours (build/bin/bench_train_step) against a standard PyTorch GPT-2 (nn.Linear, nn.LayerNorm,
+tanh GELU, tied LM head, torch.optim.AdamW) with the same shapes and threads, in the same run.
+Alternates the two --rounds times and reports medians and the ratio; also the GEMM floor: the
+model's flops at the best sgemm rate OpenBLAS reaches on this box (measured here too).
+Needs python3-torch (job_scripts/setup.sh --bench).
+
+Usage: bench_vs_pytorch.py --bench build/bin/bench_train_step [--threads 2] [--rounds 3]
+"""
+import argparse
+import json
+import math
+import re
+import statistics
+import subprocess
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, C, nh):
+        super().__init__()
+        self.nh = nh
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.nh, C // self.nh).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.nh)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, L=12, nh=12, C=768, V=50257, maxT=1024):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(maxT, C)
+        self.blocks = nn.ModuleList(Block(C, nh) for _ in range(L))
+        self.lnf = nn.LayerNorm(C)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def pytorch_step_seconds(steps=5, B=4, T=64):
+    torch.manual_seed(0)
+    model = GPT2()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+    idx = torch.randint(0, 50257, (B, T))
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        model(idx, idx).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if i:  # the first step allocates
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def ours(bench, threads):
+    """Our step (seconds, with its counters) and the sgemm rate at the LM head's shape."""
+    out = subprocess.run([bench, "--benchmark_filter=TrainStep_124M|Sgemm_LMHead", "--benchmark_format=json"],
+                         capture_output=True, text=True, check=True,
+                         env={"OPENBLAS_NUM_THREADS": str(threads), "PATH": "/usr/bin:/bin"})
+    runs = {b["name"].split("/")[0]: b for b in json.loads(out.stdout)["benchmarks"]}
+    step = runs["BM_TrainStep_124M_B4_T64"]
+    return step["real_time"] / 1e3, step, runs["BM_Sgemm_LMHead"]["GFLOP/s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bench", required=True, help="path to bench_train_step")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    mine, theirs, gemm, info = [], [], [], None
+    for _ in range(args.rounds):
+        s, info, g = ours(args.bench, args.threads)
+        mine.append(s), gemm.append(g)
+        torch.set_num_threads(args.threads)
+        theirs.append(pytorch_step_seconds())
+    gf = max(gemm)
+    flops = info["GFLOP/s"] * info["real_time"] / 1e3  # GFLOP per step, from our benchmark's counter
+    o, t = statistics.median(mine), statistics.median(theirs)
+    floor = flops / gf
+    print(f"GPT-2 124M, B=4, T=64, fp32, {args.threads} threads, torch {torch.__version__}:")
+    print(f"  ours     {o:.3f} s/step  (runs {', '.join(f'{x:.3f}' for x in mine)})"
+          f"  phases ms: fwd {info['fwd_ms']:.0f} bwd {info['bwd_ms']:.0f} adamw {info['adamw_ms']:.0f}"
+          f" norm {info['norm_ms']:.0f} zero {info['zero_ms']:.0f}")
+    print(f"  PyTorch  {t:.3f} s/step  (runs {', '.join(f'{x:.3f}' for x in theirs)})")
+    print(f"  speed-up {t / o:.2f}x over PyTorch eager")
+    print(f"  GEMM floor: {flops:.0f} GFLOP at {gf:.0f} GFLOP/s (best sgemm here) = {floor:.3f} s;"
+          f" ours is {o / floor:.2f}x the floor")
+
+
+if __name__ == "__main__":
+    main()
