@@ -16,44 +16,6 @@ struct Entry {
   uint64_t offset, bytes, hash;
 };
 
-// Hash state fed in pieces: words of 8 bytes, multiply-rotate mixing.
-struct Hasher {
-  uint64_t h;
-  explicit Hasher(uint64_t seed = 0x243F6A8885A308D3ull) : h(seed) {}
-  unsigned char tail[8];
-  size_t ntail = 0;
-  uint64_t total = 0;
-  void mix(uint64_t w) {
-    h ^= w * 0x9E3779B97F4A7C15ull;
-    h = (h << 27 | h >> 37) * 0xC2B2AE3D27D4EB4Full;
-  }
-  void update(const void* data, size_t n) {
-    const unsigned char* p = static_cast<const unsigned char*>(data);
-    total += n;
-    while (ntail && n) {
-      tail[ntail++] = *p++, --n;
-      if (ntail == 8) {
-        uint64_t w;
-        std::memcpy(&w, tail, 8);
-        mix(w);
-        ntail = 0;
-      }
-    }
-    for (; n >= 8; p += 8, n -= 8) {
-      uint64_t w;
-      std::memcpy(&w, p, 8);
-      mix(w);
-    }
-    while (n) tail[ntail++] = *p++, --n;
-  }
-  uint64_t digest() {
-    uint64_t w = 0;
-    std::memcpy(&w, tail, ntail);
-    mix(w ^ (total << 3));
-    return h ^ (h >> 31);
-  }
-};
-
 std::string meta_bytes(const CheckpointMeta& m) {
   std::string s(8 + 32, '\0');
   std::memcpy(&s[0], &m.step, 8);
@@ -67,7 +29,7 @@ std::string model_bytes(const ModelConfig& c) {
 }  // namespace
 
 uint64_t checksum(const void* data, size_t bytes, uint64_t seed) {
-  Hasher h(seed);
+  ChecksumStream h(seed);
   h.update(data, bytes);
   return h.digest();
 }
@@ -76,7 +38,7 @@ struct CheckpointWriter::Impl {
   AtomicFile file;
   std::vector<Entry> entries;
   size_t current = 0, written = 0, num_params;
-  Hasher hash;
+  ChecksumStream hash;
   Impl(const std::string& path, size_t n) : file(path), num_params(n) {}
 };
 
@@ -124,7 +86,7 @@ void CheckpointWriter::append(const float* data, size_t n) {
   I.written += n;
   if (I.written == I.num_params) {
     I.entries[I.current].hash = I.hash.digest();
-    I.hash = Hasher();
+    I.hash = ChecksumStream();
     I.written = 0;
     ++I.current;
   }
@@ -199,7 +161,7 @@ void CheckpointReader::read(const std::string& section, size_t begin, size_t n, 
 void CheckpointReader::verify() const {
   std::vector<char> buf(size_t(1) << 24);
   for (const auto& [name, s] : sections_) {
-    Hasher h;
+    ChecksumStream h;
     std::fseek(f_, long(s.offset), SEEK_SET);
     for (uint64_t left = s.bytes; left > 0;) {
       const size_t n = size_t(std::min<uint64_t>(left, buf.size()));

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -57,6 +58,48 @@ class CheckpointReader {
   std::FILE* f_ = nullptr;
   std::map<std::string, Section> sections_;
   CheckpointMeta meta_;
+};
+
+// The checksum fed in pieces of any size (the same digest as one call on the whole).
+class ChecksumStream {
+ public:
+  explicit ChecksumStream(uint64_t seed = 0x243F6A8885A308D3ull) : h(seed) {}
+  void update(const void* data, size_t n) {
+    const unsigned char* p = static_cast<const unsigned char*>(data);
+    total += n;
+    if (ntail) {  // complete the partial word left by the previous piece
+      const size_t take = n < 8 - ntail ? n : 8 - ntail;
+      std::memcpy(tail + ntail, p, take);
+      ntail += take, p += take, n -= take;
+      if (ntail < 8) return;
+      uint64_t w;
+      std::memcpy(&w, tail, 8);
+      mix(w);
+      ntail = 0;
+    }
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      mix(w);
+    }
+    std::memcpy(tail, p, n);  // n < 8 here
+    ntail = n;
+  }
+  uint64_t digest() {
+    uint64_t w = 0;
+    std::memcpy(&w, tail, ntail);
+    mix(w ^ (total << 3));
+    return h ^ (h >> 31);
+  }
+ private:
+  void mix(uint64_t w) {
+    h ^= w * 0x9E3779B97F4A7C15ull;
+    h = (h << 27 | h >> 37) * 0xC2B2AE3D27D4EB4Full;
+  }
+  uint64_t h;
+  unsigned char tail[8];
+  size_t ntail = 0;
+  uint64_t total = 0;
 };
 
 // True if the file starts with our checkpoint magic.

@@ -7,6 +7,7 @@
 #include "../common/tiny_data.hpp"
 #include "core/error.hpp"
 #include "data/loader.hpp"
+#include "model/checkpoint.hpp"
 #include "train/run_config.hpp"
 
 using namespace gpt2;
@@ -130,4 +131,18 @@ TEST(InputDeck, BindsKeysAndRejectsTyposAndWrongTypes) {
   const std::string text = c.toml();
   std::ofstream(dir() + "/again.toml") << text;
   EXPECT_EQ(RunConfig::load(dir() + "/again.toml").toml(), text);
+}
+
+TEST(Checkpoint, ChecksumDoesNotDependOnHowTheDataIsSplit) {
+  std::vector<unsigned char> bytes(1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 31 + 7);
+  const uint64_t whole = checksum(bytes.data(), bytes.size());
+  for (size_t piece : {1, 3, 7, 8, 13, 999}) {
+    // The writer feeds sections in pieces of any size; the digest must not change.
+    gpt2::ChecksumStream h;
+    for (size_t i = 0; i < bytes.size(); i += piece) h.update(bytes.data() + i, std::min(piece, bytes.size() - i));
+    EXPECT_EQ(h.digest(), whole) << "pieces of " << piece;
+  }
+  bytes[500] ^= 1;
+  EXPECT_NE(checksum(bytes.data(), bytes.size()), whole);
 }
