@@ -39,7 +39,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
       {"parallel.schedule", &parallel.schedule, "naive | gpipe | 1f1b"},
       {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
-      {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket size (MiB)"},
+      {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket MiB (0: 1 with MPI, 25 with NCCL)"},
       {"parallel.comm", &parallel.comm, "auto | mpi | nccl"},
       {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: auto)"},
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
@@ -97,7 +97,7 @@ void RunConfig::validate(int world_size) const {
     fail_input("data.tokenizer", "expected auto, byte or gpt2, got \"", data.tokenizer, "\"");
   if (parallel.comm != "auto" && parallel.comm != "mpi" && parallel.comm != "nccl")
     fail_input("parallel.comm", "expected auto, mpi or nccl, got \"", parallel.comm, "\"");
-  if (!(parallel.bucket_mb > 0)) fail_input("parallel.bucket_mb", "must be > 0, got ", parallel.bucket_mb);
+  if (!(parallel.bucket_mb >= 0)) fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", parallel.bucket_mb);
   if (parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", parallel.blas_threads);
   if (parallel.pp > model.n_layer)
     fail_input("parallel.pp", "more pipeline stages (", parallel.pp, ") than model.n_layer (",

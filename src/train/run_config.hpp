@@ -43,7 +43,7 @@ struct ParallelConfig {
   int microbatches = 1;           // per dp rank and step
   std::string schedule = "1f1b";  // naive | gpipe | 1f1b
   std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
-  double bucket_mb = 4;           // gradient all-reduce bucket size in MiB
+  double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
   std::string comm = "auto";      // auto | mpi | nccl
   int blas_threads = 0;           // host BLAS threads per rank; 0: cores on the node / ranks on it
 };

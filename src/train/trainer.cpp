@@ -89,7 +89,10 @@ void Trainer::setup_model() {
   train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
   eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
   exec_ = std::make_unique<PipelineExecutor>(*stage_, s, pipe_comm_.get(), tracer_);
-  const size_t bucket = size_t(p.bucket_mb * 1024 * 1024 / sizeof(float));
+  // MPI advances a non-blocking all-reduce only inside MPI calls (made between blocks): small
+  // buckets finish during backward; NCCL runs on its own stream and prefers fewer, larger ones.
+  const double mb = p.bucket_mb > 0 ? p.bucket_mb : comm_backend_ == "nccl" ? 25.0 : 1.0;
+  const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
   averager_ = std::make_unique<GradientAverager>(
       dp_comm_.get(), Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), bucket, tracer_);
   if (stage_->layout().has_head())
