@@ -1,7 +1,7 @@
 #pragma once
-// AdamW (decoupled weight decay, PyTorch semantics) and the global gradient norm used for clipping.
+// AdamW (decoupled weight decay, PyTorch semantics) and gradient-norm clipping.
 #include "tensor/math.hpp"
-#include "tensor/team_reduce.hpp"
+#include "tensor/reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -32,30 +32,6 @@ void adamw_update(Vec<T> p, CVec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
         v(i) = vi;
         p(i) -= lr * (wd * p(i) + (mi * bc1) / (km::sqrt(vi * bc2) + eps));
       });
-}
-
-// sum_i g(i)^2 in double: chunks of 4096 summed by teams (vectorized partial sums on the host),
-// then the chunk sums in order. Fixed order: the same gradients give the same bits every run.
-template <class T>
-double sum_of_squares(CVec<T> g) {
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = Policy::member_type;
-  constexpr int64_t kChunk = 4096;
-  const int64_t n = g.extent(0), chunks = (n + kChunk - 1) / kChunk;
-  double total = 0;
-  Kokkos::parallel_reduce(
-      "sum_of_squares", Policy(chunks, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team, double& acc) {
-        const int64_t b = team.league_rank() * kChunk;
-        const int len = int(b + kChunk <= n ? kChunk : n - b);
-        const double s = team_sum<double>(team, len, [&](int j) {
-          const double x = g(b + j);
-          return x * x;
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
-      },
-      total);
-  return total;
 }
 
 // PyTorch's clip_grad_norm_: factor = min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables.

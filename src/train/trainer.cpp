@@ -70,9 +70,8 @@ void Trainer::setup_model() {
   comm_backend_ = p.comm;
   if (comm_backend_ == "auto") {
 #if defined(GPT2_HAVE_NCCL)
-    int ndev = 0;
-    (void)ndev;
-    comm_backend_ = env_.local_size() <= Kokkos::Cuda::detect_device_count() ? "nccl" : "mpi";
+    const int devices = int(Kokkos::Cuda::detect_device_count());
+    comm_backend_ = env_.local_size() <= devices ? "nccl" : "mpi";
 #else
     comm_backend_ = "mpi";
 #endif
@@ -164,10 +163,7 @@ double Trainer::global_loss(int microbatches_run) {
   double sum = 0;
   if (stage_->layout().has_head()) {
     const size_t n = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
-    const Vec<float> l(losses_.data(), n);
-    Kokkos::parallel_reduce(
-        "loss_sum", Kokkos::RangePolicy<ExecSpace>(0, n),
-        KOKKOS_LAMBDA(size_t i, double& acc) { acc += l(i); }, sum);
+    sum = sum_of<float>(Vec<float>(losses_.data(), n));
   }
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
   if (stage_->layout().has_head()) sum = allreduce_sum(topo_->dp_comm(), sum);

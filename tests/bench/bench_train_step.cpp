@@ -14,6 +14,7 @@
 #include "tensor/adamw.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
+#include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
@@ -108,6 +109,21 @@ void BM_Sgemm_LMHead(benchmark::State& s) {
   report(s, 2.0 * kN * kVp * kC);
 }
 BENCHMARK(BM_Sgemm_LMHead)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Embedding(benchmark::State& s) {
+  auto wte = random_buffer(size_t(kVp) * kC, 1), wpe = random_buffer(size_t(1024) * kC, 2);
+  auto dwte = random_buffer(size_t(kVp) * kC, 3), dwpe = random_buffer(size_t(1024) * kC, 4);
+  auto out = random_buffer(size_t(kN) * kC, 5);
+  auto tok = Kokkos::View<int*, Kokkos::LayoutRight, MemSpace>("t", kN);
+  for (auto _ : s) {
+    embedding_forward<float>(Mat<float>(out.data(), kN, kC), tok, Mat<float>(wte.data(), kVp, kC),
+                             Mat<float>(wpe.data(), 1024, kC), kT);
+    embedding_backward<float>(Mat<float>(dwte.data(), kVp, kC), Mat<float>(dwpe.data(), 1024, kC),
+                              Mat<float>(out.data(), kN, kC), tok, kT);
+    Kokkos::fence();
+  }
+}
+BENCHMARK(BM_Embedding)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_LayerNorm(benchmark::State& s) {
   auto in = random_buffer(kN * kC, 1), w = random_buffer(kC, 2), b = random_buffer(kC, 3);

@@ -1,0 +1,98 @@
+// The Communicator's operations on the MPI backend (and NCCL where built with it), on the world:
+// all-reduce sum/avg/max, reduce-scatter, all-gather, send/recv in a ring, barrier, non-blocking
+// forms completed out of order.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "runtime/communicator.hpp"
+#include "tensor/views.hpp"
+
+using namespace gpt2;
+
+namespace {
+int world_rank() {
+  int r;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+template <class T>
+Buffer<T> fill(size_t n, T (*f)(size_t)) {
+  Buffer<T> b("b", n);
+  auto h = Kokkos::create_mirror_view(b);
+  for (size_t i = 0; i < n; ++i) h(i) = f(i);
+  Kokkos::deep_copy(b, h);
+  return b;
+}
+template <class T>
+std::vector<T> host(const Buffer<T>& b) {
+  auto h = Kokkos::create_mirror_view(b);
+  Kokkos::deep_copy(h, b);
+  return std::vector<T>(h.data(), h.data() + h.extent(0));
+}
+std::vector<std::string> backends() {
+#if defined(GPT2_HAVE_NCCL)
+  return {"mpi", "nccl"};
+#else
+  return {"mpi"};
+#endif
+}
+}  // namespace
+
+TEST(Communicator, CollectivesAndPointToPoint) {
+  const int r = world_rank(), p = world_size();
+  for (const std::string& name : backends()) {
+    auto comm = make_communicator(name, MPI_COMM_WORLD);
+    ASSERT_EQ(comm->rank(), r);
+    ASSERT_EQ(comm->size(), p);
+    const size_t n = 1000;
+    // sum and avg of value = rank + i / 1000
+    Buffer<float> a("a", n), b("b", n);
+    Kokkos::deep_copy(a, float(r + 1)), Kokkos::deep_copy(b, float(2 * r));
+    Request ra = comm->iallreduce(a.data(), n, DType::f32, ReduceOp::sum);
+    Request rb = comm->iallreduce(b.data(), n, DType::f32, ReduceOp::avg);
+    comm->wait(rb);  // out of order
+    comm->wait(ra);
+    const float sum = float(p * (p + 1) / 2), avg = float(p - 1);
+    for (float x : host(a)) ASSERT_EQ(x, sum) << name;
+    for (float x : host(b)) ASSERT_FLOAT_EQ(x, avg) << name;
+    Buffer<double> m("m", 3);
+    Kokkos::deep_copy(m, double(r));
+    comm->allreduce(m.data(), 3, DType::f64, ReduceOp::max);
+    EXPECT_EQ(host(m)[2], double(p - 1));
+    // reduce-scatter: rank q gets the sum over ranks of block q
+    const size_t blk = 4;
+    Buffer<float> send("send", blk * p), recv("recv", blk);
+    Kokkos::deep_copy(send, 1.0f);
+    Request rs = comm->ireduce_scatter(send.data(), recv.data(), blk, DType::f32, ReduceOp::sum);
+    comm->wait(rs);
+    for (float x : host(recv)) EXPECT_EQ(x, float(p)) << name;
+    // all-gather: everyone's rank, in rank order
+    Buffer<int32_t> mine("mine", 2), all("all", 2 * p);
+    Kokkos::deep_copy(mine, int32_t(r));
+    Request rg = comm->iall_gather(mine.data(), all.data(), 2, DType::i32);
+    comm->wait(rg);
+    const auto g = host(all);
+    for (int q = 0; q < p; ++q) EXPECT_EQ(g[2 * q + 1], q) << name;
+    // ring: send to the right, receive from the left (posted first, so any order is safe)
+    Buffer<float> out("out", n), in("in", n);
+    Kokkos::deep_copy(out, float(r));
+    Request rr = comm->irecv(in.data(), n, DType::f32, (r + p - 1) % p, 7);
+    Request rsend = comm->isend(out.data(), n, DType::f32, (r + 1) % p, 7);
+    comm->wait(rsend);
+    comm->wait(rr);
+    for (float x : host(in)) ASSERT_EQ(x, float((r + p - 1) % p)) << name;
+    comm->barrier();
+  }
+}
+
+TEST(Communicator, ScalarHelpersAgreeOnEveryRank) {
+  const int r = world_rank(), p = world_size();
+  EXPECT_DOUBLE_EQ(allreduce_sum(MPI_COMM_WORLD, 0.5 * r), 0.25 * p * (p - 1));
+  EXPECT_EQ(allreduce_max(MPI_COMM_WORLD, int64_t(r) * 3), int64_t(p - 1) * 3);
+}
