@@ -26,12 +26,23 @@ class Rng {
   }
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   uint64_t below(uint64_t n) { return uint64_t(uniform() * double(n)); }  // [0, n)
-  double normal() {  // Box-Muller, one value per call
+  double normal() {  // Box-Muller; the second value of each pair is kept for the next call
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
     const double u1 = 1.0 - uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double r = std::sqrt(-2.0 * std::log(u1)), a = 6.283185307179586 * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
   }
+  // The generator's state (a pending normal() spare is dropped: only init uses normal()).
   std::array<uint64_t, 4> state() const { return s_; }
-  void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
+  void set_state(const std::array<uint64_t, 4>& s) {
+    s_ = s;
+    has_spare_ = false;
+  }
 
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
@@ -42,6 +53,8 @@ class Rng {
     return z ^ (z >> 31);
   }
   std::array<uint64_t, 4> s_;
+  double spare_ = 0;
+  bool has_spare_ = false;
 };
 
 }  // namespace gpt2

@@ -1,4 +1,5 @@
 """Helpers shared by the Python tests: token shards, input decks, running gpt2 (under mpiexec)."""
+import hashlib
 import json
 import os
 import subprocess
@@ -75,6 +76,17 @@ def run(cmd, ranks=1, mpiexec="mpiexec", timeout=120, env=None, cwd=None):
         return Result(p.returncode, p.stdout, p.stderr, time.time() - t0)
     except subprocess.TimeoutExpired as x:
         return Result(124, x.stdout or "", x.stderr or "", time.time() - t0)
+
+
+def digest(paths):
+    """SHA-256 over the names and bytes of files and folders (recursively): did anything change?"""
+    h = hashlib.sha256()
+    for p in paths:
+        for root, _, files in sorted(os.walk(p)) if os.path.isdir(p) else [("", [], [p])]:
+            for name in sorted(files):
+                with open(os.path.join(root, name), "rb") as f:
+                    h.update(name.encode() + f.read())
+    return h.hexdigest()
 
 
 def read_jsonl(path):

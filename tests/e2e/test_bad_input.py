@@ -5,7 +5,6 @@ an existing checkpoint folder and trace untouched. Training cases run on 2 ranks
 about the number of ranks.
 """
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -15,16 +14,6 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import gpt2test  # noqa: E402
-
-
-def digest(paths):
-    h = hashlib.sha256()
-    for p in paths:
-        for root, _, files in sorted(os.walk(p)) if os.path.isdir(p) else [("", [], [p])]:
-            for name in sorted(files):
-                with open(os.path.join(root, name), "rb") as f:
-                    h.update(name.encode() + f.read())
-    return h.hexdigest()
 
 
 def main():
@@ -48,7 +37,7 @@ def main():
     if r.rc != 0:
         raise SystemExit(f"setup run failed: {r.err}")
     protected = [P("ckpt"), P("trace.h5")]
-    before = digest(protected)
+    before = gpt2test.digest(protected)
     ckpt = os.path.join(P("ckpt"), open(P("ckpt", "latest")).read().strip())
 
     # Broken files.
@@ -134,7 +123,7 @@ def main():
         ok &= checks.check(len(lines) == 1, f"{name}: {len(lines)} error lines (want 1):\n{text.strip()[-600:]}")
         if ok:
             print(f"ok   {name:40s} rc={r.rc} {r.seconds:4.1f}s  {lines[0][:110]}")
-    checks.check(digest(protected) == before, "a failed run changed the existing checkpoint folder or trace")
+    checks.check(gpt2test.digest(protected) == before, "a failed run changed the existing checkpoint folder or trace")
     checks.check(not os.path.exists(P("out_empty", "train_000.bin")), "prepare wrote shards for empty text")
     checks.finish(f"bad_input ({len(cases)} cases)")
 

@@ -9,21 +9,12 @@ with a different model configuration is refused with a message naming what diffe
 the checkpoints untouched.
 """
 import argparse
-import hashlib
 import os
 import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import gpt2test  # noqa: E402
-
-
-def digest(folder):
-    h = hashlib.sha256()
-    for name in sorted(os.listdir(folder)):
-        with open(os.path.join(folder, name), "rb") as f:
-            h.update(name.encode() + f.read())
-    return h.hexdigest()
 
 
 def main():
@@ -75,11 +66,11 @@ def main():
     checks.check(r.rc == 0, f"sample from the llm.c export failed: {r.err}")
 
     # A resume with another model is refused, naming the difference, touching nothing.
-    before = digest(deck_dir)
+    before = gpt2test.digest([deck_dir])
     r, _ = train_run("mismatch", 12, True, deck_dir, model__n_layer=3)
     checks.check(r.rc != 0, "resume with a different n_layer was accepted")
     checks.check("n_layer" in r.err and r.err.count("error:") == 1, f"unclear mismatch message: {r.err}")
-    checks.check(digest(deck_dir) == before, "the refused resume changed the checkpoint folder")
+    checks.check(gpt2test.digest([deck_dir]) == before, "the refused resume changed the checkpoint folder")
     checks.finish("e2e_resume")
 
 

@@ -44,6 +44,20 @@ void set_tokens(Activations<float>& a, const std::vector<double>& tok, const std
   Kokkos::deep_copy(a.targets, hg);
 }
 
+// One forward + backward of the fixture's batch at `offset`; returns the mean loss.
+double forward_backward(Stage<float>& stage, Activations<float>& a, const Reference& ref, const char* tokens,
+                        const char* targets, size_t offset) {
+  const int N = ref.B * ref.T;
+  set_tokens(a, ref.t.at(tokens).values, ref.t.at(targets).values, offset);
+  Buffer<float> losses("losses", N);
+  stage.zero_grads();
+  stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N);
+  stage.backward(a);
+  double loss = 0;
+  for (float l : to_host(losses)) loss += l;
+  return loss / N;
+}
+
 double rel_l2(const std::vector<float>& got, const std::vector<double>& want, Range r) {
   double num = 0, den = 0;
   for (size_t i = r.begin; i < r.end; ++i) {
@@ -61,15 +75,7 @@ TEST(PyTorchReference, LossAndEveryGradient) {
   const auto w = ref.flat(layout, "");
   Kokkos::deep_copy(stage.params, from_host(std::vector<float>(w.begin(), w.end())));
   auto a = stage.make_activations(ref.B);
-  set_tokens(a, ref.t.at("tokens").values, ref.t.at("targets").values, 0);
-  const int N = ref.B * ref.T;
-  Buffer<float> losses("losses", N);
-  stage.zero_grads();
-  stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N);
-  stage.backward(a);
-  double loss = 0;
-  for (float l : to_host(losses)) loss += l;
-  loss /= N;
+  const double loss = forward_backward(stage, a, ref, "tokens", "targets", 0);
   const double want = ref.t.at("loss").values[0];
   EXPECT_NEAR(loss, want, 1e-5 * want);
   const auto grads = to_host(stage.grads);
@@ -90,19 +96,12 @@ TEST(PyTorchReference, AdamWTrajectoryWithClipping) {
   oc.beta1 = hp[1], oc.beta2 = hp[2], oc.eps = hp[3], oc.weight_decay = hp[4];
   auto opt = make_optimizer("adamw", sl.tensors(), sl.local_size(), oc);
   auto a = stage.make_activations(ref.B);
-  const int N = ref.B * ref.T;
-  Buffer<float> losses("losses", N);
+  const size_t N = size_t(ref.B) * ref.T;
   const auto& loss_ref = ref.t.at("traj.loss").values;
   const auto& norm_ref = ref.t.at("traj.grad_norm").values;
   int clipped = 0;
   for (size_t step = 0; step < loss_ref.size(); ++step) {
-    set_tokens(a, ref.t.at("traj.tokens").values, ref.t.at("traj.targets").values, step * N);
-    stage.zero_grads();
-    stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N);
-    stage.backward(a);
-    double loss = 0;
-    for (float l : to_host(losses)) loss += l;
-    loss /= N;
+    const double loss = forward_backward(stage, a, ref, "traj.tokens", "traj.targets", step * N);
     const double norm = std::sqrt(sum_of_squares<float>(Vec<float>(stage.grads.data(), stage.grads.extent(0))));
     EXPECT_NEAR(loss, loss_ref[step], 1e-5 * loss_ref[step]) << "step " << step;
     EXPECT_NEAR(norm, norm_ref[step], 1e-4 * norm_ref[step]) << "step " << step;
