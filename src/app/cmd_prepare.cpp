@@ -1,5 +1,7 @@
 // gpt2 prepare --tokenizer byte|gpt2 [--vocab F --merges F] [--val-fraction F] --out DIR TEXT...
 // Tokenizes text files into llm.c token shards: DIR/train_000.bin ... and DIR/val_000.bin ...
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "app/commands.hpp"
@@ -53,6 +55,7 @@ Run add_prepare(CLI::App& app) {
     auto tok = make_tokenizer(a->tokenizer, {a->vocab, a->merges});
     std::vector<int> ids;
     size_t bytes = 0, done = 0;
+    const bool tty = ::isatty(::fileno(stdout));
     for (const auto& f : a->inputs) bytes += file_size(f);
     for (const auto& f : a->inputs) {
       const std::string text = read_file(f);
@@ -60,9 +63,11 @@ Run add_prepare(CLI::App& app) {
       const std::vector<int> t = tok->encode(text, f);
       ids.insert(ids.end(), t.begin(), t.end());
       done += text.size();
-      std::printf("\rtokenized %zu / %zu bytes (%zu files) -> %zu tokens", done, bytes, a->inputs.size(),
-                  ids.size());
-      std::fflush(stdout);
+      if (tty || done == bytes) {  // one updating line on a terminal, the total in logs
+        std::printf("%stokenized %zu / %zu bytes (%zu files) -> %zu tokens", tty ? "\r" : "", done, bytes,
+                    a->inputs.size(), ids.size());
+        std::fflush(stdout);
+      }
     }
     std::printf("\n");
     if (ids.empty()) fail_input(a->inputs.front(), "no text to tokenize (the input is empty)");
