@@ -65,7 +65,7 @@ void mpi_wait(MPI_Request& r, const char* what, int peer) {
         int world = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &world);
         std::fprintf(stderr,
-                     "error: rank %d waited %.0f s for a %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
+                     "error: rank %d waited %.0f s for the %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
                      "probably died or hangs. Aborting the job.\n",
                      world, waited, what, peer >= 0 ? " with peer " : "",
                      peer >= 0 ? std::to_string(peer).c_str() : "");

@@ -45,6 +45,7 @@ class Trainer {
   void write_trace();        // collective; trace.file
 
   int64_t step() const { return step_; }
+  // Every step's metrics when trace.file is set (the trace's /metrics); otherwise only the last.
   const std::vector<StepMetrics>& history() const { return history_; }
   const Topology& topology() const { return *topo_; }
   Stage<float>& stage() { return *stage_; }

@@ -1,4 +1,9 @@
 // Trainer: initial state (fresh init, our checkpoint, llm.c weights), checkpoints and the run loop.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -28,6 +33,35 @@ std::string latest_checkpoint(const std::string& dir) {
   return name.empty() ? "" : dir + "/" + name;
 }
 
+// AtomicFile's temporaries of checkpoints ("ckpt_NNNNNNNN.bin.tmp.<pid>") and of dir/latest
+// ("latest.tmp.<pid>") whose writer is dead are left behind by a crash (SIGKILL, node failure) and
+// would accumulate one per crash: remove them. A writer counts as dead when no process has its pid
+// here (or the pid is ours: we have not written yet); a live pid's file is kept, as it may belong
+// to another run writing into the same folder (or the pid was reused: the file is merely kept).
+void remove_dead_temporaries(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    size_t at = std::string::npos;
+    if (name.rfind("ckpt_", 0) == 0 && name.find(".bin.tmp.") != std::string::npos)
+      at = name.find(".bin.tmp.") + 9;
+    else if (name.rfind("latest.tmp.", 0) == 0)
+      at = 11;
+    if (at == std::string::npos || at >= name.size() || at + 9 < name.size() ||
+        name.find_first_not_of("0123456789", at) != std::string::npos)
+      continue;
+    const pid_t pid = pid_t(std::stol(name.substr(at)));
+    if (pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH)) stale.push_back(name);
+  }
+  ::closedir(d);
+  for (const std::string& name : stale)
+    if (std::remove((dir + "/" + name).c_str()) == 0)
+      std::printf("checkpoint: removed %s/%s (left by a writer that died)\n", dir.c_str(), name.c_str());
+  std::fflush(stdout);
+}
+
 void copy_to_device(const Vec<float>& dst, const std::vector<float>& src) {
   Kokkos::deep_copy(dst, HostFloats(const_cast<float*>(src.data()), src.size()));
 }
@@ -35,6 +69,7 @@ void copy_to_device(const Vec<float>& dst, const std::vector<float>& src) {
 
 void Trainer::load_initial_state() {
   const auto& ck = cfg_.checkpoint;
+  if (rank_ == 0 && !ck.dir.empty()) remove_dead_temporaries(ck.dir);
   std::string resume_from;
   if (ck.resume) resume_from = latest_checkpoint(ck.dir);
   if (!resume_from.empty()) {
@@ -229,7 +264,12 @@ void Trainer::run() {
     }
     const bool last = step_ == end;
     if (val_loader_ && ((t.eval_every > 0 && step_ % t.eval_every == 0) || last)) m.val_loss = evaluate();
-    history_.push_back(m);
+    // The trace's /metrics needs every step; without a trace only the last one is used (the final
+    // loss), and keeping them all grew every rank's memory by 64 bytes a step without end.
+    if (cfg_.trace.file.empty() && !history_.empty())
+      history_.back() = m;
+    else
+      history_.push_back(m);
     if (root) {
       log_->step(m);
       if (m.val_loss >= 0) log_->eval(m.step, m.val_loss);
