@@ -1,6 +1,8 @@
 #include "core/input_deck.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -46,13 +48,46 @@ std::string type_name(const toml::node& n) {
   }
 }
 
+// A TOML basic string: quotes, backslashes and control characters (which TOML forbids raw) escaped.
 std::string quoted(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04X", unsigned(u));
+      out += buf;
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
+}
+
+// True if s is UTF-8 as TOML requires (no overlongs, surrogates or code points above U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char b = static_cast<unsigned char>(s[i]);
+    const size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    uint32_t cp = len == 1 ? b : b & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char c = static_cast<unsigned char>(s[i + k]);
+      if ((c & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (c & 0x3F);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
 }
 
 toml::table parse(const std::string& text, const std::string& source) {
@@ -73,6 +108,8 @@ toml::table override_table(const std::string& key, const std::string& value) {
     return toml::parse("[" + sec + "]\n" + name + " = " + value + "\n");
   } catch (const toml::parse_error&) {
   }
+  // Taken as a string, it must be one TOML can hold (the effective configuration is written as TOML).
+  if (!valid_utf8(value)) fail_input("--set " + key + "=" + value, "the value is not UTF-8 text");
   toml::table t;
   t.insert(sec, toml::table{{name, value}});
   return t;
@@ -148,8 +185,9 @@ void InputDeck::bind(const std::vector<DeckField>& fields) const {
     const std::string section(sec.str());
     const toml::table* tbl = node.as_table();
     if (!tbl) fail_input(section, "expected a [", section, "] table, got ", type_name(node));
-    for (auto&& [k, v] : *tbl) {
-      const std::string key = section + "." + std::string(k.str());
+    for (auto&& kv : *tbl) {  // not a structured binding: lambdas below use v (C++20 for those)
+      const toml::node& v = kv.second;
+      const std::string key = section + "." + std::string(kv.first.str());
       auto it = by_key.find(key);
       if (it == by_key.end()) fail_input(key, "unknown configuration key", suggestion(key, fields));
       std::visit(
@@ -179,7 +217,9 @@ void InputDeck::bind(const std::vector<DeckField>& fields) const {
               dst->clear();
               for (auto&& e : *arr) {
                 if (!e.is_integer()) wrong("an array of integers");
-                dst->push_back(int(*e.value<int64_t>()));
+                const int64_t x = *e.value<int64_t>();
+                if (x < INT32_MIN || x > INT32_MAX) fail_input(key, "integer out of range: ", x);
+                dst->push_back(int(x));
               }
             }
           },
@@ -207,7 +247,7 @@ std::string InputDeck::to_toml(const std::vector<DeckField>& fields) {
               num.precision(prec);
               num << *v;
               s = num.str();
-              if (std::stod(s) == *v) break;
+              if (std::strtod(s.c_str(), nullptr) == *v) break;  // (std::stod throws on subnormals)
             }
             if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
             os << s;

@@ -1,5 +1,6 @@
 #include "model/checkpoint.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -103,6 +104,16 @@ void CheckpointWriter::commit() {
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   f_ = std::fopen(path.c_str(), "rb");
   if (!f_) fail_input(path, "cannot open checkpoint: ", std::strerror(errno));
+  // A constructor that throws gets no destructor call: close the file on every error below.
+  struct CloseOnError {
+    std::FILE*& f;
+    bool armed = true;
+    ~CloseOnError() {
+      if (!armed) return;
+      std::fclose(f);
+      f = nullptr;
+    }
+  } close_on_error{f_};
   char magic[8];
   uint32_t version = 0, nsec = 0;
   if (std::fread(magic, 1, 8, f_) != 8 || std::memcmp(magic, kMagic, 8) != 0)
@@ -117,7 +128,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   const uint64_t size = uint64_t(std::ftell(f_));
   for (Entry& e : entries) {
     e.name[kNameLen - 1] = 0;
-    if (e.offset + e.bytes > size)
+    if (e.offset > size || e.bytes > size - e.offset)  // (offset + bytes could wrap around)
       fail_input(path, "truncated checkpoint: section ", e.name, " ends at byte ", e.offset + e.bytes,
                  " of ", size);
     sections_[e.name] = {e.offset, e.bytes, e.hash};
@@ -143,6 +154,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   std::memcpy(meta_.rng.data(), meta.data() + 8, 32);
   meta_.config_toml = small("config");
   meta_.optimizer = small("optimizer");
+  close_on_error.armed = false;
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -152,14 +164,17 @@ CheckpointReader::~CheckpointReader() {
 void CheckpointReader::read(const std::string& section, size_t begin, size_t n, float* dst) const {
   auto it = sections_.find(section);
   if (it == sections_.end()) fail_input(path_, "checkpoint has no section ", section);
-  if ((begin + n) * sizeof(float) > it->second.bytes)
+  const uint64_t floats = it->second.bytes / sizeof(float);  // (begin + n) * 4 could wrap around
+  if (begin > floats || n > floats - begin)
     fail_input(path_, "section ", section, " is smaller than the model needs");
   std::fseek(f_, long(it->second.offset + begin * sizeof(float)), SEEK_SET);
   if (std::fread(dst, sizeof(float), n, f_) != n) fail_input(path_, "cannot read section ", section);
 }
 
 void CheckpointReader::verify() const {
-  std::vector<char> buf(size_t(1) << 24);
+  uint64_t largest = 0;  // a buffer of up to 16 MiB, no larger than the largest section
+  for (const auto& entry : sections_) largest = std::max(largest, entry.second.bytes);
+  std::vector<char> buf(size_t(std::min<uint64_t>(largest, uint64_t(1) << 24)));
   for (const auto& [name, s] : sections_) {
     ChecksumStream h;
     std::fseek(f_, long(s.offset), SEEK_SET);

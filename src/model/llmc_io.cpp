@@ -1,5 +1,6 @@
 #include "model/llmc_io.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -56,20 +57,31 @@ LlmcModel read_llmc_model(const std::string& path) {
   m.config.validate();
   const int file_vp = h[1] == 3 ? h[7] : h[3];
   if (file_vp < m.config.vocab_size) fail_input(path, "padded vocabulary ", file_vp, " < vocabulary ", h[3]);
-  const ParamLayout layout(m.config);
-  m.params.assign(layout.total(), 0.0f);
-  const size_t C = m.config.n_embd;
+  // The file size the header implies, checked before anything is allocated for the shape it claims.
+  // Counted in double (ParamLayout's count with file_vp rows of wte: wpe, 12 C^2 + 13 C per block,
+  // the final LayerNorm): a corrupt header cannot overflow it, and it is exact below 2^53.
   std::fseek(f, 0, SEEK_END);
   const long size = std::ftell(f);
-  size_t expected = 1024 + (layout.total() - size_t(m.config.padded_vocab()) * C + size_t(file_vp) * C) * 4;
-  if (size_t(size) != expected)
-    fail_input(path, "file is ", size, " bytes, expected ", expected, " for ", m.config.describe());
+  const double Cd = m.config.n_embd;
+  const double floats = (double(file_vp) + m.config.block_size) * Cd +
+                        m.config.n_layer * (12 * Cd * Cd + 13 * Cd) + 2 * Cd;
+  const double want = 1024 + 4 * floats;
+  if (want != double(size))
+    fail_input(path, "file is ", size, " bytes, expected ",
+               want < 1e15 ? std::to_string(uint64_t(want)) : std::to_string(want), " for ", m.config.describe());
+  const ParamLayout layout(m.config);
+  m.params.assign(layout.total(), 0.0f);
+  const size_t C = m.config.n_embd, Vp = size_t(m.config.padded_vocab());
+  if (layout.total() - Vp * C + size_t(file_vp) * C != size_t(floats))
+    fail("read_llmc_model: the file size formula disagrees with ParamLayout");
   std::fseek(f, 1024, SEEK_SET);
   for_each_in_file_order(layout, [&](Range r) {
     size_t n = r.size();
-    if (r.begin == 0) n = size_t(file_vp) * C;  // wte as stored; rows beyond stay zero
+    if (r.begin == 0) n = std::min(size_t(file_vp), Vp) * C;  // wte as stored; rows beyond stay zero
     if (std::fread(m.params.data() + r.begin, sizeof(float), n, f) != n)
       fail_input(path, "truncated llm.c model file");
+    // A file padded further than we pad: its extra rows are padding, dropped like ours below.
+    if (r.begin == 0 && size_t(file_vp) > Vp) std::fseek(f, long((size_t(file_vp) - Vp) * C * 4), SEEK_CUR);
   });
   // Padded rows of wte must not carry weights: they would receive logits.
   for (size_t i = size_t(m.config.vocab_size) * C; i < size_t(m.config.padded_vocab()) * C; ++i)

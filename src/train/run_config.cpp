@@ -106,7 +106,7 @@ void RunConfig::validate(int world_size) const {
     if (int(parallel.stage_layers.size()) != parallel.pp)
       fail_input("parallel.stage_layers", "expected ", parallel.pp, " entries (one per stage), got ",
                  parallel.stage_layers.size());
-    int sum = 0;
+    int64_t sum = 0;  // (an int could overflow on absurd entries)
     for (int n : parallel.stage_layers) {
       if (n <= 0) fail_input("parallel.stage_layers", "every stage needs at least one block, got ", n);
       sum += n;
@@ -120,9 +120,10 @@ void RunConfig::validate(int world_size) const {
     fail_input("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (",
                parallel.dp, " * ", parallel.microbatches, " = ", per_rank, "), got ",
                train.batch_size);
-  if (world_size > 0 && parallel.dp * parallel.pp != world_size)
+  const int64_t grid = int64_t(parallel.dp) * parallel.pp;  // (int * int could overflow)
+  if (world_size > 0 && grid != world_size)
     fail_input("parallel.dp * parallel.pp", "must equal the number of MPI ranks (", world_size,
-               "), got ", parallel.dp, " * ", parallel.pp, " = ", parallel.dp * parallel.pp);
+               "), got ", parallel.dp, " * ", parallel.pp, " = ", grid);
   if (checkpoint.resume && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
