@@ -2,10 +2,24 @@
 // kernel's forward + backward at GPT-2 124M shapes. Reports ms, tokens/s and GFLOP/s.
 //   bench_train_step --benchmark_filter=TrainStep
 // Model flops per token for forward+backward: 6 * parameters + 12 * n_layer * n_embd * T (attention).
+//
+// A step of any shape, set from the environment (tests/bench/bench_gpu.py uses it on a GPU):
+//   GPT2_BENCH_B=16 GPT2_BENCH_T=1024 [GPT2_BENCH_TF32=1] [GPT2_BENCH_MODEL=124M|small]
+//   [GPT2_BENCH_MIN_TIME=3] bench_train_step --benchmark_filter=TrainStepEnv
+// registers TrainStepEnv_<model>_B<B>_T<T>_<fp32|tf32> (TF32: cuBLAS tensor-core GEMMs). With
+// GPT2_BENCH_KERNEL_TABLE=FILE it also times GPT2_BENCH_PROFILE_STEPS (default 3) more steps kernel by
+// kernel (Kokkos Tools callbacks, which fence around every Kokkos kernel) and writes FILE (JSON): time
+// per step of each Kokkos kernel, and the time between kernels (cuBLAS GEMMs, copies, host work).
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "core/rng.hpp"
 #include "model/stage.hpp"
@@ -37,6 +51,106 @@ Buffer<float> random_buffer(size_t n, uint64_t seed, float scale = 1.0f) {
   for (size_t i = 0; i < n; ++i) h(i) = float(scale * (r.uniform() * 2 - 1));
   Kokkos::deep_copy(b, h);
   return b;
+}
+
+// ---- per-kernel times (Kokkos Tools callbacks; Kokkos fences before each begin and end callback) --
+struct KernelTimes {
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::string> names;       // per kernel id
+  std::map<std::string, int> ids;
+  std::vector<double> seconds;
+  std::vector<long> calls;
+  Clock::time_point started, last_end;
+  double gaps = 0;                      // between kernels: cuBLAS, deep copies, host
+  std::map<std::string, double> gap_before;  // the same, by the kernel that follows the gap
+  bool any = false;
+};
+KernelTimes* g_kt = nullptr;
+
+void kt_begin(const char* name, const uint32_t, uint64_t* kid) {
+  const auto now = KernelTimes::Clock::now();
+  auto [it, added] = g_kt->ids.emplace(name, int(g_kt->names.size()));
+  if (added) {
+    g_kt->names.push_back(name);
+    g_kt->seconds.push_back(0);
+    g_kt->calls.push_back(0);
+  }
+  *kid = uint64_t(it->second);
+  if (g_kt->any) {
+    const double gap = std::chrono::duration<double>(now - g_kt->last_end).count();
+    g_kt->gaps += gap;
+    g_kt->gap_before[name] += gap;
+  }
+  g_kt->started = now;
+}
+void kt_end(uint64_t kid) {
+  const auto now = KernelTimes::Clock::now();
+  g_kt->seconds[kid] += std::chrono::duration<double>(now - g_kt->started).count();
+  g_kt->calls[kid] += 1;
+  g_kt->last_end = now;
+  g_kt->any = true;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) o += c;
+  }
+  return o;
+}
+
+// Once per process, when GPT2_BENCH_KERNEL_TABLE names a file: `steps` more steps with the callbacks.
+template <class Step>
+void maybe_write_kernel_table(const ModelConfig& cfg, int B, int T, Step&& step) {
+  static bool done = false;
+  const char* path = std::getenv("GPT2_BENCH_KERNEL_TABLE");
+  if (done || !path || !*path) return;
+  done = true;
+  const char* ps = std::getenv("GPT2_BENCH_PROFILE_STEPS");
+  const int steps = ps && std::atoi(ps) > 0 ? std::atoi(ps) : 3;
+  namespace KT = Kokkos::Tools::Experimental;
+  KernelTimes kt;
+  g_kt = &kt;
+  Kokkos::fence();
+  KT::set_begin_parallel_for_callback(kt_begin);
+  KT::set_end_parallel_for_callback(kt_end);
+  KT::set_begin_parallel_reduce_callback(kt_begin);
+  KT::set_end_parallel_reduce_callback(kt_end);
+  KT::set_begin_parallel_scan_callback(kt_begin);
+  KT::set_end_parallel_scan_callback(kt_end);
+  const auto t0 = KernelTimes::Clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  Kokkos::fence();
+  const double wall = std::chrono::duration<double>(KernelTimes::Clock::now() - t0).count();
+  // The time after the last kernel of the last step (the optimizer's tail) is a gap too.
+  if (kt.any) kt.gaps += std::chrono::duration<double>(KernelTimes::Clock::now() - kt.last_end).count();
+  KT::set_begin_parallel_for_callback(nullptr);
+  KT::set_end_parallel_for_callback(nullptr);
+  KT::set_begin_parallel_reduce_callback(nullptr);
+  KT::set_end_parallel_reduce_callback(nullptr);
+  KT::set_begin_parallel_scan_callback(nullptr);
+  KT::set_end_parallel_scan_callback(nullptr);
+  g_kt = nullptr;
+  FILE* f = std::fopen(path, "w");
+  if (!f) {
+    std::fprintf(stderr, "bench_train_step: cannot write %s\n", path);
+    return;
+  }
+  std::fprintf(f, "{\"execution_space\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d,\n",
+               ExecSpace::name(), cfg.n_layer, cfg.n_embd, B, T);
+  std::fprintf(f, " \"profiled_steps\": %d, \"step_ms\": %.6f, \"between_kernels_ms\": %.6f,\n \"kernels\": [",
+               steps, 1e3 * wall / steps, 1e3 * kt.gaps / steps);
+  for (size_t i = 0; i < kt.names.size(); ++i)
+    std::fprintf(f, "%s\n  {\"name\": \"%s\", \"calls_per_step\": %.3f, \"ms_per_step\": %.6f}", i ? "," : "",
+                 json_escape(kt.names[i]).c_str(), double(kt.calls[i]) / steps, 1e3 * kt.seconds[i] / steps);
+  std::fprintf(f, "\n ],\n \"between_kernels_by_next_kernel\": [");
+  size_t i = 0;
+  for (const auto& [name, sec] : kt.gap_before)
+    std::fprintf(f, "%s\n  {\"next\": \"%s\", \"ms_per_step\": %.6f}", i++ ? "," : "", json_escape(name).c_str(),
+                 1e3 * sec / steps);
+  std::fprintf(f, "\n ]}\n");
+  std::fclose(f);
 }
 
 void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T) {
@@ -73,6 +187,13 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T) {
     lap(t_norm, [&] { norm = std::sqrt(sum_of_squares<float>(grads)); });
     lap(t_opt, [&] { opt->step(params, grads, 1e-4, clip_factor(norm, 1.0)); });
   }
+  maybe_write_kernel_table(cfg, B, T, [&] {
+    stage.zero_grads();
+    stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N);
+    stage.backward(a);
+    const double norm = std::sqrt(sum_of_squares<float>(grads));
+    opt->step(params, grads, 1e-4, clip_factor(norm, 1.0));
+  });
   const double it = double(state.iterations());
   state.counters["zero_ms"] = 1e3 * t_zero / it;
   state.counters["fwd_ms"] = 1e3 * t_fwd / it;  // includes the loss and LM-head backward
@@ -211,6 +332,43 @@ void BM_AdamW_124M(benchmark::State& s) {
 }
 BENCHMARK(BM_AdamW_124M)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// GPT2_BENCH_B / _T / _TF32 / _MODEL / _MIN_TIME: one whole-step benchmark of that shape (see the top).
+int register_env_benchmark() {
+  const char* eb = std::getenv("GPT2_BENCH_B");
+  const char* et = std::getenv("GPT2_BENCH_T");
+  if (!(eb && *eb) && !(et && *et)) return 0;
+  const int B = eb && *eb ? std::atoi(eb) : 4, T = et && *et ? std::atoi(et) : 64;
+  const char* etf = std::getenv("GPT2_BENCH_TF32");
+  const bool tf32 = etf && *etf && std::string(etf) != "0";
+  const char* em = std::getenv("GPT2_BENCH_MODEL");
+  const std::string model = em && *em ? em : "124M";
+  const char* emt = std::getenv("GPT2_BENCH_MIN_TIME");
+  const double min_time = emt && std::atof(emt) > 0 ? std::atof(emt) : 3.0;
+  if (model != "124M" && model != "small") {
+    std::fprintf(stderr, "bench_train_step: GPT2_BENCH_MODEL must be 124M or small, got '%s'\n", model.c_str());
+    return 2;
+  }
+  const ModelConfig cfg = model == "124M" ? gpt2_124m() : small();
+  if (B <= 0 || T <= 0 || T > cfg.block_size) {
+    std::fprintf(stderr, "bench_train_step: GPT2_BENCH_B=%d / GPT2_BENCH_T=%d out of range (T <= %d)\n", B, T,
+                 cfg.block_size);
+    return 2;
+  }
+  const std::string name = "TrainStepEnv_" + model + "_B" + std::to_string(B) + "_T" + std::to_string(T) +
+                           (tf32 ? "_tf32" : "_fp32");
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [cfg, B, T, tf32](benchmark::State& s) {
+                                 gemm_set_tf32(tf32);
+                                 train_step(s, cfg, B, T);
+                                 gemm_set_tf32(false);
+                               })
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(min_time);
+  benchmark::AddCustomContext("tf32", tf32 ? "on" : "off");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,6 +378,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("blas_threads", std::to_string(env.set_blas_threads(0)));
   benchmark::AddCustomContext("execution_space", env.execution_space());
+  if (register_env_benchmark() != 0) return 2;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -10,65 +10,27 @@ Usage: bench_vs_pytorch.py --bench build/bin/bench_train_step [--threads 2] [--r
 """
 import argparse
 import json
-import math
-import re
+import os
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, C, nh):
-        super().__init__()
-        self.nh = nh
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.nh, C // self.nh).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.nh)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
-        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT2(nn.Module):
-    def __init__(self, L=12, nh=12, C=768, V=50257, maxT=1024):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(maxT, C)
-        self.blocks = nn.ModuleList(Block(C, nh) for _ in range(L))
-        self.lnf = nn.LayerNorm(C)
-
-    def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        logits = self.lnf(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt2 import GPT2, adamw, train_step  # noqa: E402  (the model, shared with bench_gpu.py)
 
 
 def pytorch_step_seconds(steps=5, B=4, T=64):
     torch.manual_seed(0)
     model = GPT2()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
+    opt = adamw(model)
     idx = torch.randint(0, 50257, (B, T))
     times = []
     for i in range(steps + 1):
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        model(idx, idx).backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(model, opt, idx)
         if i:  # the first step allocates
             times.append(time.perf_counter() - t0)
     return statistics.median(times)

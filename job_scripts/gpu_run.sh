@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Runs the GPU checks and the throughput benchmark on a machine with an NVIDIA GPU, from the bundle
+# made by job_scripts/gpu_bundle.sh (CUDA binaries, MPICH/HDF5 runtime, references). The machine
+# needs the NVIDIA driver, cuBLAS + NCCL (a CUDA 13 install or PyTorch's CUDA wheels) and python3
+# with numpy (and torch for the benchmark); no MPI, HDF5 or network.
+#
+# Usage, from the repository root:  bash job_scripts/gpu_run.sh [BUNDLE] [OUTDIR] [PHASES]
+#   BUNDLE  the bundle folder (default gpu-bundle)
+#   OUTDIR  where the logs go (default gpu-results; on the device tool: $OUT), at most 8 files:
+#           summary.txt env.txt checks.log bench.log bench.json unit_tests.log trace_dp2.h5
+#   PHASES  comma-separated, in this order: checks, bench, unit (default: all three)
+#     checks: kernel_check against the CPU reference in fp32 (1e-5) and TF32 (2e-3 for GEMMs); tiny
+#             training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank with
+#             parallel.comm=nccl, 2 ranks on the one GPU through MPI's host-staged path (dp=2, with
+#             an HDF5 trace; pp=2); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
+#     bench:  tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32 and TF32,
+#             ours against PyTorch eager, MFU, per-phase and per-kernel times
+#     unit:   the unit test suite on the GPU (whatever time is left)
+# Environment: GPT2_GPU_RUN_BUDGET (seconds for everything, default 570: the device tool's 600 s
+#   command limit less a margin), PYTHON (python3), GPT2_CUDA_LIBS (folders holding libcublas.so.13 /
+#   libnccl.so.2, if the search in bundle/bin/env.sh does not find them), BENCH_ARGS (extra
+#   arguments for bench_gpu.py).
+# Exit status: 0 every check passed; 1 a check failed; 2 no GPU, no usable bundle or bad arguments.
+set -uo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUNDLE=${1:-gpu-bundle}
+OUT=${2:-gpu-results}
+PHASES=${3:-checks,bench,unit}
+BUDGET=${GPT2_GPU_RUN_BUDGET:-570}
+PY=${PYTHON:-python3}
+
+die() { echo "[gpu_run] ERROR: $*" >&2; exit 2; }
+log() { echo "[gpu_run] $*"; }
+remaining() { echo $((BUDGET - SECONDS)); }
+
+case $BUNDLE in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+[[ $PHASES == all ]] && PHASES=checks,bench,unit
+for p in ${PHASES//,/ }; do
+  [[ $p == checks || $p == bench || $p == unit ]] || die "unknown phase '$p' (checks, bench, unit)"
+done
+has_phase() { [[ ,$PHASES, == *,$1,* ]]; }
+
+# ---- fail fast: a GPU and a bundle ----------------------------------------------------------------
+[[ $BUNDLE = /* ]] || BUNDLE=$PWD/$BUNDLE
+[[ -f $BUNDLE/MANIFEST.txt && ( -f $BUNDLE/bundle.tar.xz || -f $BUNDLE/bin/env.sh ) ]] ||
+  die "no GPU bundle at $BUNDLE: make one with job_scripts/gpu_bundle.sh on the build machine and carry it"
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  die "no NVIDIA GPU here (nvidia-smi is not installed): run this on the machine with the GPU"
+fi
+if ! gpus=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU ' <<<"$gpus"; then
+  die "no NVIDIA GPU here (nvidia-smi -L: $(head -n 2 <<<"$gpus" | paste -sd' '))"
+fi
+command -v "$PY" >/dev/null || die "$PY not found (set PYTHON)"
+
+[[ $OUT = /* ]] || OUT=$PWD/$OUT
+mkdir -p "$OUT" || die "cannot make $OUT"
+WORK=$(mktemp -d /tmp/gpt2-gpu-run.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+# A packed bundle (the default: ~22 MB instead of ~90) is unpacked here, into WORK.
+if [[ -f $BUNDLE/bundle.tar.xz ]]; then
+  if [[ -f $BUNDLE/bundle.tar.xz.sha256 ]] && command -v sha256sum >/dev/null; then
+    (cd "$BUNDLE" && sha256sum --quiet -c bundle.tar.xz.sha256) || die "$BUNDLE/bundle.tar.xz is damaged (checksum)"
+  fi
+  mkdir -p "$WORK/bundle"
+  if ! tar -xJf "$BUNDLE/bundle.tar.xz" -C "$WORK/bundle" 2>/dev/null; then
+    # no xz program: Python's tarfile reads .tar.xz itself
+    "$PY" -c 'import sys, tarfile
+t = tarfile.open(sys.argv[1])
+kw = {"filter": "tar"} if hasattr(tarfile, "data_filter") else {}
+t.extractall(sys.argv[2], **kw)' "$BUNDLE/bundle.tar.xz" "$WORK/bundle" || die "cannot unpack $BUNDLE/bundle.tar.xz"
+  fi
+  log "unpacked $BUNDLE/bundle.tar.xz into $WORK/bundle"
+  BUNDLE=$WORK/bundle
+fi
+[[ -f $BUNDLE/bin/env.sh && -d $BUNDLE/libexec && -d $BUNDLE/reference ]] || die "incomplete bundle in $BUNDLE"
+REF=$BUNDLE/reference
+B=$BUNDLE/bin
+# Carried files may lose their modes.
+chmod u+x "$BUNDLE"/bin/* "$BUNDLE"/libexec/* 2>/dev/null || true
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GPT2_COMM_TIMEOUT=${GPT2_COMM_TIMEOUT:-120}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+SUMMARY=()
+FAILED=0
+write_summary() {
+  {
+    echo "gpt2-kokkos GPU run: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(head -n1 <<<"$gpus")"
+    echo "bundle: $(head -n 3 "$BUNDLE/MANIFEST.txt" | sed -n '2,3p' | paste -sd';')"
+    printf '%s\n' "${SUMMARY[@]}"
+    if [[ -f $OUT/bench.json ]]; then
+      echo
+      "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("report", "(benchmark incomplete: see bench.log)"))' \
+        "$OUT/bench.json" 2>/dev/null || true
+    fi
+  } >"$OUT/summary.txt"
+}
+
+# ---- the device's CUDA libraries, and what every binary resolves to ---------------------------------
+GPT2_CUDA_LIB_PATH=$(bash -c '. "$1/bin/env.sh" && echo "$GPT2_CUDA_LIB_PATH"' _ "$BUNDLE")
+export GPT2_CUDA_LIB_PATH
+{
+  echo "== nvidia-smi"; nvidia-smi 2>&1
+  echo "== machine"; uname -a; head -n 2 /etc/os-release 2>/dev/null; ldd --version 2>&1 | head -n1
+  echo "== python"; "$PY" -c 'import sys, numpy; print(sys.version.split()[0], "numpy", numpy.__version__)' 2>&1
+  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+  echo "== CUDA library folders found (GPT2_CUDA_LIB_PATH)"; echo "${GPT2_CUDA_LIB_PATH:-<none>}"
+  echo "== bundle"; cat "$BUNDLE/MANIFEST.txt"
+} >"$OUT/env.txt" 2>&1
+unresolved=""
+for f in "$BUNDLE"/libexec/*; do
+  res=$(bash -c '. "$1/bin/env.sh" && ldd "$2"' _ "$BUNDLE" "$f" 2>&1)
+  { echo "== ldd $(basename "$f")"; echo "$res"; } >>"$OUT/env.txt"
+  miss=$(awk '/not found/ { print $1 }' <<<"$res" | sort -u | paste -sd' ')
+  [[ -n $miss ]] && unresolved+="  $(basename "$f"): $miss"$'\n'
+done
+if [[ -n $unresolved ]]; then
+  SUMMARY+=("FAIL  libraries not found on this machine (see env.txt):" "$unresolved")
+  write_summary
+  die "libraries not found (set GPT2_CUDA_LIBS to the folders holding them):"$'\n'"$unresolved"
+fi
+log "$(head -n1 <<<"$gpus"); CUDA libraries from ${GPT2_CUDA_LIB_PATH:-the linker cache}"
+
+# unit_tests read fixtures from the source folder compiled into them: make that path lead here.
+SRC=$(cat "$REF/source_dir.txt" 2>/dev/null || true)
+if [[ -n $SRC && $SRC != "$REPO_ROOT" && ! -e $SRC && $(id -u) == 0 ]]; then
+  mkdir -p "$(dirname "$SRC")" && ln -s "$REPO_ROOT" "$SRC" && log "linked $SRC -> $REPO_ROOT (unit test fixtures)"
+fi
+# MPICH's launcher resolves this host's name; a machine without DNS may not know it.
+host=$(cat /proc/sys/kernel/hostname 2>/dev/null || hostname)
+if [[ -n $host ]] && ! getent hosts "$host" >/dev/null 2>&1 && [[ -w /etc/hosts ]]; then
+  echo "127.0.0.1 $host" >>/etc/hosts && log "added $host to /etc/hosts (for mpiexec)"
+fi
+
+# ---- checks -----------------------------------------------------------------------------------------
+# check NAME TIMEOUT COMMAND...: runs it (bounded by the time left), logs to checks.log, records PASS/FAIL.
+check() {
+  local name=$1 limit=$2 t0=$SECONDS rc left
+  shift 2
+  left=$(( $(remaining) - 20 ))
+  ((left < limit)) && limit=$left
+  if ((limit < 10)); then
+    SUMMARY+=("$(printf 'SKIP  %-52s (no time left)' "$name")")
+    FAILED=1
+    return
+  fi
+  { echo; echo "=================== $name"; echo "\$ $*"; } >>"$OUT/checks.log"
+  timeout -k 10 "$limit" "$@" >>"$OUT/checks.log" 2>&1
+  rc=$?
+  local what=PASS
+  ((rc == 0)) || { what=FAIL; FAILED=1; }
+  ((rc == 124)) && what="FAIL (timed out after ${limit}s)"
+  SUMMARY+=("$(printf '%-5s %-52s %4ds  exit %d' "$what" "$name" $((SECONDS - t0)) "$rc")")
+  log "${SUMMARY[-1]}"
+  write_summary
+}
+
+TINY=("$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" --compare "$REF/tiny" --gpt2 "$B/gpt2" --mpiexec "$B/mpiexec")
+if has_phase checks; then
+  log "checks"
+  : >"$OUT/checks.log"
+  check "kernel_check fp32 vs CPU (rel L2 <= 1e-5)" 120 "$B/kernel_check" --compare "$REF/kernel_check.bin"
+  check "kernel_check TF32 vs CPU (GEMMs <= 2e-3)" 120 "$B/kernel_check" --compare "$REF/kernel_check.bin" --tf32
+  check "tiny run, 1 rank: losses = CPU (1e-4)" 180 "${TINY[@]}" --workdir "$WORK/tiny_1rank"
+  check "tiny run, 1 rank, parallel.comm=nccl (dp=1)" 180 "${TINY[@]}" --workdir "$WORK/tiny_nccl" \
+    --set parallel.comm=nccl
+  check "tiny run, 2 ranks, dp=2, comm=mpi (host-staged)" 240 "${TINY[@]}" --workdir "$WORK/tiny_dp2" \
+    --ranks 2 --set parallel.dp=2 --set parallel.comm=mpi --trace
+  [[ -f $WORK/tiny_dp2/trace.h5 ]] && cp "$WORK/tiny_dp2/trace.h5" "$OUT/trace_dp2.h5"
+  check "tiny run, 2 ranks, pp=2, comm=mpi (host-staged)" 240 "${TINY[@]}" --workdir "$WORK/tiny_pp2" \
+    --ranks 2 --set parallel.pp=2 --set parallel.microbatches=2 --set parallel.comm=mpi
+  check "mpi_tests -n 1 (MPI + NCCL communicators)" 300 "$B/mpiexec" -n 1 "$B/mpi_tests"
+fi
+
+# ---- benchmark ----------------------------------------------------------------------------------------
+if has_phase bench; then
+  left=$(( $(remaining) - 30 ))
+  has_phase unit && left=$(( left - 60 ))  # leave the unit tests a minute at least
+  if ((left < 60)); then
+    SUMMARY+=("SKIP  benchmark (no time left)")
+  else
+    log "benchmark (up to ${left}s)"
+    t0=$SECONDS
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+    timeout -k 10 "$left" "$PY" "$REPO_ROOT/tests/bench/bench_gpu.py" --bench "$B/bench_train_step" \
+      --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+    rc=$?
+    what=PASS
+    ((rc == 0)) || { what=FAIL; FAILED=1; }
+    SUMMARY+=("$(printf '%-5s %-52s %4ds  exit %d' "$what" "benchmark (bench_gpu.py)" $((SECONDS - t0)) "$rc")")
+    log "${SUMMARY[-1]}"
+  fi
+  write_summary
+fi
+
+# ---- unit tests ---------------------------------------------------------------------------------------
+if has_phase unit; then
+  left=$(( $(remaining) - 15 ))
+  if ((left < 30)); then
+    SUMMARY+=("SKIP  unit_tests (no time left; run the 'unit' phase alone)")
+  else
+    log "unit tests (up to ${left}s)"
+    t0=$SECONDS
+    timeout -k 10 "$left" "$B/unit_tests" >"$OUT/unit_tests.log" 2>&1
+    rc=$?
+    what=PASS
+    ((rc == 0)) || { what=FAIL; FAILED=1; }
+    ((rc == 124)) && what="FAIL (timed out after ${left}s)"
+    counts=$(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$OUT/unit_tests.log" | paste -sd' ')
+    SUMMARY+=("$(printf '%-5s %-52s %4ds  exit %d  %s' "$what" "unit_tests" $((SECONDS - t0)) "$rc" "$counts")")
+    log "${SUMMARY[-1]}"
+  fi
+  write_summary
+fi
+
+write_summary
+echo
+cat "$OUT/summary.txt"
+exit $((FAILED ? 1 : 0))
