@@ -1,7 +1,9 @@
 """Helpers shared by the Python tests: token shards, input decks, running gpt2 (under mpiexec)."""
+import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import time
 
@@ -9,6 +11,22 @@ import numpy as np
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
 
+
+
+def e2e_arg_parser(doc):
+    """The arguments every end-to-end test takes from ctest: --gpt2, --mpiexec, --workdir."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--gpt2", required=True)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--workdir", required=True)
+    return ap
+
+
+def fresh_dir(path):
+    """An empty folder at path (a previous run's files removed)."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
 
 def write_shard(path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION, count=None):
     """llm.c token shard: 256 int32 header (magic, version, count), then uint16 tokens."""

@@ -4,7 +4,6 @@ expected>` (printed once, not once per rank), a non-zero exit on every rank with
 an existing checkpoint folder and trace untouched. Training cases run on 2 ranks unless the case is
 about the number of ranks.
 """
-import argparse
 import json
 import os
 import shutil
@@ -17,14 +16,9 @@ import gpt2test  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpt2", required=True)
-    ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--workdir", required=True)
+    ap = gpt2test.e2e_arg_parser(__doc__)
     args = ap.parse_args()
-    w = args.workdir
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
+    w = gpt2test.fresh_dir(args.workdir)
     P = lambda *n: os.path.join(w, *n)  # noqa: E731
     tokens = gpt2test.learnable_tokens(4000, 64)
 

@@ -15,7 +15,6 @@ Rank processes are found as the descendants of this test's own mpiexec whose com
 this test's work folder (never by name); each launch runs in its own session, and whatever of that
 session is still alive at the end is continued and SIGKILLed.
 """
-import argparse
 import os
 import re
 import shutil
@@ -356,10 +355,7 @@ def checkpoint_crash(args, checks):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpt2", required=True)
-    ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--workdir", required=True)
+    ap = gpt2test.e2e_arg_parser(__doc__)
     ap.add_argument("--keep", action="store_true", help="keep the (large) checkpoint folders")
     args = ap.parse_args()
     if not os.path.isdir("/proc/self") or not os.path.exists(f"/proc/{os.getpid()}/environ"):
@@ -370,9 +366,7 @@ def main():
         raise SystemExit(77)
     args.workdir = os.path.abspath(args.workdir)
     args.gpt2 = os.path.abspath(args.gpt2)  # the launches run in the work folder
-    w = args.workdir
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
+    w = gpt2test.fresh_dir(args.workdir)
     if shutil.disk_usage(w).free < 2 << 30:
         print(f"skipped: less than 2 GiB free under {w} for the checkpoint crash case")
         raise SystemExit(77)

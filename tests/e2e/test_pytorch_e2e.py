@@ -8,7 +8,6 @@ PyTorch GPT-2 trained on the same weights and batches (tests/fixtures/e2e_expect
 tests/reference/make_fixtures.py) to 1e-4 relative -- on one rank, and with --ranks 2 as dp=2 and as
 a 2-stage pipeline.
 """
-import argparse
 import json
 import os
 import sys
@@ -20,10 +19,7 @@ FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtu
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpt2", required=True)
-    ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--workdir", required=True)
+    ap = gpt2test.e2e_arg_parser(__doc__)
     ap.add_argument("--ranks", type=int, default=1, choices=[1, 2])
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)

@@ -8,9 +8,7 @@ Also: `gpt2 convert` to llm.c's format and `gpt2 sample` from the checkpoint wor
 with a different model configuration is refused with a message naming what differs and leaves
 the checkpoints untouched.
 """
-import argparse
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -18,15 +16,10 @@ import gpt2test  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpt2", required=True)
-    ap.add_argument("--mpiexec", default="mpiexec")
-    ap.add_argument("--workdir", required=True)
+    ap = gpt2test.e2e_arg_parser(__doc__)
     ap.add_argument("--ranks", type=int, default=1)
     args = ap.parse_args()
-    w = args.workdir
-    shutil.rmtree(w, ignore_errors=True)
-    os.makedirs(w)
+    w = gpt2test.fresh_dir(args.workdir)
     train = os.path.join(w, "train.bin")
     gpt2test.write_shard(train, gpt2test.learnable_tokens(6000, 64))
     extra = {"parallel__dp": args.ranks} if args.ranks > 1 else {}
