@@ -99,7 +99,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
 
 MpiCommunicator::~MpiCommunicator() {
   for (Op& op : ops_)
-    if (op.req != MPI_REQUEST_NULL) MPI_Request_free(&op.req);
+    for (MPI_Request* r : {&op.req, &op.send_req})
+      if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -212,6 +213,27 @@ Request MpiCommunicator::irecv(void* buf, size_t count, DType t, int peer, int t
   return start(std::move(o));
 }
 
+Request MpiCommunicator::isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
+                                   size_t recv_count, int source, int recv_tag, DType t) {
+  Op o;
+  o.what = "send-receive";
+  o.peer = source;
+  o.result = recv;
+  o.result_count = recv_count;
+  o.type = t;
+  const void* s = send;
+  void* r = recv;
+  if (!kHostAccessible) {
+    to_host(o.send_staging, send, send_count * dtype_size(t));
+    o.staging.resize(recv_count * dtype_size(t));
+    s = o.send_staging.data(), r = o.staging.data();
+  }
+  // Two requests rather than MPI_Isendrecv, which needs MPI 4 (clusters still run MPI 3 libraries).
+  MPI_Irecv(r, int(recv_count), mpi_type(t), source, recv_tag, comm_, &o.req);
+  MPI_Isend(s, int(send_count), mpi_type(t), dest, send_tag, comm_, &o.send_req);
+  return start(std::move(o));
+}
+
 void MpiCommunicator::finish(Op& op) {
   void* host = kHostAccessible ? op.result : static_cast<void*>(op.staging.data());
   if (op.average) {
@@ -225,12 +247,14 @@ void MpiCommunicator::finish(Op& op) {
   }
   if (!kHostAccessible && op.result) to_device(op.result, op.staging, op.result_count * dtype_size(op.type));
   op.staging.clear();
+  op.send_staging.clear();
 }
 
 bool MpiCommunicator::poll(Op& op) {
   if (op.done) return true;
   int flag = 1;
   if (op.req != MPI_REQUEST_NULL) MPI_Test(&op.req, &flag, MPI_STATUS_IGNORE);
+  if (flag && op.send_req != MPI_REQUEST_NULL) MPI_Test(&op.send_req, &flag, MPI_STATUS_IGNORE);
   if (!flag) return false;
   op.done = true;
   finish(op);
@@ -250,6 +274,7 @@ void MpiCommunicator::wait(Request& r) {
   Op& op = ops_[r.id];
   if (!op.done) {
     mpi_wait(op.req, op.what, op.peer);
+    if (op.send_req != MPI_REQUEST_NULL) mpi_wait(op.send_req, op.what, op.peer);
     op.done = true;
     finish(op);
   }
@@ -258,7 +283,7 @@ void MpiCommunicator::wait(Request& r) {
 
 void MpiCommunicator::progress() {
   for (Op& op : ops_)
-    if (op.req != MPI_REQUEST_NULL && !op.done) poll(op);
+    if ((op.req != MPI_REQUEST_NULL || op.send_req != MPI_REQUEST_NULL) && !op.done) poll(op);
 }
 
 void MpiCommunicator::barrier() {

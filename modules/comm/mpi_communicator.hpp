@@ -20,6 +20,8 @@ class MpiCommunicator final : public Communicator {
   Request iall_gather(const void* send, void* recv, size_t count, DType t) override;
   Request isend(const void* buf, size_t count, DType t, int peer, int tag) override;
   Request irecv(void* buf, size_t count, DType t, int peer, int tag) override;
+  Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
+                    size_t recv_count, int source, int recv_tag, DType t) override;
   void wait(Request& r) override;
   bool test(Request& r) override;
   void progress() override;
@@ -28,10 +30,12 @@ class MpiCommunicator final : public Communicator {
  private:
   struct Op {
     MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Request send_req = MPI_REQUEST_NULL;  // isendrecv's send (req is its receive)
     bool done = false;
     const char* what = "";
     int peer = -1;
     std::vector<char> staging;  // host copy when the buffer is not host-accessible
+    std::vector<char> send_staging;  // isendrecv's outgoing host copy (staging holds the incoming)
     void* result = nullptr;     // where the result goes (device or host buffer)
     size_t result_count = 0;
     DType type = DType::f32;

@@ -110,6 +110,16 @@ Request NcclCommunicator::irecv(void* buf, size_t count, DType t, int peer, int)
   return end(kRecv, "receive", peer);
 }
 
+Request NcclCommunicator::isendrecv(const void* send, size_t send_count, int dest, int, void* recv,
+                                    size_t recv_count, int source, int, DType t) {
+  cudaStream_t s = begin(kRecv);
+  check(ncclGroupStart(), "ncclGroupStart");
+  check(ncclSend(send, send_count, nccl_type(t), dest, comm_, s), "ncclSend");
+  check(ncclRecv(recv, recv_count, nccl_type(t), source, comm_, s), "ncclRecv");
+  check(ncclGroupEnd(), "ncclGroupEnd");
+  return end(kRecv, "send-receive", source);
+}
+
 bool NcclCommunicator::test(Request& r) {
   if (!r.pending()) return true;
   const cudaError_t e = cudaEventQuery(ops_[r.id].done);
@@ -120,6 +130,11 @@ bool NcclCommunicator::test(Request& r) {
   free_.push_back(r.id);
   r.id = -1;
   return true;
+}
+
+void NcclCommunicator::order_after(Request& r) {
+  if (!r.pending()) return;
+  check(cudaStreamWaitEvent(Kokkos::Cuda().cuda_stream(), ops_[r.id].done, 0), "cudaStreamWaitEvent");
 }
 
 void NcclCommunicator::wait(Request& r) {

@@ -1,7 +1,8 @@
 #pragma once
 // Communicator over NCCL with device buffers (CUDA builds). Collectives, sends and receives run on
-// three streams of their own, each ordered after the Kokkos work issued before them (CUDA events),
-// so a send never queues behind a receive. The unique id is broadcast over MPI.
+// three streams of their own (a grouped send + receive on the receive stream), each ordered after
+// the Kokkos work issued before them (CUDA events), so a send never queues behind a receive. The
+// unique id is broadcast over MPI.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -24,13 +25,16 @@ class NcclCommunicator final : public Communicator {
   Request iall_gather(const void* send, void* recv, size_t count, DType t) override;
   Request isend(const void* buf, size_t count, DType t, int peer, int tag) override;
   Request irecv(void* buf, size_t count, DType t, int peer, int tag) override;
+  Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
+                    size_t recv_count, int source, int recv_tag, DType t) override;
   void wait(Request& r) override;
   bool test(Request& r) override;
+  void order_after(Request& r) override;
   void progress() override {}
   void barrier() override;
 
  private:
-  enum Lane { kCollective, kSend, kRecv };
+  enum Lane { kCollective, kSend, kRecv };  // isendrecv runs on kRecv
   cudaStream_t begin(Lane lane);         // stream of `lane`, ordered after the Kokkos stream
   Request end(Lane lane, const char* what, int peer);  // event recorded after the operation
 

@@ -16,7 +16,7 @@ AdamW::AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerCo
   }
 }
 
-void AdamW::step(Vec<float> params, Vec<float> grads, double lr, double grad_scale) {
+void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale) {
   ++t_;
   AdamWStep s;
   s.lr = lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;

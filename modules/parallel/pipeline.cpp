@@ -73,6 +73,21 @@ void PipelineExecutor::drain() {
   grad_sends_.clear();
 }
 
+bool PipelineExecutor::next_is(const std::vector<Action>& actions, size_t i, ActionKind kind) const {
+  return i + 1 < actions.size() && actions[i + 1].kind == kind;
+}
+
+void PipelineExecutor::exchange(const float* send, float* recv, size_t elems, int peer, int send_tag,
+                                int recv_tag, int step, int send_mb, int recv_mb) {
+  Request r;
+  {
+    Tracer::Scope t(tracer_, EventKind::send, step, send_mb);
+    r = pipe_->isendrecv(send, elems, peer, send_tag, recv, elems, peer, recv_tag, DType::f32);
+  }
+  Tracer::Scope t(tracer_, EventKind::recv, step, recv_mb);
+  pipe_->wait(r);
+}
+
 void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io) {
   const int B = io.microbatch_size;
   const size_t rows = size_t(B) * stage_.seq_len(), elems = rows * stage_.config().n_embd;
@@ -100,14 +115,18 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         Tracer::Scope t(tracer_, io.need_grad ? EventKind::forward : EventKind::eval, io.step, a.mb);
         Vec<float> losses = head ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
         stage_.forward(*s.act, losses, io.need_grad, io.dloss);
-        if (!io.need_grad && !head && actions.size() > i + 1 &&
-            actions[i + 1].kind == ActionKind::send_activation)
-          break;  // slot goes back after the send
+        if (!io.need_grad && next_is(actions, i, ActionKind::send_activation)) break;  // back after the send
         if (!io.need_grad) release(a.mb);
         break;
       }
       case ActionKind::send_activation: {
         Slot& s = live_.at(a.mb);
+        if (next_is(actions, i, ActionKind::recv_grad)) {  // steady state: send forward, receive backward
+          const Action r = actions[++i];
+          exchange(s.act->output().data(), stage_.dres(B).data(), elems, index_ + 1, tag(a.kind, a.mb),
+                   tag(r.kind, r.mb), io.step, a.mb, r.mb);
+          break;
+        }
         {
           Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
           s.send = pipe_->isend(s.act->output().data(), elems, DType::f32, index_ + 1, tag(a.kind, a.mb));
@@ -132,11 +151,19 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         }
         Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb);
         stage_.backward(*s.act, i == last_backward ? io.grads_ready : std::function<void(size_t)>());
-        if (i + 1 < actions.size() && actions[i + 1].kind == ActionKind::send_grad) break;  // after it
+        if (next_is(actions, i, ActionKind::send_grad)) break;  // released after the send
         release(a.mb);
         break;
       }
       case ActionKind::send_grad: {
+        if (next_is(actions, i, ActionKind::recv_activation)) {  // send backward, receive forward
+          const Action r = actions[++i];
+          release(a.mb);
+          Slot& next = acquire(r.mb, B);
+          exchange(stage_.dres(B).data(), next.act->input.data(), elems, index_ - 1, tag(a.kind, a.mb),
+                   tag(r.kind, r.mb), io.step, a.mb, r.mb);
+          break;
+        }
         // The stage's gradient buffer is reused by the next backward: send from a copy.
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb);
         GradSend g{grad_buffer(elems), Request{}};

@@ -52,6 +52,12 @@ class PipelineExecutor {
   void release(int mb);  // back to the pool once its send completed
   Buffer<float> grad_buffer(size_t n);  // a free gradient send buffer
   void drain();          // complete every pending send, return their buffers
+  bool next_is(const std::vector<Action>& actions, size_t i, ActionKind kind) const;
+  // A send to a neighbour paired with the receive from it that the schedule does next (1F1B's
+  // steady state, the turn from forwards to backwards): one grouped call, waited for here because
+  // the received tensor is needed at once. Both buffers are free again on return.
+  void exchange(const float* send, float* recv, size_t elems, int peer, int send_tag, int recv_tag,
+                int step, int send_mb, int recv_mb);
 
   Stage<float>& stage_;
   int index_;

@@ -47,7 +47,15 @@ class Communicator {
   virtual Request iall_gather(const void* send, void* recv, size_t count, DType t) = 0;
   virtual Request isend(const void* buf, size_t count, DType t, int peer, int tag) = 0;
   virtual Request irecv(void* buf, size_t count, DType t, int peer, int tag) = 0;
+  // A send and a receive that complete together: one grouped call under NCCL (so two ranks may
+  // exchange, or one rank with itself), MPI_Isendrecv under MPI.
+  virtual Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
+                            size_t recv_count, int source, int recv_tag, DType t) = 0;
   virtual void wait(Request& r) = 0;
+  // Device work issued from now on runs after r, without the host waiting where the backend can
+  // order it on the device (NCCL: stream order); r may stay pending, so wait(r) before the host
+  // reads the result. MPI completes r here.
+  virtual void order_after(Request& r) { wait(r); }
   virtual bool test(Request& r) = 0;  // true when complete (then r is reset)
   virtual void progress() = 0;        // drive outstanding operations (MPI has no progress thread)
   virtual void barrier() = 0;

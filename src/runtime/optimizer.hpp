@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/param_layout.hpp"
+#include "tensor/adamw.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -19,8 +20,9 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // One update; gradients are multiplied by grad_scale (the clipping factor) on the fly.
-  virtual void step(Vec<float> params, Vec<float> grads, double lr, double grad_scale) = 0;
+  // One update; gradients are multiplied by grad_scale (the clipping factor, possibly still on the
+  // device) on the fly.
+  virtual void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale) = 0;
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t n) = 0;
   // Named state buffers in the parameter layout (AdamW: "m", "v"), for checkpoints.

@@ -6,11 +6,44 @@
 
 namespace gpt2 {
 
+// PyTorch's clip_grad_norm_: factor = min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables.
+KOKKOS_INLINE_FUNCTION double clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  const double f = max_norm / (norm + 1e-6);
+  return f < 1.0 ? f : 1.0;
+}
+
+// The factor the gradients are multiplied by: a value known on the host, or the clipping factor of a
+// gradient norm whose square is still in device memory (a DeviceScalar the step's reductions and
+// all-reduces filled), so the optimizer needs no host round trip.
+struct GradScale {
+  double value = 1;                // when sumsq is null
+  const double* sumsq = nullptr;   // device memory: the global sum of squared gradients
+  double max_norm = 0;
+  GradScale(double v = 1) : value(v) {}  // NOLINT: a plain factor converts implicitly
+  static GradScale clip(const double* sumsq, double max_norm) {
+    GradScale s;
+    s.sumsq = sumsq, s.max_norm = max_norm;
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION double operator()() const {
+    return sumsq ? clip_factor(km::sqrt(*sumsq), max_norm) : value;
+  }
+  // Where device memory is host memory, read the norm once here instead of in every kernel thread.
+  GradScale on_host_if_possible() const {
+    if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible && sumsq) {
+      ExecSpace().fence();
+      return GradScale((*this)());
+    }
+    return *this;
+  }
+};
+
 struct AdamWStep {
   double lr = 0;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0;  // applied only where the caller says (tensors of rank >= 2)
-  double grad_scale = 1;    // clipping factor, folded in here to save a pass over the gradients
+  GradScale grad_scale;     // clipping factor, folded in here to save a pass over the gradients
   int step = 1;             // 1-based, for the bias corrections
 };
 
@@ -20,11 +53,12 @@ struct AdamWStep {
 template <class T>
 void adamw_update(Vec<T> p, CVec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
   const T b1 = s.beta1, b2 = s.beta2, eps = s.eps, lr = s.lr, wd = s.weight_decay;
-  const T scale = s.grad_scale;
+  const GradScale grad_scale = s.grad_scale.on_host_if_possible();
   const T bc1 = T(1) / (T(1) - T(std::pow(s.beta1, s.step)));
   const T bc2 = T(1) / (T(1) - T(std::pow(s.beta2, s.step)));
   Kokkos::parallel_for(
       "adamw_update", Kokkos::RangePolicy<ExecSpace>(0, p.extent(0)), KOKKOS_LAMBDA(int64_t i) {
+        const T scale = T(grad_scale());
         const T gi = g(i) * scale;
         const T mi = b1 * m(i) + (T(1) - b1) * gi;
         const T vi = b2 * v(i) + (T(1) - b2) * gi * gi;
@@ -32,13 +66,6 @@ void adamw_update(Vec<T> p, CVec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
         v(i) = vi;
         p(i) -= lr * (wd * p(i) + (mi * bc1) / (km::sqrt(vi * bc2) + eps));
       });
-}
-
-// PyTorch's clip_grad_norm_: factor = min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables.
-inline double clip_factor(double norm, double max_norm) {
-  if (max_norm <= 0) return 1.0;
-  const double f = max_norm / (norm + 1e-6);
-  return f < 1.0 ? f : 1.0;
 }
 
 }  // namespace gpt2

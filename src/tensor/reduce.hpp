@@ -6,16 +6,20 @@
 
 namespace gpt2 {
 
-// sum_i f(g(i)) for f = identity or square
-template <class T, bool Square>
-double chunked_sum(CVec<T> g) {
+// Where a reduction's result goes: a 0-d view in the execution space's memory. Filled
+// asynchronously (no host round trip), so it can feed later kernels and communication directly.
+using DeviceScalar = Kokkos::View<double, MemSpace, Kokkos::MemoryUnmanaged>;
+
+// sum_i f(g(i)) for f = identity or square, into result: a double& (the host waits for it) or a
+// DeviceScalar (queued like any kernel).
+template <class T, bool Square, class Result>
+void chunked_sum(CVec<T> g, Result&& result) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   constexpr int64_t kChunk = 4096;
   const int64_t n = g.extent(0), chunks = (n + kChunk - 1) / kChunk;
-  double total = 0;
   Kokkos::parallel_reduce(
-      "chunked_sum", Policy(chunks, Kokkos::AUTO),
+      "chunked_sum", Policy(chunks > 0 ? chunks : 1, Kokkos::AUTO),  // (one empty team when n = 0)
       KOKKOS_LAMBDA(const Member& team, double& acc) {
         const int64_t b = team.league_rank() * kChunk;
         const int len = int(b + kChunk <= n ? kChunk : n - b);
@@ -25,17 +29,28 @@ double chunked_sum(CVec<T> g) {
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
       },
-      total);
-  return total;
+      result);
 }
 
 template <class T>
 double sum_of(CVec<T> g) {
-  return chunked_sum<T, false>(g);
+  double total = 0;
+  chunked_sum<T, false>(g, total);
+  return total;
 }
 template <class T>
 double sum_of_squares(CVec<T> g) {
-  return chunked_sum<T, true>(g);
+  double total = 0;
+  chunked_sum<T, true>(g, total);
+  return total;
+}
+template <class T>
+void sum_of(CVec<T> g, DeviceScalar out) {
+  chunked_sum<T, false>(g, out);
+}
+template <class T>
+void sum_of_squares(CVec<T> g, DeviceScalar out) {
+  chunked_sum<T, true>(g, out);
 }
 
 }  // namespace gpt2

@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -96,6 +97,7 @@ void Trainer::setup_model() {
       dp_comm_.get(), Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), bucket, tracer_);
   if (stage_->layout().has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
+  step_sums_ = Buffer<double>("step_sums", 2);
 
   lr_.kind = cfg_.train.schedule;
   lr_.lr = cfg_.train.lr, lr_.min_lr = cfg_.train.min_lr;
@@ -131,18 +133,20 @@ StepMetrics Trainer::train_step() {
   averager_->finish();
   sync_tied_embedding();
 
+  reduce_step_sums(cfg_.parallel.microbatches, true);
   StepMetrics m;
   m.step = int(step_ + 1);
-  m.loss = global_loss(cfg_.parallel.microbatches);
-  m.grad_norm = global_grad_norm();
   m.lr = learning_rate(lr_, int(step_));
   {
     Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
     opt_->step(Vec<float>(stage_->params.data(), stage_->params.extent(0)),
                Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), m.lr,
-               clip_factor(m.grad_norm, cfg_.train.grad_clip));
+               GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip));
     Kokkos::fence();
   }
+  const StepSums sums = read_step_sums(cfg_.parallel.microbatches);
+  m.loss = sums.loss;
+  m.grad_norm = sums.grad_norm;
   ++step_;
   const double dt = tracer_.now() - t0;
   m.step_ms = dt * 1e3;
@@ -159,32 +163,46 @@ void Trainer::sync_tied_embedding() {
   tied_comm_->allreduce(stage_->grads.data(), n, DType::f32, ReduceOp::sum);
 }
 
-double Trainer::global_loss(int microbatches_run) {
-  double sum = 0;
-  if (stage_->layout().has_head()) {
-    const size_t n = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
-    sum = sum_of<float>(Vec<float>(losses_.data(), n));
+void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
+  const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
+  // Only the head stage has token losses; the others contribute 0 to the sum over stages.
+  const size_t n_loss = stage_->layout().has_head() ? tokens : 0;
+  sum_of<float>(Vec<float>(losses_.data(), n_loss), DeviceScalar(step_sums_.data()));
+  if (with_grad_norm) {
+    // The tied wte copy on a last stage duplicates stage 0's: count it once.
+    const size_t skip = stage_->layout().tied_size(), n = stage_->grads.extent(0) - skip;
+    sum_of_squares<float>(Vec<float>(stage_->grads.data() + skip, n), DeviceScalar(step_sums_.data() + 1));
   }
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
-  if (stage_->layout().has_head()) sum = allreduce_sum(topo_->dp_comm(), sum);
-  sum = allreduce_sum(topo_->pipe_comm(), sum);  // only the head stage contributes
-  return sum / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
+  // The loss over the data-parallel replicas (gradients are already averaged there), then both
+  // values over the stages; each all-reduce is ordered after the one before on the device.
+  auto queue = [&](Communicator* c, size_t count) {
+    Request r = c->iallreduce(step_sums_.data(), count, DType::f64, ReduceOp::sum);
+    c->order_after(r);
+    sums_pending_.emplace_back(c, r);
+  };
+  if (dp_comm_ && stage_->layout().has_head()) queue(dp_comm_.get(), 1);
+  if (pipe_comm_) queue(pipe_comm_.get(), with_grad_norm ? 2 : 1);
 }
 
-double Trainer::global_grad_norm() {
-  // The tied wte copy on a last stage duplicates stage 0's: count it once.
-  const size_t skip = stage_->layout().tied_size(), n = stage_->grads.extent(0) - skip;
-  double ss = sum_of_squares<float>(Vec<float>(stage_->grads.data() + skip, n));
-  Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
-  ss = allreduce_sum(topo_->pipe_comm(), ss);
-  return std::sqrt(ss);
+Trainer::StepSums Trainer::read_step_sums(int microbatches_run) {
+  {
+    Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
+    for (auto& [comm, request] : sums_pending_) comm->wait(request);
+    sums_pending_.clear();
+  }
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), step_sums_);
+  StepSums s;
+  s.loss = h(0) / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
+  s.grad_norm = std::sqrt(h(1));
+  return s;
 }
 
 double Trainer::evaluate() {
   if (!val_loader_) return -1;
   Tracer::Scope scope(tracer_, EventKind::eval, int(step_));
   const int batches = int(std::min<int64_t>(cfg_.train.eval_batches, val_loader_->batches_per_epoch()));
-  const int m = cfg_.parallel.microbatches, T = cfg_.data.seq_len;
+  const int m = cfg_.parallel.microbatches;
   double total = 0;
   for (int k = 0; k < batches; ++k) {
     PipelineExecutor::StepIO io;
@@ -194,9 +212,9 @@ double Trainer::evaluate() {
     io.losses = Vec<float>(losses_.data(), losses_.extent(0));
     io.need_grad = false;
     exec_->run(eval_actions_, io);
-    total += global_loss(m);
+    reduce_step_sums(m, false);
+    total += read_step_sums(m).loss;
   }
-  (void)T;
   return batches > 0 ? total / batches : -1;
 }
 

@@ -67,8 +67,14 @@ class Trainer {
   void load_initial_state();
   void load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a);
   void sync_tied_embedding();
-  double global_loss(int microbatches_run);
-  double global_grad_norm();
+  // The step's loss and gradient norm stay in device memory until the step's work is all queued:
+  // reduce_step_sums queues the local sums and their all-reduces (later kernels, the optimizer's
+  // clipping among them, see the global values); read_step_sums waits for them on the host.
+  void reduce_step_sums(int microbatches_run, bool with_grad_norm);
+  struct StepSums {
+    double loss = 0, grad_norm = 0;  // mean token loss over the global batch; global gradient L2 norm
+  };
+  StepSums read_step_sums(int microbatches_run);
   std::vector<float> gather_section(const Vec<float>& local);  // owned range -> rank 0
   void read_checkpoint(const std::string& path, bool with_optimizer);
   void maybe_sample();
@@ -93,6 +99,8 @@ class Trainer {
   LrSchedule lr_;
   std::vector<Action> train_actions_, eval_actions_;
   Buffer<float> losses_;
+  Buffer<double> step_sums_;  // [0] token-loss sum, [1] sum of squared gradients (device memory)
+  std::vector<std::pair<Communicator*, Request>> sums_pending_;  // their all-reduces in flight
   std::vector<int> host_inputs_, host_targets_;
   std::vector<int> stage_layers_;
   int mb_size_ = 1;  // sequences per microbatch on this rank

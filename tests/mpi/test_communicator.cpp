@@ -79,15 +79,25 @@ TEST(Communicator, CollectivesAndPointToPoint) {
     comm->wait(rg);
     const auto g = host(all);
     for (int q = 0; q < p; ++q) EXPECT_EQ(g[2 * q + 1], q) << name;
-    // ring: send to the right, receive from the left (posted first, so any order is safe). NCCL
-    // pairs a send to itself only with a receive in the same group; the pipeline never sends to
-    // itself, so a one-rank NCCL world skips the ring.
+    // ring as one grouped exchange: send to the right, receive from the left. On one rank that is
+    // a rank exchanging with itself, which NCCL allows only inside a group.
+    const int right = (r + 1) % p, left = (r + p - 1) % p;
+    Buffer<float> out("out", n), in("in", n), back("back", n / 2);
+    Kokkos::deep_copy(out, float(r));
+    Request rx = comm->isendrecv(out.data(), n, right, 5, in.data(), n, left, 5, DType::f32);
+    comm->wait(rx);
+    for (float x : host(in)) ASSERT_EQ(x, float(left)) << name;
+    // and back the other way, with a different count, so send and receive sizes are not confused
+    rx = comm->isendrecv(in.data(), n / 2, left, 6, back.data(), n / 2, right, 6, DType::f32);
+    comm->wait(rx);
+    for (float x : host(back)) ASSERT_EQ(x, float(r)) << name;
+    // ring: separate send and receive (posted first, so any order is safe). NCCL pairs a send to
+    // itself only with a receive in the same group, so a one-rank NCCL world skips this one.
     if (name == "nccl" && p == 1) {
       comm->barrier();
       continue;
     }
-    Buffer<float> out("out", n), in("in", n);
-    Kokkos::deep_copy(out, float(r));
+    Kokkos::deep_copy(in, -1.0f);
     Request rr = comm->irecv(in.data(), n, DType::f32, (r + p - 1) % p, 7);
     Request rsend = comm->isend(out.data(), n, DType::f32, (r + 1) % p, 7);
     comm->wait(rsend);

@@ -268,6 +268,34 @@ TEST(Kernels, GradNormAndClipFactor) {
   EXPECT_DOUBLE_EQ(clip_factor(0.5, 1.0), 1.0);
   EXPECT_NEAR(clip_factor(4.0, 1.0), 1.0 / (4.0 + 1e-6), 1e-15);
   EXPECT_DOUBLE_EQ(clip_factor(4.0, 0.0), 1.0);  // clipping off
+  // Into device memory: the same bits as the host result; an empty vector sums to 0.
+  Buffer<double> out("out", 2);
+  Kokkos::deep_copy(out, 7.0);
+  sum_of_squares<D>(V(g), DeviceScalar(out.data()));
+  sum_of<D>(CVec<D>(g.data(), 0), DeviceScalar(out.data() + 1));
+  EXPECT_EQ(to_host(out)[0], sum_of_squares<D>(V(g)));
+  EXPECT_EQ(to_host(out)[1], 0.0);
+}
+
+// AdamW clipping from a squared norm in device memory gives the bits of the host-computed factor.
+TEST(Kernels, AdamWClipsFromDeviceNorm) {
+  const int n = 50;
+  auto g = random_buffer<D>(n, 6);
+  for (double max_norm : {0.5, 100.0, 0.0}) {  // clipped, not clipped, clipping off
+    auto p1 = random_buffer<D>(n, 7), p2 = random_buffer<D>(n, 7);
+    auto m1 = random_buffer<D>(n, 8, 0.0), m2 = random_buffer<D>(n, 8, 0.0);
+    auto v1 = random_buffer<D>(n, 9, 0.0), v2 = random_buffer<D>(n, 9, 0.0);
+    Buffer<double> sumsq("sumsq", 1);
+    sum_of_squares<D>(V(g), DeviceScalar(sumsq.data()));
+    AdamWStep s;
+    s.lr = 1e-2, s.weight_decay = 0.1, s.step = 2;
+    s.grad_scale = clip_factor(std::sqrt(sum_of_squares<D>(V(g))), max_norm);
+    adamw_update<D>(V(p1), V(g), V(m1), V(v1), s);
+    s.grad_scale = GradScale::clip(sumsq.data(), max_norm);
+    adamw_update<D>(V(p2), V(g), V(m2), V(v2), s);
+    EXPECT_EQ(to_host(p1), to_host(p2)) << "max_norm " << max_norm;
+    EXPECT_EQ(to_host(v1), to_host(v2)) << "max_norm " << max_norm;
+  }
 }
 
 TEST(Kernels, FastExpAndTanhAreAccurate) {

@@ -100,14 +100,17 @@ TEST(PyTorchReference, AdamWTrajectoryWithClipping) {
   const auto& loss_ref = ref.t.at("traj.loss").values;
   const auto& norm_ref = ref.t.at("traj.grad_norm").values;
   int clipped = 0;
+  Buffer<double> sumsq("sumsq", 1);
   for (size_t step = 0; step < loss_ref.size(); ++step) {
     const double loss = forward_backward(stage, a, ref, "traj.tokens", "traj.targets", step * N);
-    const double norm = std::sqrt(sum_of_squares<float>(Vec<float>(stage.grads.data(), stage.grads.extent(0))));
+    // As the trainer does it: the squared norm stays in device memory and clipping reads it there.
+    sum_of_squares<float>(Vec<float>(stage.grads.data(), stage.grads.extent(0)), DeviceScalar(sumsq.data()));
+    const double norm = std::sqrt(to_host(sumsq)[0]);
     EXPECT_NEAR(loss, loss_ref[step], 1e-5 * loss_ref[step]) << "step " << step;
     EXPECT_NEAR(norm, norm_ref[step], 1e-4 * norm_ref[step]) << "step " << step;
     clipped += norm > hp[5];
     opt->step(Vec<float>(stage.params.data(), stage.params.extent(0)),
-              Vec<float>(stage.grads.data(), stage.grads.extent(0)), hp[0], clip_factor(norm, hp[5]));
+              Vec<float>(stage.grads.data(), stage.grads.extent(0)), hp[0], GradScale::clip(sumsq.data(), hp[5]));
   }
   EXPECT_GT(clipped, 0) << "the fixture should exercise clipping";
   const auto p = to_host(stage.params);
