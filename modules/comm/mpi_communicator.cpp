@@ -197,18 +197,20 @@ Request MpiCommunicator::isend(const void* buf, size_t count, DType t, int peer,
   return start(std::move(o));
 }
 
-Request MpiCommunicator::irecv(void* buf, size_t count, DType t, int peer, int tag) {
-  Op o;
-  o.what = "receive";
+void* MpiCommunicator::receive_into(Op& o, void* buf, size_t count, DType t, int peer) {
   o.peer = peer;
   o.result = buf;
   o.result_count = count;
   o.type = t;
-  void* p = buf;
-  if (!kHostAccessible) {
-    o.staging.resize(count * dtype_size(t));
-    p = o.staging.data();
-  }
+  if (kHostAccessible) return buf;
+  o.staging.resize(count * dtype_size(t));
+  return o.staging.data();
+}
+
+Request MpiCommunicator::irecv(void* buf, size_t count, DType t, int peer, int tag) {
+  Op o;
+  o.what = "receive";
+  void* p = receive_into(o, buf, count, t, peer);
   MPI_Irecv(p, int(count), mpi_type(t), peer, tag, comm_, &o.req);
   return start(std::move(o));
 }
@@ -217,16 +219,11 @@ Request MpiCommunicator::isendrecv(const void* send, size_t send_count, int dest
                                    size_t recv_count, int source, int recv_tag, DType t) {
   Op o;
   o.what = "send-receive";
-  o.peer = source;
-  o.result = recv;
-  o.result_count = recv_count;
-  o.type = t;
+  void* r = receive_into(o, recv, recv_count, t, source);
   const void* s = send;
-  void* r = recv;
   if (!kHostAccessible) {
     to_host(o.send_staging, send, send_count * dtype_size(t));
-    o.staging.resize(recv_count * dtype_size(t));
-    s = o.send_staging.data(), r = o.staging.data();
+    s = o.send_staging.data();
   }
   // Two requests rather than MPI_Isendrecv, which needs MPI 4 (clusters still run MPI 3 libraries).
   MPI_Irecv(r, int(recv_count), mpi_type(t), source, recv_tag, comm_, &o.req);

@@ -42,6 +42,9 @@ class MpiCommunicator final : public Communicator {
     bool average = false;       // divide by size() on completion
   };
   Request start(Op op);
+  // Sets o up to receive count values into buf; returns where MPI writes (buf, or host staging
+  // that finish() copies to buf).
+  static void* receive_into(Op& o, void* buf, size_t count, DType t, int peer);
   void finish(Op& op);  // copy back / average, once the MPI request completed
   bool poll(Op& op);
 
