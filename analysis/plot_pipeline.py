@@ -94,11 +94,11 @@ def plot_gantt(trace, step, plt):
                     color="white", fontweight="bold", zorder=3)
     # Compute window of each pipeline (the denominator of the measured bubble).
     fwd, bwd = trace.code("forward"), trace.code("backward")
-    for d in range(trace.dp):
-        mine = events[(events["rank"] // trace.pp) == d]
+    for pipe in trace.pipelines():
+        mine = events[np.isin(events["rank"], pipe)]
         f, b = mine[mine["kind"] == fwd], mine[mine["kind"] == bwd]
         if len(f) and len(b):
-            lo, hi = d * trace.pp - 0.5, (d + 1) * trace.pp - 0.5
+            lo, hi = min(pipe) - 0.5, max(pipe) + 0.5
             for t in (f["start"].min(), b["end"].max()):
                 ax.plot([(t - ref) * 1e3] * 2, [lo, hi], ls="--", color="black", lw=0.8, zorder=4)
 

@@ -36,6 +36,7 @@ def summarize(trace, peak_tflops, skip):
         "world_size": trace.world_size,
         "dp": trace.dp,
         "pp": trace.pp,
+        "tp": trace.tp,
         "microbatches": trace.microbatches,
         "schedule": trace.schedule,
         "device": trace.meta.get("device", ""),
@@ -50,6 +51,9 @@ def summarize(trace, peak_tflops, skip):
         "mfu": tracelib.mfu(trace, peak_tflops, skip),
         "comm_fraction": comm,
         "comm_fraction_per_rank": {str(r): v for r, v in comm_per_rank.items()},
+        # Every communication kind the trace declares: share of step time, bytes per step and rank.
+        "comm_by_kind": {k: {"fraction": f, "bytes_per_step": b}
+                         for k, (f, b) in tracelib.comm_by_kind(trace, skip).items()},
         # Without a pipeline there is no bubble to speak of: nan (null in JSON).
         "bubble_measured": tracelib.mean_bubble(trace, skip) if trace.pp > 1 else float("nan"),
         "bubble_theoretical": (tracelib.theoretical_bubble(trace.schedule, trace.pp, trace.microbatches)

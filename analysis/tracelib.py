@@ -1,11 +1,15 @@
 """Shared helpers for the analysis scripts: load a gpt2-kokkos HDF5 trace and derive the numbers that
 several scripts need (step times, tokens/s, MFU, communication share, pipeline bubble).
 
-Trace layout (src/trace/hdf5_trace.hpp), one file per run:
-  /meta     attributes: config (TOML text), world_size, dp, pp, microbatches, schedule, device,
-            execution_space, tokens_per_step, num_params, n_layer, n_embd, seq_len, stage_layers, ...
-  /events   compound {rank, kind, step, microbatch, stage, start, end}; attribute kind_names is one
-            comma-separated string mapping kind codes to names; times in seconds on a common clock
+Trace layout (src/trace/hdf5_trace.hpp), one file per run. The file describes itself; nothing about
+it is copied here:
+  /meta     attributes: config (TOML text), world_size, dp, pp, tp, microbatches, schedule, device,
+            execution_space, tokens_per_step, num_params, n_layer, n_embd, seq_len, stage_layers, ...;
+            event_kinds, compute_kinds, communication_kinds (comma-separated kind names); per rank
+            (arrays of length world_size): dp_rank, pp_rank, tp_rank, param_bytes, ...
+  /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}; attribute kind_names
+            maps kind codes to names; times in seconds on a common clock; bytes moved by
+            communication events
   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss}, one row per
             optimizer step (rank 0's view); val_loss < 0 where no evaluation ran
 
@@ -14,7 +18,8 @@ Conventions used here:
   * A `step` event wraps one whole optimizer step on one rank. Events are attributed to a step by time
     containment in that rank's step window where the step index alone is ambiguous: the evaluation
     that runs after k completed steps carries step index k, the 0-based index of the next step.
-  * World rank r sits at dp rank r // pp, pipeline stage r % pp (src/runtime/topology.hpp).
+  * A rank's place in the grid is read from /meta dp_rank, pp_rank, tp_rank; a pipeline is the ranks
+    that share (dp_rank, tp_rank).
   * The file stores each rank's events in completion order (an enclosing event such as `step` is
     written after the events inside it); Trace.events is re-sorted by (rank, start).
 """
@@ -24,18 +29,17 @@ import os
 import h5py
 import numpy as np
 
-# Fallback when /events has no kind_names attribute (src/trace/tracer.hpp: EventKind).
-DEFAULT_KIND_NAMES = ("forward", "backward", "optimizer", "allreduce_issue", "allreduce_wait", "send",
-                      "recv", "data", "eval", "checkpoint", "step", "tied_sync")
-COMPUTE_KINDS = ("forward", "backward")
-COMM_KINDS = ("send", "recv", "allreduce_wait", "tied_sync")
-# One colour per kind, shared by every plot.
+# One colour per kind, shared by every plot (kinds without one are drawn black).
 KIND_COLORS = {
     "forward": "#4C72B0", "backward": "#DD8452", "send": "#55A868", "recv": "#C44E52",
     "allreduce_issue": "#8172B3", "allreduce_wait": "#937860", "optimizer": "#DA8BC3",
     "tied_sync": "#CCB974", "data": "#8C8C8C", "eval": "#64B5CD", "checkpoint": "#222222",
-    "step": "#EEEEEE",
+    "step": "#EEEEEE", "send_wait": "#8DA0CB", "scalar_sync": "#A6D854",
 }
+
+
+class TraceFormatError(Exception):
+    """The file lacks something every gpt2-kokkos trace of this version has."""
 
 
 def decode(value):
@@ -66,7 +70,16 @@ class Trace:
             self.metrics = f["metrics"][...] if "metrics" in f else np.zeros(0, dtype=_METRIC_DTYPE)
         if isinstance(names, list):
             names = ",".join(names)
-        self.kind_names = names.split(",") if names else list(DEFAULT_KIND_NAMES)
+        missing = [k for k in ("compute_kinds", "communication_kinds", "dp_rank", "pp_rank", "tp_rank")
+                   if k not in self.meta]
+        if not names or missing:
+            raise TraceFormatError(f"no {', '.join(missing or ['kind_names'])} in the trace "
+                                   "(written by an older gpt2-kokkos?)")
+        self.kind_names = names.split(",")
+        self.compute_kinds = tuple(k for k in str(self.meta["compute_kinds"]).split(",") if k)
+        self.comm_kinds = tuple(k for k in str(self.meta["communication_kinds"]).split(",") if k)
+        self.coords = {r: (int(d), int(p), int(t)) for r, (d, p, t) in enumerate(
+            zip(_as_list(self.meta["dp_rank"]), _as_list(self.meta["pp_rank"]), _as_list(self.meta["tp_rank"])))}
         # Enclosing events first when two start together: sort by rank, start, then longest first.
         order = np.lexsort((-events["end"], events["start"], events["rank"]))
         self.events = events[order]
@@ -87,6 +100,10 @@ class Trace:
         return self._int("pp", 1)
 
     @property
+    def tp(self):
+        return self._int("tp", 1)
+
+    @property
     def microbatches(self):
         return self._int("microbatches", 1)
 
@@ -105,13 +122,22 @@ class Trace:
     @property
     def label(self):
         """Short run description from /meta, e.g. 'pp2 (dp1 x pp2, m4, 1f1b)'."""
-        parts = [f"dp{self.dp} x pp{self.pp}", f"m{self.microbatches}"]
+        grid = f"dp{self.dp} x pp{self.pp}" + (f" x tp{self.tp}" if self.tp > 1 else "")
+        parts = [grid, f"m{self.microbatches}"]
         if self.pp > 1:
             parts.append(self.schedule)
         return f"{self.name} ({', '.join(parts)})"
 
     def rank_name(self, rank):
-        return f"rank {rank} (dp {rank // self.pp}, stage {rank % self.pp})"
+        d, p, t = self.coords.get(rank, (-1, -1, -1))
+        return f"rank {rank} (dp {d}, stage {p}" + (f", tp {t})" if self.tp > 1 else ")")
+
+    def pipelines(self):
+        """The ranks of each pipeline (sharing dp_rank and tp_rank), each list by stage."""
+        groups = {}
+        for r, (d, p, t) in sorted(self.coords.items(), key=lambda x: (x[1][0], x[1][2], x[1][1])):
+            groups.setdefault((d, t), []).append(r)
+        return list(groups.values())
 
     # --- events -----------------------------------------------------------------------------
     def code(self, kind):
@@ -191,9 +217,13 @@ class Trace:
 
 
 _EVENT_DTYPE = np.dtype([("rank", "<i4"), ("kind", "<i4"), ("step", "<i4"), ("microbatch", "<i4"),
-                         ("stage", "<i4"), ("start", "<f8"), ("end", "<f8")])
+                         ("stage", "<i4"), ("start", "<f8"), ("end", "<f8"), ("bytes", "<i8")])
 _METRIC_DTYPE = np.dtype([("step", "<i4"), ("loss", "<f8"), ("lr", "<f8"), ("grad_norm", "<f8"),
                           ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8")])
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
 
 
 def load(paths):
@@ -202,7 +232,7 @@ def load(paths):
     for p in paths:
         try:
             traces.append(Trace(p))
-        except (OSError, KeyError) as e:
+        except (OSError, KeyError, TraceFormatError) as e:
             raise SystemExit(f"{p}: cannot read as a gpt2-kokkos HDF5 trace ({e})")
     return traces
 
@@ -223,14 +253,14 @@ def mfu(trace, peak_tflops, skip=1):
 
 
 def comm_fraction(trace, skip=1):
-    """Share of step time spent in send/recv/allreduce_wait/tied_sync, per rank averaged.
+    """Share of step time spent in communication (the trace's communication_kinds), per rank averaged.
 
     For each rank: sum of the durations of those events that lie inside the rank's `step` windows
     (first `skip` steps left out) divided by the sum of those windows. Returns (mean, {rank: share}).
     """
     steps = set(trace.train_steps(skip))
     owner = trace.containing_step()
-    comm = trace.mask(COMM_KINDS) & np.isin(owner, list(steps))
+    comm = trace.mask(trace.comm_kinds) & np.isin(owner, list(steps))
     per_rank = {}
     for r, w in trace.step_windows().items():
         w = w[np.isin(w["step"], list(steps))]
@@ -241,6 +271,30 @@ def comm_fraction(trace, skip=1):
         per_rank[r] = float(np.sum(ev["end"] - ev["start"])) / total
     mean = float(np.mean(list(per_rank.values()))) if per_rank else float("nan")
     return mean, per_rank
+
+
+def comm_by_kind(trace, skip=1):
+    """Per communication kind of the trace: (share of step time, bytes moved per step), each averaged
+    over the ranks as comm_fraction does. The shares add up to comm_fraction's mean."""
+    steps = set(trace.train_steps(skip))
+    owner = trace.containing_step()
+    in_steps = np.isin(owner, list(steps))
+    windows = {}
+    for r, w in trace.step_windows().items():
+        w = w[np.isin(w["step"], list(steps))]
+        total = float(np.sum(w["end"] - w["start"]))
+        if total > 0:
+            windows[r] = (total, len(w))
+    out = {}
+    for kind in trace.comm_kinds:
+        shares, moved = [], []
+        for r, (total, nsteps) in windows.items():
+            ev = trace.events[trace.mask([kind], rank=r) & in_steps]
+            shares.append(float(np.sum(ev["end"] - ev["start"])) / total)
+            moved.append(float(np.sum(ev["bytes"])) / nsteps)
+        out[kind] = (float(np.mean(shares)) if shares else float("nan"),
+                     float(np.mean(moved)) if moved else float("nan"))
+    return out
 
 
 def theoretical_bubble(schedule, stages, microbatches):
@@ -255,19 +309,20 @@ def theoretical_bubble(schedule, stages, microbatches):
 
 
 def measured_bubble(trace, step):
-    """Measured bubble fraction of one step, averaged over the dp replicas (pipelines).
+    """Measured bubble fraction of one step, averaged over the pipelines.
 
-    For the pipeline of replica d (ranks d*pp .. d*pp+pp-1) the compute window is [t0, t1] with
+    For each pipeline (the ranks sharing dp_rank and tp_rank) the compute window is [t0, t1] with
     t0 = the first forward start and t1 = the last backward end of the step on any of its stages;
-      bubble_d = 1 - sum over stages s of (forward + backward time of s in the step) / (pp * (t1 - t0)).
-    Everything else inside the window (send/recv waits, data loading, idle gaps) counts as bubble.
-    Returns (mean over replicas, [bubble_d, ...]); nan when the step has no forward/backward events.
+      bubble = 1 - sum over stages s of (compute time of s in the step) / (pp * (t1 - t0)),
+    compute being the trace's compute_kinds. Everything else inside the window (send/recv waits,
+    data loading, idle gaps) counts as bubble.
+    Returns (mean over pipelines, [bubble, ...]); nan when the step has no forward/backward events.
     """
     fwd, bwd = trace.code("forward"), trace.code("backward")
-    ev = trace.events[trace.mask(COMPUTE_KINDS, step=step)]
+    ev = trace.events[trace.mask(trace.compute_kinds, step=step)]
     values = []
-    for d in range(trace.dp):
-        mine = ev[(ev["rank"] // trace.pp) == d]
+    for ranks in trace.pipelines():
+        mine = ev[np.isin(ev["rank"], ranks)]
         f, b = mine[mine["kind"] == fwd], mine[mine["kind"] == bwd]
         if len(f) == 0 or len(b) == 0:
             continue

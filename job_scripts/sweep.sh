@@ -58,7 +58,7 @@ if [[ ${1:-} == --analyze ]]; then
   if [[ -z ${GPT2_ANALYSIS_SHARDS:-} ]]; then
     for job in */job.txt; do
       [[ -f $job ]] || continue
-      shards=$(gpt2_toml_get data train <"$(dirname "$job")/config.effective.toml")
+      shards=$(gpt2_info_get config.data.train <"$(dirname "$job")/info.json")
       [[ -n $shards && $shards != /* ]] && shards=$(sed -n 's/^workdir=//p' "$job")/$shards
       [[ -n $shards ]] && export GPT2_ANALYSIS_SHARDS=$shards && break
     done

@@ -11,6 +11,7 @@
 #   runs/<name>-<id>/          name and id: the Slurm job's (local.sh: local-<config>, a time stamp)
 #     config.toml              copy of CONFIG as given
 #     config.effective.toml    the resolved configuration, every --set applied (gpt2 info)
+#     info.json                `gpt2 info --json` of it: grid, stage split, model, every key
 #     job.txt                  what ran where: job, nodes, ranks, dp x pp, command, site, exit status
 #     stdout.log               everything the job printed (also in Slurm's output file)
 #     metrics.jsonl            one JSON object per step (--metrics-jsonl)
@@ -173,12 +174,15 @@ gpt2_analyze() {
 }
 
 # ---- helpers ------------------------------------------------------------------------------------
-# Prints KEY's value from SECTION of the TOML text on stdin (as `gpt2 info` prints it).
-gpt2_toml_get() {
-  awk -v sec="[$1]" -v key="$2" '
-    $0 == sec { on = 1; next }
-    /^\[/ { on = 0 }
-    on && $1 == key && $2 == "=" { v = $0; sub(/^[^=]*= */, "", v); sub(/ *#.*$/, "", v); gsub(/^"|"$/, "", v); print v; exit }'
+# Prints the value at a dotted PATH (e.g. config.parallel.dp, grid.world_size) of the JSON object
+# `gpt2 info --json` printed, read from stdin; a list prints one item a line.
+gpt2_info_get() {
+  python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."):
+    v = v[k]
+print("\n".join(map(str, v)) if isinstance(v, list) else v)' "$1"
 }
 
 gpt2_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
@@ -298,22 +302,26 @@ gpt2_job() {
   [[ -x $GPT2_BIN ]] ||
     gpt2_die 2 "gpt2 executable not found: $GPT2_BIN (build it: cmake --build build, or set GPT2_BIN)"
   local info
-  if ! info=$("$GPT2_BIN" info "$config" "${sets[@]}" "${user_sets[@]}" 2>&1); then
-    echo "$info" | grep -v '^gpt2-kokkos\|^Kokkos\|^communication' >&2
+  if ! info=$("$GPT2_BIN" info "$config" "${sets[@]}" "${user_sets[@]}" --json 2>&1); then
+    echo "$info" >&2
     gpt2_die 2 "the configuration $config (with the options above) is not valid; nothing was launched"
   fi
-  echo "$info" | sed -n '/^# effective configuration/,$p' | sed 1d >"$run_dir/config.effective.toml"
-  local eff_dp eff_pp trace nranks
-  eff_dp=$(gpt2_toml_get parallel dp <"$run_dir/config.effective.toml")
-  eff_pp=$(gpt2_toml_get parallel pp <"$run_dir/config.effective.toml")
-  trace=$(gpt2_toml_get trace file <"$run_dir/config.effective.toml")
-  gpt2_is_uint "$eff_dp" && gpt2_is_uint "$eff_pp" ||
-    gpt2_die 2 "could not read parallel.dp / parallel.pp from \`gpt2 info\`"
-  nranks=$((eff_dp * eff_pp))
+  printf '%s\n' "$info" >"$run_dir/info.json"
+  gpt2_info_get config_toml <<<"$info" >"$run_dir/config.effective.toml"
+  local eff_dp eff_pp eff_tp trace nranks
+  eff_dp=$(gpt2_info_get grid.dp <<<"$info")
+  eff_pp=$(gpt2_info_get grid.pp <<<"$info")
+  eff_tp=$(gpt2_info_get grid.tp <<<"$info")
+  trace=$(gpt2_info_get config.trace.file <<<"$info")
+  gpt2_is_uint "$eff_dp" && gpt2_is_uint "$eff_pp" && gpt2_is_uint "$eff_tp" ||
+    gpt2_die 2 "could not read the grid (parallel.dp / pp / tp) from \`gpt2 info --json\`"
+  nranks=$((eff_dp * eff_pp * eff_tp))
+  local grid="parallel.dp=$eff_dp x parallel.pp=$eff_pp"
+  ((eff_tp > 1)) && grid+=" x parallel.tp=$eff_tp"
   if ((nranks > ntasks)); then
-    gpt2_die 2 "the run asks for $nranks ranks (parallel.dp=$eff_dp x parallel.pp=$eff_pp) but $alloc gives only $ntasks; $hint $nranks, or drop the --set that changes parallel.dp / parallel.pp"
+    gpt2_die 2 "the run asks for $nranks ranks ($grid) but $alloc gives only $ntasks; $hint $nranks, or drop the --set that changes the grid"
   elif ((nranks < ntasks)); then
-    gpt2_warn "the run uses $nranks ranks (parallel.dp=$eff_dp x parallel.pp=$eff_pp) of the $ntasks that $alloc gives; the others stay idle"
+    gpt2_warn "the run uses $nranks ranks ($grid) of the $ntasks that $alloc gives; the others stay idle"
   fi
   if [[ ${GPT2_DEVICE:-} == cuda && -n ${SLURM_GPUS_ON_NODE:-} && -n ${SLURM_NTASKS_PER_NODE:-} ]]; then
     local tpn=${SLURM_NTASKS_PER_NODE%%[(]*}

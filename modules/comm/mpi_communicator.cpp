@@ -1,9 +1,7 @@
 #include "modules/comm/mpi_communicator.hpp"
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "core/error.hpp"
 #include "tensor/views.hpp"
@@ -16,14 +14,6 @@ constexpr bool kHostAccessible = Kokkos::SpaceAccessibility<Kokkos::HostSpace, M
 using HostBytes = Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 using DevBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryUnmanaged>;
 
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    default: return MPI_INT64_T;
-  }
-}
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
 
 void to_host(std::vector<char>& dst, const void* src, size_t bytes) {
@@ -42,57 +32,9 @@ void scale(void* p, size_t n, double f) {
 
 }  // namespace
 
-size_t dtype_size(DType t) { return t == DType::f32 || t == DType::i32 ? 4 : 8; }
-
-double Communicator::timeout_seconds() {
-  static const double t = [] {
-    const char* e = std::getenv("GPT2_COMM_TIMEOUT");
-    return e && std::atof(e) > 0 ? std::atof(e) : 600.0;
-  }();
-  return t;
-}
-
-void mpi_wait(MPI_Request& r, const char* what, int peer) {
-  const auto t0 = std::chrono::steady_clock::now();
-  int done = 0;
-  for (int spins = 0;; ++spins) {
-    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    if ((spins & 1023) == 0) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > Communicator::timeout_seconds()) {
-        int world = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &world);
-        std::fprintf(stderr,
-                     "error: rank %d waited %.0f s for the %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
-                     "probably died or hangs. Aborting the job.\n",
-                     world, waited, what, peer >= 0 ? " with peer " : "",
-                     peer >= 0 ? std::to_string(peer).c_str() : "");
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-    }
-  }
-}
-
-double allreduce_sum(MPI_Comm comm, double x) {
-  double y = 0;
-  MPI_Request r;
-  MPI_Iallreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, comm, &r);
-  mpi_wait(r, "all-reduce of a scalar");
-  return y;
-}
-int64_t allreduce_max(MPI_Comm comm, int64_t x) {
-  int64_t y = 0;
-  MPI_Request r;
-  MPI_Iallreduce(&x, &y, 1, MPI_INT64_T, MPI_MAX, comm, &r);
-  mpi_wait(r, "all-reduce of a scalar");
-  return y;
-}
-
 MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   MPI_Comm_dup(comm, &comm_);
+  MPI_Comm_dup(comm, &control_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
@@ -101,7 +43,8 @@ MpiCommunicator::~MpiCommunicator() {
   for (Op& op : ops_)
     for (MPI_Request* r : {&op.req, &op.send_req})
       if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
-  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  for (MPI_Comm* c : {&comm_, &control_})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 Request MpiCommunicator::start(Op op) {
@@ -130,7 +73,7 @@ Request MpiCommunicator::iallreduce(void* buf, size_t count, DType t, ReduceOp o
     to_host(o.staging, buf, bytes);
     p = o.staging.data();
   }
-  if (size_ > 1) MPI_Iallreduce(MPI_IN_PLACE, p, int(count), mpi_type(t), mpi_op(op), comm_, &o.req);
+  if (size_ > 1) MPI_Iallreduce(MPI_IN_PLACE, p, int(count), mpi_datatype(t), mpi_op(op), comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -154,12 +97,12 @@ Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t co
   // MPI copies the send buffer before Ireduce_scatter_block returns? Not guaranteed: keep it alive
   // by blocking here when staged (rare path: CUDA build without NCCL).
   if (!kHostAccessible) {
-    MPI_Reduce_scatter_block(s, r, int(count), mpi_type(t), mpi_op(op), comm_);
+    MPI_Reduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op), comm_);
     o.done = true;
     finish(o);
     return start(std::move(o));
   }
-  MPI_Ireduce_scatter_block(s, r, int(count), mpi_type(t), mpi_op(op), comm_, &o.req);
+  MPI_Ireduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op), comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -174,13 +117,13 @@ Request MpiCommunicator::iall_gather(const void* send, void* recv, size_t count,
     std::vector<char> send_host;
     to_host(send_host, send, bytes);
     o.staging.resize(bytes * size_);
-    MPI_Allgather(send_host.data(), int(count), mpi_type(t), o.staging.data(), int(count),
-                  mpi_type(t), comm_);
+    MPI_Allgather(send_host.data(), int(count), mpi_datatype(t), o.staging.data(), int(count),
+                  mpi_datatype(t), comm_);
     o.done = true;
     finish(o);
     return start(std::move(o));
   }
-  MPI_Iallgather(send, int(count), mpi_type(t), recv, int(count), mpi_type(t), comm_, &o.req);
+  MPI_Iallgather(send, int(count), mpi_datatype(t), recv, int(count), mpi_datatype(t), comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -193,7 +136,7 @@ Request MpiCommunicator::isend(const void* buf, size_t count, DType t, int peer,
     to_host(o.staging, buf, count * dtype_size(t));
     p = o.staging.data();
   }
-  MPI_Isend(p, int(count), mpi_type(t), peer, tag, comm_, &o.req);
+  MPI_Isend(p, int(count), mpi_datatype(t), peer, tag, comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -211,7 +154,7 @@ Request MpiCommunicator::irecv(void* buf, size_t count, DType t, int peer, int t
   Op o;
   o.what = "receive";
   void* p = receive_into(o, buf, count, t, peer);
-  MPI_Irecv(p, int(count), mpi_type(t), peer, tag, comm_, &o.req);
+  MPI_Irecv(p, int(count), mpi_datatype(t), peer, tag, comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -226,8 +169,8 @@ Request MpiCommunicator::isendrecv(const void* send, size_t send_count, int dest
     s = o.send_staging.data();
   }
   // Two requests rather than MPI_Isendrecv, which needs MPI 4 (clusters still run MPI 3 libraries).
-  MPI_Irecv(r, int(recv_count), mpi_type(t), source, recv_tag, comm_, &o.req);
-  MPI_Isend(s, int(send_count), mpi_type(t), dest, send_tag, comm_, &o.send_req);
+  MPI_Irecv(r, int(recv_count), mpi_datatype(t), source, recv_tag, comm_, &o.req);
+  MPI_Isend(s, int(send_count), mpi_datatype(t), dest, send_tag, comm_, &o.send_req);
   return start(std::move(o));
 }
 
@@ -291,5 +234,15 @@ void MpiCommunicator::barrier() {
   r = start(std::move(o));
   wait(r);
 }
+
+namespace {
+[[maybe_unused]] const bool registered = CommRegistry::add(
+    {"mpi", "MPI with host buffers (device buffers staged through the host)", 1,
+     [](MPI_Comm c) -> std::unique_ptr<Communicator> { return std::make_unique<MpiCommunicator>(c); },
+     [](const CommContext&) { return std::string("mpi"); },
+     // MPI advances a non-blocking all-reduce only inside MPI calls (made between blocks): small
+     // buckets finish during backward.
+     1.0});
+}  // namespace
 
 }  // namespace gpt2

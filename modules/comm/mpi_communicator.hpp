@@ -14,6 +14,7 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  MPI_Comm mpi_comm() const override { return control_; }
 
   Request iallreduce(void* buf, size_t count, DType t, ReduceOp op) override;
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override;
@@ -48,7 +49,7 @@ class MpiCommunicator final : public Communicator {
   void finish(Op& op);  // copy back / average, once the MPI request completed
   bool poll(Op& op);
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;  // data plane; control plane
   int rank_ = 0, size_ = 1;
   std::vector<Op> ops_;
   std::vector<int> free_;

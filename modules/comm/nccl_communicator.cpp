@@ -35,11 +35,12 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
-  MPI_Comm_rank(comm, &rank_);
-  MPI_Comm_size(comm, &size_);
+  MPI_Comm_dup(comm, &control_);
+  MPI_Comm_rank(control_, &rank_);
+  MPI_Comm_size(control_, &size_);
   ncclUniqueId id;
   if (rank_ == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm);
+  host_broadcast(&id, sizeof(id), 0);
   check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
   for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event");
@@ -52,6 +53,7 @@ NcclCommunicator::~NcclCommunicator() {
   for (auto& s : streams_)
     if (s) cudaStreamDestroy(s);
   if (comm_) ncclCommDestroy(comm_);
+  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
 }
 
 cudaStream_t NcclCommunicator::begin(Lane lane) {

@@ -19,6 +19,7 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  MPI_Comm mpi_comm() const override { return control_; }
 
   Request iallreduce(void* buf, size_t count, DType t, ReduceOp op) override;
   Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) override;
@@ -44,6 +45,7 @@ class NcclCommunicator final : public Communicator {
     int peer = -1;
   };
   ncclComm_t comm_ = nullptr;
+  MPI_Comm control_ = MPI_COMM_NULL;  // the control plane (and the unique id's broadcast)
   int rank_ = 0, size_ = 1;
   cudaStream_t streams_[3] = {};
   cudaEvent_t ready_ = nullptr;  // marks the Kokkos stream position at issue time

@@ -1,6 +1,5 @@
 #include "modules/optim/adamw.hpp"
 
-#include "core/error.hpp"
 #include "tensor/adamw.hpp"
 
 namespace gpt2 {
@@ -34,10 +33,12 @@ std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {
   return {{"m", Vec<float>(m_.data(), m_.extent(0))}, {"v", Vec<float>(v_.data(), v_.extent(0))}};
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorInfo>& tensors,
-                                          size_t n, const OptimizerConfig& cfg) {
-  if (name == "adamw") return std::make_unique<AdamW>(tensors, n, cfg);
-  fail_input("train.optimizer", "expected adamw, got \"", name, "\"");
-}
+namespace {
+[[maybe_unused]] const bool registered = OptimizerRegistry::add(
+    {"adamw", "AdamW, decoupled weight decay on tensors of rank >= 2 (PyTorch semantics)", 0,
+     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg) -> std::unique_ptr<Optimizer> {
+       return std::make_unique<AdamW>(tensors, n, cfg);
+     }});
+}  // namespace
 
 }  // namespace gpt2

@@ -20,4 +20,10 @@ std::string ByteTokenizer::decode(const std::vector<int>& ids) const {
   return out;
 }
 
+namespace {
+[[maybe_unused]] const bool registered = TokenizerRegistry::add(
+    {"byte", "one id per byte (0-255)", 0, 256,
+     [](const TokenizerFiles&) -> std::unique_ptr<Tokenizer> { return std::make_unique<ByteTokenizer>(); }});
+}  // namespace
+
 }  // namespace gpt2

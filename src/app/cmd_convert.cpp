@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "app/commands.hpp"
-#include "app/model_files.hpp"
 #include "model/llmc_io.hpp"
+#include "model/model_file.hpp"
 
 namespace gpt2::app {
 
@@ -13,9 +13,11 @@ Run add_convert(CLI::App& app) {
   c->add_option("--checkpoint", *in, "Our checkpoint file or folder, or an llm.c model file")->required();
   c->add_option("--out", *out, "llm.c model file to write (version 3, fp32, padded vocabulary)")->required();
   return [in, out]() -> int {
-    LoadedModel m = load_model(*in);
-    write_llmc_model(*out, m.config, m.params);
-    std::printf("wrote %s (%s, %zu parameters)\n", out->c_str(), m.config.describe().c_str(), m.params.size());
+    const ModelFile m(*in, "--checkpoint");
+    m.verify();
+    const std::vector<float> params = m.read_all();
+    write_llmc_model(*out, m.config(), params);
+    std::printf("wrote %s (%s, %zu parameters)\n", out->c_str(), m.config().describe().c_str(), params.size());
     return 0;
   };
 }

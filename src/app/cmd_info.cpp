@@ -1,14 +1,19 @@
-// gpt2 info [CONFIG] [--set ...] [--keys] [--checkpoint F]: build, configuration and model facts.
+// gpt2 info [CONFIG] [--set ...] [--keys] [--checkpoint F] [--json]: build, configuration and model
+// facts; --json prints them as one JSON object for scripts (job_scripts/lib/run_common.sh reads it).
 #include <cstdio>
+#include <variant>
 
 #include "app/commands.hpp"
-#include "app/model_files.hpp"
+#include "core/json.hpp"
+#include "model/model_file.hpp"
 #include "model/param_layout.hpp"
-#include "modules/parallel/stage_partition.hpp"
-#include "trace/hdf5_trace.hpp"
+#include "parallel/stage_partition.hpp"
+#include "runtime/build_info.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/optimizer.hpp"
+#include "runtime/schedule.hpp"
+#include "runtime/tokenizer.hpp"
 #include "train/run_config.hpp"
-
-#include <Kokkos_Core.hpp>
 
 namespace gpt2::app {
 
@@ -16,8 +21,13 @@ namespace {
 struct InfoArgs {
   std::string config, checkpoint;
   std::vector<std::string> sets;
-  bool keys = false;
+  bool keys = false, json = false;
 };
+
+std::vector<int> stage_split(const ModelConfig& c, int pp, int seq_len, const std::vector<int>& explicit_layers) {
+  if (pp > 1 && pp <= c.n_layer) return partition_stages(c, pp, seq_len, explicit_layers);
+  return {c.n_layer};
+}
 
 void print_model(const ModelConfig& c, int pp, int seq_len, const std::vector<int>& explicit_layers) {
   ParamLayout layout(c);
@@ -26,11 +36,93 @@ void print_model(const ModelConfig& c, int pp, int seq_len, const std::vector<in
               layout.total(), layout.total() / 1e6, layout.total() * 4 / 1048576.0,
               layout.total() * 16 / 1048576.0);
   if (pp > 1 && pp <= c.n_layer) {
-    const auto layers = partition_stages(c, pp, seq_len, explicit_layers);
     std::printf("pipeline stages (blocks each):");
-    for (int n : layers) std::printf(" %d", n);
+    for (int n : stage_split(c, pp, seq_len, explicit_layers)) std::printf(" %d", n);
     std::printf("\n");
   }
+}
+
+// The TOML text of one field's current value ("dp = 2").
+std::string field_toml(const DeckField& f) {
+  std::string line = InputDeck::to_toml({f});
+  line = line.substr(line.find('\n') + 1);
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  return line;
+}
+
+void json_field(Json& j, const DeckField& f) {
+  std::visit([&](auto* p) { j.value(*p); }, f.dst);
+}
+
+void json_model(Json& j, const ModelConfig& c) {
+  j.begin_object();
+  j.key("n_layer").value(c.n_layer).key("n_head").value(c.n_head).key("n_embd").value(c.n_embd);
+  j.key("vocab_size").value(c.vocab_size).key("block_size").value(c.block_size);
+  j.key("padded_vocab").value(c.padded_vocab()).key("num_params").value((unsigned long long)ParamLayout(c).total());
+  j.end();
+}
+
+template <class R>
+void json_names(Json& j, const char* key) {
+  j.key(key).values(R::names());
+}
+
+int print_json(const InfoArgs& a) {
+  Json j;
+  j.begin_object();
+  j.key("version").value(version()).key("git_revision").value(git_revision());
+  j.key("kokkos").value(kokkos_version()).key("execution_space").value(default_execution_space());
+  j.key("strategies").begin_object();
+  json_names<CommRegistry>(j, "comm");
+  json_names<ScheduleRegistry>(j, "schedule");
+  json_names<OptimizerRegistry>(j, "optimizer");
+  json_names<LrScheduleRegistry>(j, "lr_schedule");
+  json_names<TokenizerRegistry>(j, "tokenizer");
+  j.end();
+  if (a.keys) {
+    RunConfig d;
+    j.key("keys").begin_array();
+    for (const DeckField& f : d.fields())
+      j.begin_object().key("key").value(f.key).key("default").value(field_toml(f)).key("help").value(f.help).end();
+    j.end();
+  }
+  if (!a.checkpoint.empty()) {
+    const ModelFile m(a.checkpoint, "--checkpoint");
+    m.verify();
+    j.key("checkpoint").begin_object();
+    j.key("path").value(m.path()).key("format").value(m.format()).key("step").value((long long)m.meta().step);
+    j.key("model");
+    json_model(j, m.config());
+    j.end();
+  }
+  if (!a.config.empty()) {
+    RunConfig cfg = RunConfig::load(a.config, a.sets);
+    cfg.validate();
+    const GridShape g = cfg.grid();
+    j.key("grid").begin_object().key("dp").value(g.dp).key("pp").value(g.pp).key("tp").value(g.tp);
+    j.key("world_size").value(g.world()).end();
+    j.key("stage_layers").values(stage_split(cfg.model, g.pp, cfg.data.seq_len, cfg.parallel.stage_layers));
+    j.key("model");
+    json_model(j, cfg.model);
+    j.key("config").begin_object();
+    std::string section;
+    for (const DeckField& f : cfg.fields()) {
+      const std::string sec = f.key.substr(0, f.key.find('.'));
+      if (sec != section) {
+        if (!section.empty()) j.end();
+        j.key(sec).begin_object();
+        section = sec;
+      }
+      j.key(f.key.substr(f.key.find('.') + 1));
+      json_field(j, f);
+    }
+    if (!section.empty()) j.end();
+    j.end();
+    j.key("config_toml").value(cfg.toml());
+  }
+  j.end();
+  std::printf("%s\n", j.str().c_str());
+  return 0;
 }
 }  // namespace
 
@@ -41,46 +133,37 @@ Run add_info(CLI::App& app) {
   c->add_option("--set", a->sets, "Override a deck value: section.key=value (repeatable)");
   c->add_flag("--keys", a->keys, "List every configuration key with its default and meaning");
   c->add_option("--checkpoint", a->checkpoint, "Describe a checkpoint or llm.c model file");
+  c->add_flag("--json", a->json, "Print everything as one JSON object (for scripts)");
   return [a]() -> int {
+    if (a->json) return print_json(*a);
     if (a->keys) {
       RunConfig d;
       std::string section;
       for (const auto& f : d.fields()) {
         const std::string sec = f.key.substr(0, f.key.find('.'));
         if (sec != section) std::printf("%s[%s]\n", section.empty() ? "" : "\n", sec.c_str()), section = sec;
-        RunConfig one;
-        std::vector<DeckField> single;
-        for (const auto& g : one.fields())
-          if (g.key == f.key) single.push_back(g);
-        std::string line = InputDeck::to_toml(single);
-        line = line.substr(line.find('\n') + 1);
-        line.pop_back();
-        std::printf("%-40s # %s\n", line.c_str(), f.help.c_str());
+        std::printf("%-40s # %s\n", field_toml(f).c_str(), f.help.c_str());
       }
       return 0;
     }
-    std::printf("gpt2-kokkos %s (git %s)\n", GPT2_VERSION, git_revision().c_str());
-    std::printf("Kokkos %d.%d.%d, default execution space: %s\n", KOKKOS_VERSION / 10000,
-                KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, Kokkos::DefaultExecutionSpace::name());
-#if defined(GPT2_HAVE_NCCL)
-    std::printf("communication: MPI (host staging), NCCL (device)\n");
-#else
-    std::printf("communication: MPI (host buffers); NCCL needs a CUDA build\n");
-#endif
+    std::printf("gpt2-kokkos %s (git %s)\n", version().c_str(), git_revision().c_str());
+    std::printf("Kokkos %s, default execution space: %s\n", kokkos_version().c_str(), default_execution_space().c_str());
+    std::printf("communication backends: %s\n", CommRegistry::alternatives().c_str());
+    std::printf("pipeline schedules: %s\n", ScheduleRegistry::alternatives().c_str());
     if (!a->checkpoint.empty()) {
-      LoadedModel m = load_model(a->checkpoint);
-      std::printf("%s: %s", a->checkpoint.c_str(), m.format.c_str());
-      if (m.step >= 0) std::printf(" after %lld steps (checksums verified)", (long long)m.step);
+      const ModelFile m(a->checkpoint, "--checkpoint");
+      m.verify();
+      std::printf("%s: %s", m.path().c_str(), m.format().c_str());
+      if (m.meta().step >= 0) std::printf(" after %lld steps (checksums verified)", (long long)m.meta().step);
       std::printf("\n");
-      print_model(m.config, 1, m.config.block_size, {});
+      print_model(m.config(), 1, m.config().block_size, {});
     }
     if (!a->config.empty()) {
       RunConfig cfg = RunConfig::load(a->config, a->sets);
       cfg.validate();
       std::printf("\n# effective configuration of %s\n%s\n", a->config.c_str(), cfg.toml().c_str());
       print_model(cfg.model, cfg.parallel.pp, cfg.data.seq_len, cfg.parallel.stage_layers);
-      std::printf("ranks needed: %d (dp %d x pp %d)\n", cfg.parallel.dp * cfg.parallel.pp, cfg.parallel.dp,
-                  cfg.parallel.pp);
+      std::printf("ranks needed: %lld (%s)\n", cfg.grid().world(), cfg.grid().describe().c_str());
     }
     return 0;
   };

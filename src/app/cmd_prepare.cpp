@@ -38,8 +38,9 @@ void write_shards(const std::string& dir, const std::string& prefix, const std::
 Run add_prepare(CLI::App& app) {
   auto a = std::make_shared<PrepareArgs>();
   CLI::App* c = app.add_subcommand("prepare", "Tokenize text files into train/val token shards");
-  c->add_option("--tokenizer", a->tokenizer, "byte (ids 0-255) or gpt2 (GPT-2 BPE, 50257 ids)")
-      ->check(CLI::IsMember({"byte", "gpt2"}))
+  std::string help = "Tokenizer:";
+  for (const auto& t : TokenizerRegistry::entries()) help += "\n  " + t.name + ": " + t.help;
+  c->add_option("--tokenizer", a->tokenizer, help)->check(CLI::IsMember(TokenizerRegistry::names()))
       ->capture_default_str();
   c->add_option("--vocab", a->vocab, "GPT-2 encoder.json (default: job_scripts/fetch_gpt2_vocab.sh's cache)");
   c->add_option("--merges", a->merges, "GPT-2 vocab.bpe (default: the same cache)");

@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "app/commands.hpp"
-#include "app/model_files.hpp"
 #include "core/error.hpp"
+#include "model/model_file.hpp"
 #include "runtime/environment.hpp"
 #include "train/sampler.hpp"
 
@@ -34,25 +34,30 @@ Run add_sample(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   c->add_option("--seed", a->seed, "Random seed")->capture_default_str();
-  c->add_option("--tokenizer", a->tokenizer, "auto | byte | gpt2")
-      ->check(CLI::IsMember({"auto", "byte", "gpt2"}))
+  std::vector<std::string> tokenizers = TokenizerRegistry::names();
+  tokenizers.insert(tokenizers.begin(), "auto");
+  c->add_option("--tokenizer", a->tokenizer, "auto (from the vocabulary size) | " + TokenizerRegistry::alternatives())
+      ->check(CLI::IsMember(tokenizers))
       ->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Context window (default: the model's block_size)")
       ->check(CLI::Range(1, 1 << 20));
   return [a]() -> int {
     Environment env;
-    LoadedModel m = load_model(a->checkpoint);
-    const int T = a->seq_len > 0 ? std::min(a->seq_len, m.config.block_size) : m.config.block_size;
-    ParamLayout layout(m.config);
-    Stage<float> stage(StageLayout(layout, 0, m.config.n_layer), 1, T);
+    const ModelFile file(a->checkpoint, "--checkpoint");
+    file.verify();
+    std::vector<float> params = file.read_all();
+    const ModelConfig& config = file.config();
+    const int T = a->seq_len > 0 ? std::min(a->seq_len, config.block_size) : config.block_size;
+    ParamLayout layout(config);
+    Stage<float> stage(StageLayout(layout, 0, config.n_layer), 1, T);
     Kokkos::deep_copy(stage.params, Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                        m.params.data(), m.params.size()));
-    auto tok = make_sample_tokenizer(a->tokenizer, m.config.vocab_size);
+                                        params.data(), params.size()));
+    auto tok = make_sample_tokenizer(a->tokenizer, config.vocab_size);
     std::vector<int> prompt = a->prompt.empty() ? std::vector<int>{} : tok->encode(a->prompt, "--prompt");
     if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : int('\n'));
     for (int id : prompt)
-      if (id >= m.config.vocab_size)
-        fail_input("--prompt", "token ", id, " is outside the model's vocabulary (", m.config.vocab_size, ")");
+      if (id >= config.vocab_size)
+        fail_input("--prompt", "token ", id, " is outside the model's vocabulary (", config.vocab_size, ")");
     Rng rng(uint64_t(a->seed), 77);
     const std::vector<int> out = generate(stage, prompt, a->opts, rng);
     std::printf("%s%s\n", a->prompt.c_str(), tok->decode(out).c_str());

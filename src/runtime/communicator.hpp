@@ -1,15 +1,27 @@
 #pragma once
-// Collective and point-to-point communication over one group of ranks. Buffers live in the default
-// execution space's memory (device memory in CUDA builds): the NCCL backend uses them directly, the
-// MPI backend stages them through host memory when the device memory is not host-accessible.
-// Every operation has a non-blocking form returning a Request; wait() completes it. A wait that takes
-// longer than the timeout aborts the whole job with a message instead of hanging (a dead peer).
+// Collective and point-to-point communication over one group of ranks.
+//
+// Data plane: buffers live in the default execution space's memory (device memory in CUDA builds):
+// the NCCL backend uses them directly, the MPI backend stages them through host memory when the
+// device memory is not host-accessible. Every operation has a non-blocking form returning a Request;
+// wait() completes it. A wait that takes longer than the timeout aborts the whole job with a message
+// instead of hanging (a dead peer).
+//
+// Control plane: small host-memory messages (scalars, per-rank summaries, trace metadata,
+// checkpoint pieces), blocking, on the group's MPI communicator, with the same watchdog.
+//
+// Backends register themselves (modules/comm: mpi, nccl, auto); a group of one rank gets the
+// engine's SerialCommunicator, so callers never test for a missing communicator.
+#include <mpi.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include <mpi.h>
+#include "runtime/registry.hpp"
 
 namespace gpt2 {
 
@@ -27,6 +39,7 @@ constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <>
 constexpr DType dtype_of<int64_t>() { return DType::i64; }
 size_t dtype_size(DType t);
+MPI_Datatype mpi_datatype(DType t);
 
 struct Request {
   int id = -1;  // backend slot; -1: nothing pending
@@ -36,10 +49,14 @@ struct Request {
 class Communicator {
  public:
   virtual ~Communicator() = default;
-  virtual std::string backend() const = 0;  // "mpi" | "nccl"
+  virtual std::string backend() const = 0;  // "mpi" | "nccl" | "serial"
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The MPI communicator of the control plane over the same ranks (MPI_COMM_SELF when serial);
+  // also what a library that needs one (parallel HDF5) is given.
+  virtual MPI_Comm mpi_comm() const = 0;
 
+  // ---- data plane (device buffers) ----
   virtual Request iallreduce(void* buf, size_t count, DType t, ReduceOp op) = 0;
   // recv (count) = op over ranks of send[rank*count, (rank+1)*count)
   virtual Request ireduce_scatter(const void* send, void* recv, size_t count, DType t, ReduceOp op) = 0;
@@ -48,7 +65,7 @@ class Communicator {
   virtual Request isend(const void* buf, size_t count, DType t, int peer, int tag) = 0;
   virtual Request irecv(void* buf, size_t count, DType t, int peer, int tag) = 0;
   // A send and a receive that complete together: one grouped call under NCCL (so two ranks may
-  // exchange, or one rank with itself), MPI_Isendrecv under MPI.
+  // exchange, or one rank with itself), an Irecv + Isend pair under MPI.
   virtual Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
                             size_t recv_count, int source, int recv_tag, DType t) = 0;
   virtual void wait(Request& r) = 0;
@@ -73,6 +90,30 @@ class Communicator {
     wait(r);
   }
 
+  // ---- control plane (host memory, blocking) ----
+  void host_allreduce(void* buf, size_t count, DType t, ReduceOp op);
+  void host_all_gather(const void* send, void* recv, size_t bytes);  // `bytes` from every rank
+  void host_broadcast(void* buf, size_t bytes, int root);
+  void host_send(const void* buf, size_t bytes, int peer, int tag);
+  void host_recv(void* buf, size_t bytes, int peer, int tag);
+  template <class T>
+  T host_sum(T x) {
+    host_allreduce(&x, 1, dtype_of<T>(), ReduceOp::sum);
+    return x;
+  }
+  template <class T>
+  T host_max(T x) {
+    host_allreduce(&x, 1, dtype_of<T>(), ReduceOp::max);
+    return x;
+  }
+  // Every rank's value of a trivially copyable T, by rank.
+  template <class T>
+  std::vector<T> host_gather_all(const T& mine) {
+    std::vector<T> all(static_cast<size_t>(size()));
+    host_all_gather(&mine, all.data(), sizeof(T));
+    return all;
+  }
+
   // Seconds a wait may block before the job is aborted (GPT2_COMM_TIMEOUT, default 600).
   static double timeout_seconds();
 };
@@ -85,8 +126,25 @@ int64_t allreduce_max(MPI_Comm comm, int64_t x);
 // (and peer) it waited for and calls MPI_Abort.
 void mpi_wait(MPI_Request& r, const char* what, int peer = -1);
 
-// backend: "mpi" or "nccl" ("auto" = nccl where built with it, else mpi). The MPI communicator is
-// duplicated, so the Communicator owns its own message space.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, MPI_Comm comm);
+// ---- the backend registry (modules/comm) ----
+struct CommContext {
+  int local_size = 1;  // ranks on this node
+};
+struct CommBackend {
+  std::string name, help;
+  int order = 0;
+  // A communicator over `comm` (duplicated: it owns its message space). Empty for a choice that
+  // only stands for another (auto).
+  std::function<std::unique_ptr<Communicator>(MPI_Comm)> make;
+  // The backend this choice means on this machine: its own name, or (auto) another entry's.
+  std::function<std::string(const CommContext&)> resolve;
+  double bucket_mb = 1;  // default gradient bucket size in MiB (parallel.bucket_mb = 0)
+};
+using CommRegistry = Registry<CommBackend>;
+
+// The concrete backend `choice` (parallel.comm) stands for here; InputError for an unknown one.
+const CommBackend& resolve_comm_backend(const std::string& choice, const CommContext& ctx);
+// A communicator of backend `name` ("auto" resolved for one rank per node) over comm.
+std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Comm comm);
 
 }  // namespace gpt2

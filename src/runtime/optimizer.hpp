@@ -1,12 +1,14 @@
 #pragma once
-// Optimizer interface: updates a stage's local flat parameter buffer from its gradient buffer.
-// Implementations live in modules/optim and are chosen by name.
+// Optimizer and learning-rate schedule interfaces. Implementations live in modules/optim and
+// register themselves (train.optimizer, train.schedule).
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model/param_layout.hpp"
+#include "runtime/registry.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/views.hpp"
 
@@ -16,6 +18,7 @@ struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
 };
 
+// Updates a rank's local flat parameter buffer from its gradient buffer.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -29,8 +32,35 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Vec<float>>> state() = 0;
 };
 
-// tensors: the local layout (which ranges get weight decay); n: local buffer size.
+struct OptimizerEntry {
+  std::string name, help;
+  int order = 0;
+  // tensors: the local layout (which ranges get weight decay); n: local buffer size.
+  std::function<std::unique_ptr<Optimizer>(const std::vector<TensorInfo>& tensors, size_t n,
+                                           const OptimizerConfig& cfg)>
+      make;
+};
+using OptimizerRegistry = Registry<OptimizerEntry>;
+
+// name: train.optimizer; InputError for an unknown one.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorInfo>& tensors,
                                           size_t n, const OptimizerConfig& cfg);
+
+// Learning rate at a (0-based) step. Every schedule starts with a linear warm-up over warmup_steps.
+struct LrSchedule {
+  std::string kind = "constant";
+  double lr = 3e-4, min_lr = 0;
+  int warmup_steps = 0, total_steps = 1;
+};
+
+struct LrScheduleEntry {
+  std::string name, help;
+  int order = 0;
+  // The rate after warm-up (step >= warmup_steps).
+  std::function<double(const LrSchedule&, int step)> after_warmup;
+};
+using LrScheduleRegistry = Registry<LrScheduleEntry>;
+
+double learning_rate(const LrSchedule& s, int step);
 
 }  // namespace gpt2

@@ -1,9 +1,12 @@
 #pragma once
-// Text <-> token ids. Implementations live in modules/tokenizer (byte, gpt2) and are chosen by name.
+// Text <-> token ids. Implementations live in modules/tokenizer (byte, gpt2) and register themselves.
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "runtime/registry.hpp"
 
 namespace gpt2 {
 
@@ -24,7 +27,15 @@ struct TokenizerFiles {
   std::string merges;  // GPT-2 vocab.bpe
 };
 
-// name: "byte" or "gpt2". For gpt2, empty file names mean the cached copies fetched by
+struct TokenizerEntry {
+  std::string name, help;
+  int order = 0;
+  int vocab_size = 0;  // ids it produces (for choosing one that fits a model)
+  std::function<std::unique_ptr<Tokenizer>(const TokenizerFiles&)> make;
+};
+using TokenizerRegistry = Registry<TokenizerEntry>;
+
+// name: a registered tokenizer. For gpt2, empty file names mean the cached copies fetched by
 // job_scripts/fetch_gpt2_vocab.sh. Throws InputError for an unknown name or unreadable files.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const TokenizerFiles& files = {});
 

@@ -4,18 +4,15 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
-
-#ifndef GPT2_GIT_REVISION
-#define GPT2_GIT_REVISION "unknown"
-#endif
-#ifndef GPT2_VERSION
-#define GPT2_VERSION "0"
-#endif
+#include "runtime/build_info.hpp"
+#include "runtime/communicator.hpp"
 
 namespace gpt2 {
 
@@ -24,10 +21,7 @@ namespace {
 struct EventRecord {
   int32_t rank, kind, step, microbatch, stage;
   double start, end;
-};
-struct MetricRecord {
-  int32_t step;
-  double loss, lr, grad_norm, step_time, tokens_per_s, val_loss;
+  int64_t bytes;
 };
 
 void check(herr_t r, const char* what, const std::string& path) {
@@ -54,47 +48,35 @@ void attr_ints(hid_t obj, const char* name, const std::vector<int64_t>& v) {
 void attr_int(hid_t obj, const char* name, int64_t v) { attr_ints(obj, name, {v}); }
 
 // An array attribute holding every rank's value (collective).
-void attr_per_rank(hid_t obj, const char* name, double mine, MPI_Comm comm) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  std::vector<double> all(size_t(size), 0.0);
-  MPI_Allgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, comm);
+template <class T>
+void attr_per_rank(hid_t obj, const char* name, T mine, Communicator& comm) {
+  const std::vector<T> all = comm.host_gather_all(mine);
   const hsize_t n = all.size();
+  const hid_t type = std::is_floating_point<T>::value ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64;
   hid_t s = H5Screate_simple(1, &n, nullptr);
-  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_DOUBLE, all.data());
+  hid_t a = H5Acreate2(obj, name, type, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, type, all.data());
   H5Aclose(a), H5Sclose(s);
+}
+
+// Comma-separated names of the event kinds of one class (all of them for cls = nullptr).
+std::string kind_list(const EventClass* cls) {
+  std::string names;
+  for (int k = 0; k < int(EventKind::count_); ++k)
+    if (!cls || event_class(EventKind(k)) == *cls) names += (names.empty() ? "" : ",") + std::string(event_name(EventKind(k)));
+  return names;
 }
 
 }  // namespace
 
-std::string git_revision() { return GPT2_GIT_REVISION; }
-
-std::string versions() {
-  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(mpi, &len);
-  std::string m(mpi, size_t(len));
-  if (m.find('\n') != std::string::npos) m = m.substr(0, m.find('\n'));
-  unsigned maj, min, rel;
-  H5get_libversion(&maj, &min, &rel);
-  char buf[512];
-  std::snprintf(buf, sizeof(buf), "gpt2-kokkos %s; Kokkos %d.%d.%d; %s; HDF5 %u.%u.%u", GPT2_VERSION,
-                KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100, m.c_str(), maj,
-                min, rel);
-  return buf;
-}
-
-void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& meta, const Tracer& tracer,
-                      const std::vector<StepMetrics>& metrics) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMeta& meta, const Tracer& tracer,
+                      const std::vector<StepRecord>& metrics) {
+  const int rank = comm.rank();
   const std::string tmp = path + ".tmp";
 
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, once
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL);
+  H5Pset_fapl_mpio(fapl, comm.mpi_comm(), MPI_INFO_NULL);
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
   if (file < 0) fail_input(path, "cannot create the HDF5 trace");
@@ -117,6 +99,7 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   attr_int(g, "world_size", meta.world_size);
   attr_int(g, "dp", meta.dp);
   attr_int(g, "pp", meta.pp);
+  attr_int(g, "tp", meta.tp);
   attr_int(g, "microbatches", meta.microbatches);
   attr_int(g, "blas_threads", meta.blas_threads);
   attr_int(g, "tokens_per_step", meta.tokens_per_step);
@@ -132,6 +115,13 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   attr_int(g, "train_tokens", meta.train_tokens);
   std::vector<int64_t> layers(meta.stage_layers.begin(), meta.stage_layers.end());
   attr_ints(g, "stage_layers", layers);
+  const EventClass compute = EventClass::compute, communication = EventClass::communication;
+  attr_string(g, "event_kinds", kind_list(nullptr));
+  attr_string(g, "compute_kinds", kind_list(&compute));
+  attr_string(g, "communication_kinds", kind_list(&communication));
+  attr_per_rank<int64_t>(g, "dp_rank", meta.dp_rank, comm);
+  attr_per_rank<int64_t>(g, "pp_rank", meta.pp_rank, comm);
+  attr_per_rank<int64_t>(g, "tp_rank", meta.tp_rank, comm);
   attr_per_rank(g, "clock_error", tracer.clock_error(), comm);
   attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
   attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);
@@ -141,14 +131,13 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   const auto& ev = tracer.events();
   std::vector<EventRecord> mine(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
-    mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end};
+    mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end, ev[i].bytes};
   // Recorded when they end (enclosing events after their contents): store them by start.
   std::stable_sort(mine.begin(), mine.end(), [](const EventRecord& a, const EventRecord& b) { return a.start < b.start; });
-  int64_t count = int64_t(mine.size()), offset = 0, total = 0, dropped = tracer.dropped(), all_dropped = 0;
-  MPI_Exscan(&count, &offset, 1, MPI_INT64_T, MPI_SUM, comm);
-  if (rank == 0) offset = 0;
-  MPI_Allreduce(&count, &total, 1, MPI_INT64_T, MPI_SUM, comm);
-  MPI_Allreduce(&dropped, &all_dropped, 1, MPI_INT64_T, MPI_SUM, comm);
+  const int64_t count = int64_t(mine.size()), all_dropped = comm.host_sum(tracer.dropped());
+  const std::vector<int64_t> counts = comm.host_gather_all(count);
+  int64_t offset = 0, total = 0;
+  for (int r = 0; r < int(counts.size()); ++r) offset += r < rank ? counts[size_t(r)] : 0, total += counts[size_t(r)];
   hid_t et = H5Tcreate(H5T_COMPOUND, sizeof(EventRecord));
   H5Tinsert(et, "rank", HOFFSET(EventRecord, rank), H5T_NATIVE_INT32);
   H5Tinsert(et, "kind", HOFFSET(EventRecord, kind), H5T_NATIVE_INT32);
@@ -157,6 +146,7 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   H5Tinsert(et, "stage", HOFFSET(EventRecord, stage), H5T_NATIVE_INT32);
   H5Tinsert(et, "start", HOFFSET(EventRecord, start), H5T_NATIVE_DOUBLE);
   H5Tinsert(et, "end", HOFFSET(EventRecord, end), H5T_NATIVE_DOUBLE);
+  H5Tinsert(et, "bytes", HOFFSET(EventRecord, bytes), H5T_NATIVE_INT64);
   hsize_t dims = hsize_t(total);
   hid_t fs = H5Screate_simple(1, &dims, nullptr);
   hid_t ds = H5Dcreate2(file, "events", et, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -167,20 +157,16 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   if (!n) H5Sselect_none(ms);
   EventRecord dummy_event{};  // HDF5 wants a buffer even for an empty selection
   check(H5Dwrite(ds, et, ms, fs, dxpl, mine.empty() ? &dummy_event : mine.data()), "write of /events", path);
-  std::string names;
-  for (int k = 0; k < int(EventKind::count_); ++k) names += (k ? "," : "") + std::string(event_name(EventKind(k)));
-  attr_string(ds, "kind_names", names);
+  attr_string(ds, "kind_names", kind_list(nullptr));
   attr_int(ds, "dropped", all_dropped);
   attr_string(ds, "time_unit", "seconds on a clock shared by all ranks (offsets measured at start-up)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(et);
 
   // /metrics: rank 0's per-step records.
   int64_t msteps = int64_t(metrics.size());
-  MPI_Bcast(&msteps, 1, MPI_INT64_T, 0, comm);
-  std::vector<MetricRecord> recs;
-  if (rank == 0)
-    for (const StepMetrics& m : metrics)
-      recs.push_back({m.step, m.loss, m.lr, m.grad_norm, m.step_ms / 1e3, m.tokens_per_s, m.val_loss});
+  comm.host_broadcast(&msteps, sizeof msteps, 0);
+  using MetricRecord = StepRecord;
+  const std::vector<MetricRecord>& recs = metrics;
   hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(MetricRecord));
   H5Tinsert(mt, "step", HOFFSET(MetricRecord, step), H5T_NATIVE_INT32);
   H5Tinsert(mt, "loss", HOFFSET(MetricRecord, loss), H5T_NATIVE_DOUBLE);
@@ -196,16 +182,17 @@ void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& m
   ms = H5Screate_simple(1, &n, nullptr);
   if (!n) H5Sselect_none(ms), H5Sselect_none(fs);
   MetricRecord dummy_metric{};
-  check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() ? &dummy_metric : recs.data()), "write of /metrics", path);
+  check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() || rank != 0 ? &dummy_metric : recs.data()), "write of /metrics", path);
   attr_string(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(mt);
 
   H5Pclose(dxpl);
   if (H5Fclose(file) < 0) fail_input(path, "HDF5 close failed");
-  MPI_Barrier(comm);
-  if (rank == 0 && std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail_input(path, "cannot rename ", tmp, ": ", std::strerror(errno));
-  MPI_Barrier(comm);
+  comm.host_sum(0);  // every rank has closed the file
+  int renamed = rank != 0 || std::rename(tmp.c_str(), path.c_str()) == 0;
+  const std::string why = renamed ? "" : std::strerror(errno);
+  if (comm.host_sum(1 - renamed) != 0)  // every rank learns whether it worked, and fails alike
+    fail_input(path, "cannot rename ", tmp, rank == 0 ? ": " + why : std::string());
 }
 
 }  // namespace gpt2

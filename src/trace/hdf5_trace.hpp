@@ -1,44 +1,51 @@
 #pragma once
-// One HDF5 file per run, written collectively by every rank with parallel HDF5:
+// One HDF5 file per run, written collectively by every rank with parallel HDF5. The file describes
+// itself: readers take the event kinds, their classes and every rank's grid coordinates from it.
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
-//             world_size, dp, pp,
-//             microbatches, schedule, execution_space, device, comm, blas_threads, stage_layers,
-//             tokens_per_step, num_params, n_layer, n_head, n_embd, vocab_size, seq_len, batch_size,
-//             steps, batches_per_epoch, train_tokens; per rank: clock_error (s), param_bytes,
-//             peak_activation_bytes
-//   /events   compound {rank, kind, step, microbatch, stage, start, end}: all ranks, rank order, each
-//             rank's events by start time; attribute kind_names lists the kind codes; dropped =
-//             events that did not fit. step is 0-based (eval events: the steps completed so far);
-//             microbatch is -1 for whole-step events and the bucket index for allreduce_issue
+//             world_size, dp, pp, tp, microbatches, schedule, execution_space, device, comm,
+//             blas_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
+//             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
+//             event_kinds, compute_kinds, communication_kinds (comma-separated names);
+//             per rank (arrays of length world_size): dp_rank, pp_rank, tp_rank, clock_error (s),
+//             param_bytes, peak_activation_bytes
+//   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}: all ranks, rank
+//             order, each rank's events by start time; attribute kind_names lists the kind codes;
+//             dropped = events that did not fit. step is 0-based (eval events: the steps completed
+//             so far); microbatch is -1 for whole-step events and the bucket index for
+//             allreduce_issue; bytes: what a communication event moved
 //   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss} (one per step)
 // The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
 // previous version.
-#include <mpi.h>
-
 #include <string>
 #include <vector>
 
 #include "model/model_config.hpp"
-#include "train/metrics.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {
 
+class Communicator;
+
 struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
-  int world_size = 1, dp = 1, pp = 1, microbatches = 1, blas_threads = 1, seq_len = 0;
+  int world_size = 1, dp = 1, pp = 1, tp = 1, microbatches = 1, blas_threads = 1, seq_len = 0;
   std::vector<int> stage_layers;
+  int dp_rank = 0, pp_rank = 0, tp_rank = 0;     // this rank's
   double param_bytes = 0, activation_bytes = 0;  // this rank's
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;
   ModelConfig model;
 };
 
-// Collective over comm. `metrics` are taken from rank 0.
-void write_hdf5_trace(const std::string& path, MPI_Comm comm, const TraceMeta& meta,
-                      const Tracer& tracer, const std::vector<StepMetrics>& metrics);
+// One optimizer step as /metrics stores it.
+struct StepRecord {
+  int32_t step;
+  double loss, lr, grad_norm, step_time, tokens_per_s, val_loss;  // step_time in s; val_loss < 0: none
+};
 
-std::string git_revision();
-std::string versions();  // "gpt2-kokkos X; Kokkos X.Y.Z; MPI ...; HDF5 X.Y.Z"
+// Collective over comm (its control plane, and its MPI communicator for parallel HDF5). `metrics`
+// are taken from rank 0.
+void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMeta& meta,
+                      const Tracer& tracer, const std::vector<StepRecord>& metrics);
 
 }  // namespace gpt2

@@ -2,15 +2,27 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "runtime/communicator.hpp"
+
 namespace gpt2 {
 
-const char* event_name(EventKind k) {
-  static const char* names[] = {"forward",  "backward", "optimizer",  "allreduce_issue",
-                                "allreduce_wait", "send", "recv",     "data",
-                                "eval",     "checkpoint", "step",     "tied_sync",
-                                "send_wait", "scalar_sync"};
-  return names[int(k)];
-}
+namespace {
+struct KindInfo {
+  const char* name;
+  EventClass cls;
+};
+constexpr EventClass C = EventClass::compute, M = EventClass::communication, O = EventClass::other;
+// In EventKind's order.
+constexpr KindInfo kKinds[] = {
+    {"forward", C},   {"backward", C},   {"optimizer", O},  {"allreduce_issue", M}, {"allreduce_wait", M},
+    {"send", M},      {"recv", M},       {"data", O},       {"eval", O},            {"checkpoint", O},
+    {"step", O},      {"tied_sync", M},  {"send_wait", M},  {"scalar_sync", M},
+};
+static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
+}  // namespace
+
+const char* event_name(EventKind k) { return kKinds[int(k)].name; }
+EventClass event_class(EventKind k) { return kKinds[int(k)].cls; }
 
 void Tracer::configure(bool enabled, int64_t capacity, bool sync, int stage) {
   enabled_ = enabled;
@@ -26,29 +38,27 @@ void Tracer::fence() const {
   if (sync_) Kokkos::fence();
 }
 
-double Tracer::sync_clock(MPI_Comm comm) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+double Tracer::sync_clock(Communicator& comm) {
+  const int rank = comm.rank(), size = comm.size();
   offset_ = 0;
   double error = 0;
   const int rounds = 8;
   for (int peer = 1; peer < size; ++peer) {
-    MPI_Barrier(comm);
+    comm.host_sum(0);  // a barrier: the pair measures undisturbed
     if (rank == 0) {
       for (int i = 0; i < rounds; ++i) {
         double dummy;
-        MPI_Recv(&dummy, 1, MPI_DOUBLE, peer, 71, comm, MPI_STATUS_IGNORE);
+        comm.host_recv(&dummy, sizeof dummy, peer, 71);
         const double t = now();
-        MPI_Send(&t, 1, MPI_DOUBLE, peer, 72, comm);
+        comm.host_send(&t, sizeof t, peer, 72);
       }
     } else if (rank == peer) {
       double best_rtt = 1e30, best_offset = 0;
       for (int i = 0; i < rounds; ++i) {
         const double t0 = now();
-        MPI_Send(&t0, 1, MPI_DOUBLE, 0, 71, comm);
+        comm.host_send(&t0, sizeof t0, 0, 71);
         double t_root;
-        MPI_Recv(&t_root, 1, MPI_DOUBLE, 0, 72, comm, MPI_STATUS_IGNORE);
+        comm.host_recv(&t_root, sizeof t_root, 0, 72);
         const double t1 = now();
         if (t1 - t0 < best_rtt) best_rtt = t1 - t0, best_offset = (t0 + t1) / 2 - t_root;
       }
@@ -58,7 +68,7 @@ double Tracer::sync_clock(MPI_Comm comm) {
   }
   // Zero of the common clock: now, on rank 0 (so trace times start near 0).
   double zero = rank == 0 ? now() : 0;
-  MPI_Bcast(&zero, 1, MPI_DOUBLE, 0, comm);
+  comm.host_broadcast(&zero, sizeof zero, 0);
   offset_ += zero;
   clock_error_ = error;
   return error;

@@ -3,8 +3,8 @@
 // all ranks share: sync_clock() measures each rank's offset to rank 0 at start-up (ping-pong, best of
 // several rounds). With sync on, device work is fenced at both ends of each event so the times cover
 // the kernels; off, events time what the host issued (cheap, and what a run without tracing does).
-#include <mpi.h>
-
+// Communication events carry the bytes they move. Each kind has a name and a class (pipeline
+// compute, communication, other), which the trace file stores so that readers need no copy of them.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -19,12 +19,17 @@ enum class EventKind : int32_t {
   scalar_sync,  // the per-step loss and gradient-norm reductions
   count_
 };
+enum class EventClass { compute, communication, other };
 const char* event_name(EventKind k);
+EventClass event_class(EventKind k);
 
 struct Event {
   int32_t kind, step, microbatch, stage;
   double start, end;  // seconds on the common clock
+  int64_t bytes;      // moved by a communication event (0 otherwise)
 };
+
+class Communicator;
 
 class Tracer {
  public:
@@ -39,11 +44,11 @@ class Tracer {
   }
   // Collective over `comm`: afterwards now() reads the same on every rank (within the ping-pong
   // error). Returns this rank's estimated error bound in seconds.
-  double sync_clock(MPI_Comm comm);
+  double sync_clock(Communicator& comm);
 
-  void record(EventKind k, int step, int mb, double start, double end) {
+  void record(EventKind k, int step, int mb, double start, double end, int64_t bytes = 0) {
     if (!enabled_) return;
-    if (events_.size() < size_t(capacity_)) events_.push_back({int32_t(k), step, mb, stage_, start, end});
+    if (events_.size() < size_t(capacity_)) events_.push_back({int32_t(k), step, mb, stage_, start, end, bytes});
     else ++dropped_;
   }
   void fence() const;  // device fence when sync is on
@@ -51,7 +56,8 @@ class Tracer {
   // Times a region: Scope s(tracer, EventKind::forward, step, mb);
   class Scope {
    public:
-    Scope(Tracer& t, EventKind k, int step, int mb = -1) : t_(t), k_(k), step_(step), mb_(mb) {
+    Scope(Tracer& t, EventKind k, int step, int mb = -1, size_t bytes = 0)
+        : t_(t), k_(k), step_(step), mb_(mb), bytes_(int64_t(bytes)) {
       if (t_.enabled_) {
         t_.fence();
         start_ = t_.now();
@@ -60,7 +66,7 @@ class Tracer {
     ~Scope() {
       if (t_.enabled_) {
         t_.fence();
-        t_.record(k_, step_, mb_, start_, t_.now());
+        t_.record(k_, step_, mb_, start_, t_.now(), bytes_);
       }
     }
     Scope(const Scope&) = delete;
@@ -70,6 +76,7 @@ class Tracer {
     Tracer& t_;
     EventKind k_;
     int step_, mb_;
+    int64_t bytes_;
     double start_ = 0;
   };
 

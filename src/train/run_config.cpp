@@ -1,10 +1,16 @@
 #include "train/run_config.hpp"
 
 #include "core/error.hpp"
+#include "runtime/communicator.hpp"
+#include "runtime/optimizer.hpp"
+#include "runtime/schedule.hpp"
+#include "runtime/tokenizer.hpp"
 
 namespace gpt2 {
 
 std::vector<DeckField> RunConfig::fields() {
+  // The strategies' help lists what is registered.
+  const std::string tokenizers = "auto | " + TokenizerRegistry::alternatives() + ": decodes printed samples";
   return {
       {"model.n_layer", &model.n_layer, "transformer blocks"},
       {"model.n_head", &model.n_head, "attention heads"},
@@ -15,13 +21,14 @@ std::vector<DeckField> RunConfig::fields() {
       {"data.val", &data.val, "validation shard path or glob (empty: no evaluation)"},
       {"data.seq_len", &data.seq_len, "tokens per sequence T"},
       {"data.shuffle", &data.shuffle, "seeded permutation of sequences per epoch"},
-      {"data.tokenizer", &data.tokenizer, "byte | gpt2 | auto: decodes printed samples"},
+      {"data.tokenizer", &data.tokenizer, tokenizers},
       {"train.batch_size", &train.batch_size, "GLOBAL sequences per optimizer step"},
       {"train.steps", &train.steps, "optimizer steps"},
       {"train.lr", &train.lr, "peak learning rate"},
       {"train.min_lr", &train.min_lr, "final learning rate of cosine/noam"},
       {"train.warmup_steps", &train.warmup_steps, "linear warm-up steps"},
-      {"train.schedule", &train.schedule, "constant | cosine | noam"},
+      {"train.optimizer", &train.optimizer, OptimizerRegistry::alternatives()},
+      {"train.schedule", &train.schedule, "learning rate: " + LrScheduleRegistry::alternatives()},
       {"train.weight_decay", &train.weight_decay, "AdamW decay on tensors of rank >= 2"},
       {"train.grad_clip", &train.grad_clip, "max global gradient norm (<= 0: off)"},
       {"train.beta1", &train.beta1, "AdamW beta1"},
@@ -36,11 +43,12 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
+      {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer"},
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
-      {"parallel.schedule", &parallel.schedule, "naive | gpipe | 1f1b"},
+      {"parallel.schedule", &parallel.schedule, "pipeline: " + ScheduleRegistry::alternatives()},
       {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
       {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket MiB (0: 1 with MPI, 25 with NCCL)"},
-      {"parallel.comm", &parallel.comm, "auto | mpi | nccl"},
+      {"parallel.comm", &parallel.comm, CommRegistry::alternatives()},
       {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: auto)"},
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
@@ -72,6 +80,7 @@ void RunConfig::validate(int world_size) const {
   positive("train.steps", train.steps);
   positive("parallel.dp", parallel.dp);
   positive("parallel.pp", parallel.pp);
+  positive("parallel.tp", parallel.tp);
   positive("parallel.microbatches", parallel.microbatches);
   positive("train.log_every", train.log_every);
   if (train.eval_batches < 0) fail_input("train.eval_batches", "must be >= 0, got ", train.eval_batches);
@@ -89,14 +98,12 @@ void RunConfig::validate(int world_size) const {
   if (!(train.beta1 >= 0 && train.beta1 < 1)) fail_input("train.beta1", "must be in [0, 1), got ", train.beta1);
   if (!(train.beta2 >= 0 && train.beta2 < 1)) fail_input("train.beta2", "must be in [0, 1), got ", train.beta2);
   if (!(train.eps > 0)) fail_input("train.eps", "must be > 0, got ", train.eps);
-  if (train.schedule != "constant" && train.schedule != "cosine" && train.schedule != "noam")
-    fail_input("train.schedule", "expected constant, cosine or noam, got \"", train.schedule, "\"");
-  if (parallel.schedule != "naive" && parallel.schedule != "gpipe" && parallel.schedule != "1f1b")
-    fail_input("parallel.schedule", "expected naive, gpipe or 1f1b, got \"", parallel.schedule, "\"");
-  if (data.tokenizer != "auto" && data.tokenizer != "byte" && data.tokenizer != "gpt2")
-    fail_input("data.tokenizer", "expected auto, byte or gpt2, got \"", data.tokenizer, "\"");
-  if (parallel.comm != "auto" && parallel.comm != "mpi" && parallel.comm != "nccl")
-    fail_input("parallel.comm", "expected auto, mpi or nccl, got \"", parallel.comm, "\"");
+  OptimizerRegistry::check(train.optimizer, "train.optimizer");
+  LrScheduleRegistry::check(train.schedule, "train.schedule");
+  ScheduleRegistry::check(parallel.schedule, "parallel.schedule");
+  CommRegistry::check(parallel.comm, "parallel.comm");
+  if (data.tokenizer != "auto" && !TokenizerRegistry::find(data.tokenizer))
+    fail_input("data.tokenizer", "expected auto, ", TokenizerRegistry::choices(), ", got ", data.tokenizer);
   if (!(parallel.bucket_mb >= 0)) fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", parallel.bucket_mb);
   if (parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", parallel.blas_threads);
   if (parallel.pp > model.n_layer)
@@ -120,10 +127,13 @@ void RunConfig::validate(int world_size) const {
     fail_input("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (",
                parallel.dp, " * ", parallel.microbatches, " = ", per_rank, "), got ",
                train.batch_size);
-  const int64_t grid = int64_t(parallel.dp) * parallel.pp;  // (int * int could overflow)
+  if (parallel.tp > 1)
+    fail_input("parallel.tp", "tensor parallelism is not implemented yet: use 1, got ", parallel.tp);
+  const long long grid = this->grid().world();  // (int * int could overflow)
   if (world_size > 0 && grid != world_size)
-    fail_input("parallel.dp * parallel.pp", "must equal the number of MPI ranks (", world_size,
-               "), got ", parallel.dp, " * ", parallel.pp, " = ", grid);
+    fail_input(parallel.tp > 1 ? "parallel.dp * parallel.pp * parallel.tp" : "parallel.dp * parallel.pp",
+               "must equal the number of MPI ranks (", world_size, "), got ", parallel.dp, " * ", parallel.pp,
+               parallel.tp > 1 ? " * " + std::to_string(parallel.tp) : std::string(), " = ", grid);
   if (checkpoint.resume && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);

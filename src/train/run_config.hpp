@@ -7,6 +7,7 @@
 
 #include "core/input_deck.hpp"
 #include "model/model_config.hpp"
+#include "runtime/topology.hpp"
 
 namespace gpt2 {
 
@@ -24,7 +25,8 @@ struct TrainConfig {
   double lr = 3e-4;
   double min_lr = 0;       // floor of the cosine / noam schedules
   int warmup_steps = 0;
-  std::string schedule = "constant";  // constant | cosine | noam
+  std::string optimizer = "adamw";    // a registered optimizer (modules/optim)
+  std::string schedule = "constant";  // a registered learning-rate schedule: constant | cosine | noam
   double weight_decay = 0.1;          // tensors of rank >= 2 only
   double grad_clip = 1.0;             // max global grad norm; <= 0 disables
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
@@ -40,8 +42,9 @@ struct TrainConfig {
 struct ParallelConfig {
   int dp = 1;                     // data-parallel replicas
   int pp = 1;                     // pipeline stages
+  int tp = 1;                     // tensor-parallel ranks per layer
   int microbatches = 1;           // per dp rank and step
-  std::string schedule = "1f1b";  // naive | gpipe | 1f1b
+  std::string schedule = "1f1b";  // a registered pipeline schedule: naive | gpipe | 1f1b
   std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
   double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
   std::string comm = "auto";      // auto | mpi | nccl
@@ -72,7 +75,8 @@ struct RunConfig {
   std::vector<DeckField> fields();  // the schema: every key, bound to the members above
   // Loads a deck and applies overrides; InputError on any bad key or value.
   static RunConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
-  // Checks values and their combinations; world_size > 0 also checks dp * pp against it.
+  GridShape grid() const { return {parallel.dp, parallel.pp, parallel.tp}; }
+  // Checks values and their combinations; world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
   std::string toml();  // the effective configuration
 };

@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/fs.hpp"
-#include "modules/parallel/stage_partition.hpp"
+#include "parallel/stage_partition.hpp"
 #include "runtime/collective.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/gemm.hpp"
@@ -14,11 +14,9 @@
 namespace gpt2 {
 
 Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm comm)
-    : cfg_(std::move(cfg)), env_(env), comm_(comm), opts_(std::move(opts)) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-  MPI_Comm world = comm_;
-  collective_phase(world, [&] {
+    : cfg_(std::move(cfg)), env_(env), comm_(comm), rank_(rank_in(comm)), size_(size_of(comm)),
+      opts_(std::move(opts)) {
+  collective_phase(comm_, [&] {
     cfg_.validate(size_);
     if (rank_ == 0) {
       if (!cfg_.checkpoint.dir.empty()) make_dirs(cfg_.checkpoint.dir, "checkpoint.dir");
@@ -31,12 +29,13 @@ Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm co
       log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl);
     }
   });
-  topo_ = std::make_unique<Topology>(world, cfg_.parallel.dp, cfg_.parallel.pp);
-  collective_phase(world, [&] { setup_data(); });
-  collective_phase(world, [&] { setup_model(); });
-  collective_phase(world, [&] { load_initial_state(); });
+  topo_ = std::make_unique<Topology>(comm_, cfg_.grid());
+  collective_phase(comm_, [&] { groups_ = std::make_unique<CommGroups>(*topo_, cfg_.parallel.comm, env_.local_size()); });
+  collective_phase(comm_, [&] { setup_data(); });
+  collective_phase(comm_, [&] { setup_model(); });
+  collective_phase(comm_, [&] { load_initial_state(); });
   tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, topo_->stage());
-  tracer_.sync_clock(world);
+  tracer_.sync_clock(*groups_->world);
 }
 
 Trainer::~Trainer() = default;
@@ -67,34 +66,19 @@ void Trainer::setup_model() {
   const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + s, 0);
   stage_ = std::make_unique<Stage<float>>(StageLayout(*layout_, first, first + stage_layers_[s]),
                                           mb_size_, cfg_.data.seq_len);
-  // Communicators: NCCL where built with it and every rank has a GPU of its own on the node.
-  comm_backend_ = p.comm;
-  if (comm_backend_ == "auto") {
-#if defined(GPT2_HAVE_NCCL)
-    const int devices = int(Kokkos::Cuda::detect_device_count());
-    comm_backend_ = env_.local_size() <= devices ? "nccl" : "mpi";
-#else
-    comm_backend_ = "mpi";
-#endif
-  }
-  if (p.dp > 1) dp_comm_ = make_communicator(comm_backend_, topo_->dp_comm());
-  if (p.pp > 1) pipe_comm_ = make_communicator(comm_backend_, topo_->pipe_comm());
-  if (topo_->tied_comm() != MPI_COMM_NULL) tied_comm_ = make_communicator(comm_backend_, topo_->tied_comm());
 
   OptimizerConfig oc;
   oc.beta1 = cfg_.train.beta1, oc.beta2 = cfg_.train.beta2, oc.eps = cfg_.train.eps;
   oc.weight_decay = cfg_.train.weight_decay;
-  opt_ = make_optimizer("adamw", stage_->layout().tensors(), stage_->layout().local_size(), oc);
+  opt_ = make_optimizer(cfg_.train.optimizer, stage_->layout().tensors(), stage_->layout().local_size(), oc);
 
   train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
   eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
-  exec_ = std::make_unique<PipelineExecutor>(*stage_, s, pipe_comm_.get(), tracer_);
-  // MPI advances a non-blocking all-reduce only inside MPI calls (made between blocks): small
-  // buckets finish during backward; NCCL runs on its own stream and prefers fewer, larger ones.
-  const double mb = p.bucket_mb > 0 ? p.bucket_mb : comm_backend_ == "nccl" ? 25.0 : 1.0;
+  exec_ = std::make_unique<PipelineExecutor>(*stage_, *groups_->pipe, tracer_);
+  const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
-  averager_ = std::make_unique<GradientAverager>(
-      dp_comm_.get(), Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), bucket, tracer_);
+  reducer_ = std::make_unique<GradientReducer>(
+      *groups_->dp, Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), bucket, tracer_);
   if (stage_->layout().has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
   step_sums_ = Buffer<double>("step_sums", 2);
@@ -119,7 +103,7 @@ StepMetrics Trainer::train_step() {
   const double t0 = tracer_.now();
   const int T = cfg_.data.seq_len;
   stage_->zero_grads();
-  averager_->begin_step(int(step_));
+  reducer_->begin_step(int(step_));
   PipelineExecutor::StepIO io;
   io.step = int(step_);
   io.microbatch_size = mb_size_;
@@ -128,9 +112,9 @@ StepMetrics Trainer::train_step() {
   // Each dp rank's gradient is its slice's mean; averaging over dp gives the global-batch mean.
   io.dloss = float(1.0 / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
   io.need_grad = true;
-  io.grads_ready = [&](size_t x) { averager_->ready(x); };
+  io.grads_ready = [&](size_t x) { reducer_->ready(x); };
   exec_->run(train_actions_, io);
-  averager_->finish();
+  reducer_->finish();
   sync_tied_embedding();
 
   reduce_step_sums(cfg_.parallel.microbatches, true);
@@ -156,18 +140,19 @@ StepMetrics Trainer::train_step() {
 }
 
 void Trainer::sync_tied_embedding() {
-  if (!tied_comm_) return;
-  Tracer::Scope t(tracer_, EventKind::tied_sync, int(step_));
-  // First stage: wte at local offset 0; last stage: its tied copy, also at offset 0.
+  Communicator& tied = *groups_->tied;
+  if (tied.size() == 1) return;  // pp = 1, or a middle stage: no second copy of wte
   const size_t n = layout_->tensor(Param::wte).range.size();
-  tied_comm_->allreduce(stage_->grads.data(), n, DType::f32, ReduceOp::sum);
+  Tracer::Scope t(tracer_, EventKind::tied_sync, int(step_), -1, n * sizeof(float));
+  // First stage: wte at local offset 0; last stage: its tied copy, also at offset 0.
+  tied.allreduce(stage_->grads.data(), n, DType::f32, ReduceOp::sum);
 }
 
 void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
-  const size_t n_loss = stage_->layout().has_head() ? tokens : 0;
-  sum_of<float>(Vec<float>(losses_.data(), n_loss), DeviceScalar(step_sums_.data()));
+  const bool head = stage_->layout().has_head();
+  sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_.data()));
   if (with_grad_norm) {
     // The tied wte copy on a last stage duplicates stage 0's: count it once.
     const size_t skip = stage_->layout().tied_size(), n = stage_->grads.extent(0) - skip;
@@ -176,13 +161,14 @@ void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
   // The loss over the data-parallel replicas (gradients are already averaged there), then both
   // values over the stages; each all-reduce is ordered after the one before on the device.
-  auto queue = [&](Communicator* c, size_t count) {
-    Request r = c->iallreduce(step_sums_.data(), count, DType::f64, ReduceOp::sum);
-    c->order_after(r);
-    sums_pending_.emplace_back(c, r);
+  auto queue = [&](Communicator& c, size_t count) {
+    if (c.size() == 1) return;
+    Request r = c.iallreduce(step_sums_.data(), count, DType::f64, ReduceOp::sum);
+    c.order_after(r);
+    sums_pending_.emplace_back(&c, r);
   };
-  if (dp_comm_ && stage_->layout().has_head()) queue(dp_comm_.get(), 1);
-  if (pipe_comm_) queue(pipe_comm_.get(), with_grad_norm ? 2 : 1);
+  if (head) queue(*groups_->dp, 1);
+  queue(*groups_->pipe, with_grad_norm ? 2 : 1);
 }
 
 Trainer::StepSums Trainer::read_step_sums(int microbatches_run) {

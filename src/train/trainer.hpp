@@ -1,10 +1,14 @@
 #pragma once
-// The training run: composes the engine (Stage, data, trace) with the strategies the deck picks
-// (schedule, communicators, gradient averaging, optimizer). One step:
+// The training run: composes the engine (Stage, data, trace, pipeline executor, gradient reducer)
+// with the strategies the deck picks through the registries (schedule, communicator backend,
+// optimizer, learning-rate schedule). One step:
 //   zero grads -> pipeline actions (forwards/backwards, activations between stages; gradient buckets
 //   all-reduced over dp as backward finishes them) -> tied-embedding sum between first and last
-//   stage -> global loss and grad norm -> clip + AdamW.
-// With dp = pp = 1 every communication step is a no-op and this is the one-rank trainer.
+//   stage -> global loss and grad norm -> clip + optimizer.
+// Every group of one rank has a serial communicator: with dp = pp = 1 every communication step is a
+// no-op and this is the one-rank trainer. Its parts: trainer.cpp (set-up, the step, evaluation),
+// trainer_checkpoint.cpp (initial state, checkpoints), trainer_run.cpp (the run loop, the trace),
+// trainer_report.cpp (samples, the summary).
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,10 +16,9 @@
 #include "core/rng.hpp"
 #include "data/loader.hpp"
 #include "model/stage.hpp"
-#include "modules/optim/lr_schedule.hpp"
-#include "modules/parallel/data_parallel.hpp"
-#include "modules/parallel/pipeline.hpp"
-#include "runtime/communicator.hpp"
+#include "parallel/gradient_reducer.hpp"
+#include "parallel/pipeline_executor.hpp"
+#include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/topology.hpp"
@@ -53,7 +56,8 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   const Tracer& tracer() const { return tracer_; }
   const PipelineExecutor& executor() const { return *exec_; }
-  const GradientAverager& averager() const { return *averager_; }
+  const GradientReducer& reducer() const { return *reducer_; }
+  const CommGroups& groups() const { return *groups_; }
   // Parameters of the whole model in the global layout, assembled on world rank 0 (collective;
   // other ranks get an empty vector). With pp > 1 only dp replica 0 contributes.
   std::vector<float> gather_params();
@@ -76,7 +80,7 @@ class Trainer {
   };
   StepSums read_step_sums(int microbatches_run);
   std::vector<float> gather_section(const Vec<float>& local);  // owned range -> rank 0
-  void read_checkpoint(const std::string& path, bool with_optimizer);
+  void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
   void print_summary(double step_s, double tok_s, double rank_tok_s);
 
@@ -86,14 +90,14 @@ class Trainer {
   int rank_ = 0, size_ = 1;
   TrainOptions opts_;
   std::unique_ptr<Topology> topo_;
-  std::unique_ptr<Communicator> dp_comm_, pipe_comm_, tied_comm_;
+  std::unique_ptr<CommGroups> groups_;
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<Stage<float>> stage_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<TokenDataset> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<PipelineExecutor> exec_;
-  std::unique_ptr<GradientAverager> averager_;
+  std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<MetricsLog> log_;
   Tracer tracer_;
   LrSchedule lr_;
@@ -108,7 +112,6 @@ class Trainer {
   Rng sample_rng_;
   std::vector<StepMetrics> history_;
   int blas_threads_ = 1;
-  std::string comm_backend_;
 };
 
 }  // namespace gpt2

@@ -136,6 +136,19 @@ def check_trace(path, ranks, dp, pp, m, schedule):
         check(meta.get("schedule") == schedule, f"{name}: meta schedule = {meta.get('schedule')}")
     for k in ("forward", "backward", "step", "eval", "allreduce_issue", "send", "recv"):
         check(k in code, f"{name}: kind_names lacks {k}")
+    # The file describes itself: kind classes, and every rank's place in the dp x pp x tp grid.
+    comm_kinds = str(meta.get("communication_kinds", "")).split(",")
+    for k in ("send", "recv", "allreduce_wait", "send_wait", "scalar_sync", "tied_sync"):
+        check(k in comm_kinds, f"{name}: communication_kinds lacks {k}")
+    check(str(meta.get("compute_kinds", "")).split(",")[:2] == ["forward", "backward"],
+          f"{name}: compute_kinds = {meta.get('compute_kinds')}")
+    coords = [meta.get(k) for k in ("dp_rank", "pp_rank", "tp_rank")]
+    coords = [np.atleast_1d(c).tolist() if c is not None else [] for c in coords]
+    check(all(len(c) == ranks for c in coords), f"{name}: dp/pp/tp_rank arrays of lengths "
+          f"{[len(c) for c in coords]}, expected {ranks}")
+    if all(len(c) == ranks for c in coords):
+        want = [(r // pp, r % pp, 0) for r in range(ranks)]  # tp = 1: rank = dp_rank * pp + pp_rank
+        check(list(zip(*coords)) == want, f"{name}: grid coordinates {list(zip(*coords))}, expected {want}")
     check(len(ev) > 0, f"{name}: no events")
     check(bool(np.all(ev["end"] >= ev["start"])), f"{name}: an event ends before it starts")
     check(bool(np.all(np.diff(ev["rank"]) >= 0)), f"{name}: events not stored in rank order")
@@ -195,8 +208,8 @@ def run_scripts(args, env, traces):
         check_png(os.path.join(out, "scaling_epoch", f))
 
     p = run([py, script("plot_pipeline.py"), traces["pp2_1f1b"], traces["pp2_gpipe"], traces["dp2"],
-             "--out", out], args.workdir, env)
-    for name in ("pp2_1f1b", "pp2_gpipe", "dp2"):
+             traces["dp2_pp2"], "--out", out], args.workdir, env)
+    for name in ("pp2_1f1b", "pp2_gpipe", "dp2", "dp2_pp2"):
         check_png(os.path.join(out, f"gantt_{name}.png"))
     check_png(os.path.join(out, "pipeline_comparison.png"))
     check(p is not None and "theoretical" in p.stdout, "plot_pipeline.py prints no bubble fractions")
@@ -220,6 +233,13 @@ def run_scripts(args, env, traces):
                       f"report.py --json: implausible numbers in {row['label']}")
                 if row["pp"] > 1:
                     check(0 <= row["bubble_measured"] < 1, f"report.py --json: bubble of {row['label']}")
+                # Every communication kind counts: the per-kind shares add up to the total.
+                by_kind = row["comm_by_kind"]
+                check({"send_wait", "scalar_sync", "allreduce_wait", "send", "recv"} <= set(by_kind),
+                      f"report.py --json: comm_by_kind of {row['label']} lacks kinds: {sorted(by_kind)}")
+                total = sum(v["fraction"] for v in by_kind.values())
+                check(abs(total - row["comm_fraction"]) < 1e-9,
+                      f"report.py --json: kinds add up to {total}, comm_fraction {row['comm_fraction']}")
         except (ValueError, KeyError, TypeError) as e:
             check(False, f"report.py --json: bad JSON ({e})")
 
@@ -273,11 +293,13 @@ def main():
         "pp2_gpipe": train(args, env, deck, runs, "pp2_gpipe", 2, pipe + ["parallel.schedule=gpipe"]),
         "dp2": train(args, env, deck, runs, "dp2", 2, ["parallel.dp=2"]),
         "dp1": train(args, env, deck, runs, "dp1", 1, []),
+        "dp2_pp2": train(args, env, deck, runs, "dp2_pp2", 4, ["parallel.dp=2"] + pipe),
     }
     check_trace(traces["pp2_1f1b"], 2, 1, 2, MICROBATCHES, "1f1b")
     check_trace(traces["pp2_gpipe"], 2, 1, 2, MICROBATCHES, "gpipe")
     check_trace(traces["dp2"], 2, 2, 1, 1, None)
     check_trace(traces["dp1"], 1, 1, 1, 1, None)
+    check_trace(traces["dp2_pp2"], 4, 2, 2, MICROBATCHES, "1f1b")
     if all(os.path.isfile(t) for t in traces.values()):
         run_scripts(args, env, traces)
 

@@ -5,6 +5,7 @@
 
 #include <numeric>
 
+#include "runtime/comm_groups.hpp"
 #include "runtime/communicator.hpp"
 #include "tensor/views.hpp"
 
@@ -153,4 +154,37 @@ TEST(Communicator, ScalarHelpersAgreeOnEveryRank) {
   const int r = world_rank(), p = world_size();
   EXPECT_DOUBLE_EQ(allreduce_sum(MPI_COMM_WORLD, 0.5 * r), 0.25 * p * (p - 1));
   EXPECT_EQ(allreduce_max(MPI_COMM_WORLD, int64_t(r) * 3), int64_t(p - 1) * 3);
+}
+
+// The grid's groups: every group of one rank is a serial communicator (collectives are the identity,
+// a send-receive with itself a copy), the others the chosen backend over the right members.
+TEST(CommGroups, GroupsFollowTheGridAndSingleRankGroupsAreSerial) {
+  const int r = world_rank(), p = world_size();
+  if (p % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  const GridShape shape{p / 2, 2, 1};
+  Topology topo(MPI_COMM_WORLD, shape);
+  CommGroups g(topo, "mpi", 1);
+  EXPECT_EQ(g.backend, "mpi");
+  EXPECT_EQ(g.world->size(), p);
+  EXPECT_EQ(g.dp->size(), p / 2);
+  EXPECT_EQ(g.dp->rank(), topo.dp_rank());
+  EXPECT_EQ(g.pipe->size(), 2);
+  EXPECT_EQ(g.pipe->rank(), topo.stage());
+  EXPECT_EQ(g.tp->backend(), "serial");
+  EXPECT_EQ(g.tied->size(), 2);  // two stages: both are the ends that share wte
+  EXPECT_EQ(topo.stage(), r % 2);
+  // The pipeline group's members are the two stages of this replica.
+  const int partner = g.pipe->host_sum(r) - r;
+  EXPECT_EQ(partner, r % 2 == 0 ? r + 1 : r - 1);
+  // Serial semantics on the tp group.
+  Buffer<float> a("a", 4), b("b", 4);
+  Kokkos::deep_copy(a, 3.0f);
+  g.tp->allreduce(a.data(), 4, DType::f32, ReduceOp::sum);
+  Request q = g.tp->isendrecv(a.data(), 4, 0, 1, b.data(), 4, 0, 1, DType::f32);
+  g.tp->wait(q);
+  EXPECT_EQ(host(b), std::vector<float>(4, 3.0f));
+  EXPECT_EQ(g.tp->host_gather_all(7), std::vector<int>{7});
+  // Control plane on the world: every rank's value, in rank order.
+  const std::vector<int> all = g.world->host_gather_all(10 * r);
+  for (int i = 0; i < p; ++i) EXPECT_EQ(all[size_t(i)], 10 * i);
 }

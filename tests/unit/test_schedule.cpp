@@ -5,9 +5,11 @@
 
 #include <map>
 
-#include "modules/parallel/stage_partition.hpp"
-#include "modules/schedule/simulator.hpp"
+#include "parallel/stage_partition.hpp"
+#include "perf/simulator.hpp"
+#include "core/error.hpp"
 #include "runtime/schedule.hpp"
+#include "runtime/topology.hpp"
 
 using namespace gpt2;
 using Cycles = std::vector<std::vector<std::pair<int, int>>>;  // per clock: (microbatch, stage)
@@ -124,4 +126,55 @@ TEST(StagePartition, BalancesCostAndHonoursExplicitSplits) {
   ModelConfig small;
   small.vocab_size = 256, small.n_layer = 4;  // a tiny head: an even split
   EXPECT_EQ(partition_stages(small, 2, 64), (std::vector<int>{2, 2}));
+}
+
+TEST(Schedule, OneFOneBPairsItsNeighbourExchangesAndGPipeDoesNot) {
+  // p = 3, m = 4, stage 1 (one warm-up forward): the steady state sends an activation and receives
+  // a gradient from the next stage as one action, then the gradient back and the next activation in.
+  const auto F = ActionKind::forward, B = ActionKind::backward;
+  const std::vector<Action> want = {
+      {ActionKind::recv_activation, 0}, {F, 0}, {ActionKind::send_activation, 0},
+      {ActionKind::recv_activation, 1}, {F, 1}, {ActionKind::send_activation_recv_grad, 1, 0},
+      {B, 0}, {ActionKind::send_grad_recv_activation, 0, 2}, {F, 2}, {ActionKind::send_activation_recv_grad, 2, 1},
+      {B, 1}, {ActionKind::send_grad_recv_activation, 1, 3}, {F, 3}, {ActionKind::send_activation_recv_grad, 3, 2},
+      {B, 2}, {ActionKind::send_grad, 2}, {ActionKind::recv_grad, 3}, {B, 3}, {ActionKind::send_grad, 3}};
+  EXPECT_EQ(make_schedule("1f1b", 3, 4, 1), want);
+  for (const Action& a : make_schedule("gpipe", 3, 4, 1)) EXPECT_LT(a.recv_mb, 0) << action_name(a.kind);
+  // The simulator sees the pairs: a stage that pairs a send with a receive its peer answers only
+  // after that send still runs; swapping the pair's order on the peer deadlocks.
+  auto s = all_stages("1f1b", 2, 2);
+  EXPECT_TRUE(simulate(s, 2).problem.empty());
+  auto broken = s;
+  for (Action& a : broken[0])
+    if (a.kind == ActionKind::send_activation_recv_grad) a.recv_mb = a.mb;  // waits for its own gradient
+  EXPECT_FALSE(simulate(broken, 2).problem.empty());
+}
+
+TEST(Registry, ListsStrategiesInOrderAndNamesTheKeyForUnknownOnes) {
+  EXPECT_EQ(ScheduleRegistry::choices(), "naive, gpipe or 1f1b");
+  EXPECT_EQ(ScheduleRegistry::names(), (std::vector<std::string>{"naive", "gpipe", "1f1b"}));
+  for (const auto& e : ScheduleRegistry::entries()) EXPECT_FALSE(e.help.empty()) << e.name;
+  try {
+    make_schedule("zigzag", 2, 2, 0);
+    FAIL() << "no exception";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.input(), "parallel.schedule");
+    EXPECT_NE(std::string(e.what()).find("expected naive, gpipe or 1f1b, got zigzag"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Topology, GridCoordinatesPutTensorParallelRanksInnermost) {
+  const GridShape s{2, 3, 2};  // dp 2 x pp 3 x tp 2
+  EXPECT_EQ(s.world(), 12);
+  for (int r = 0; r < 12; ++r) {
+    const GridCoords c = Topology::coords_of(s, r);
+    EXPECT_EQ(Topology::rank_of(s, c), r);
+    EXPECT_EQ(c.tp, r % 2);
+    EXPECT_EQ(c.pp, r / 2 % 3);
+    EXPECT_EQ(c.dp, r / 6);
+  }
+  // tp = 1 keeps the dp x pp layout: rank = dp_rank * pp + stage.
+  const GridShape two{2, 2, 1};
+  EXPECT_EQ(Topology::rank_of(two, {1, 0, 0}), 2);
+  EXPECT_EQ(Topology::coords_of(two, 3).pp, 1);
 }

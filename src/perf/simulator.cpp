@@ -1,4 +1,4 @@
-#include "modules/schedule/simulator.hpp"
+#include "perf/simulator.hpp"
 
 #include <algorithm>
 #include <map>
@@ -24,6 +24,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, doubl
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0), busy(p, 0);
   std::vector<int> in_flight(p, 0);
+  std::vector<bool> sent(p, false);  // the current paired action's send is out
   std::vector<std::vector<bool>> fwd_done(p, std::vector<bool>(m)), bwd_done(p, std::vector<bool>(m));
   std::vector<std::vector<bool>> has_input(p, std::vector<bool>(m)), has_grad(p, std::vector<bool>(m));
   // message (to stage, kind 0 = activation / 1 = gradient, mb) -> arrival time
@@ -45,21 +46,37 @@ Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, doubl
           pc[s] = stages[s].size();
           break;
         }
-        if (a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad) {
-          const int kind = a.kind == ActionKind::recv_grad;
-          auto it = mailbox.find({s, kind, a.mb});
+        // A paired action is its send (done once, on the first visit) and then its receive.
+        const bool paired = a.kind == ActionKind::send_activation_recv_grad ||
+                            a.kind == ActionKind::send_grad_recv_activation;
+        const bool sends = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
+        const bool receives = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
+        if (sends && !sent[s]) {
+          const bool activation = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_activation_recv_grad;
+          const int to = activation ? s + 1 : s - 1;
+          if (to < 0 || to >= p) complain(s, "sends past the end of the pipeline");
+          else if (activation && !fwd_done[s][a.mb]) complain(s, "sends an activation before computing it");
+          else if (!activation && !bwd_done[s][a.mb]) complain(s, "sends a gradient before computing it");
+          mailbox[{to, activation ? 0 : 1, a.mb}] = clock[s];
+          sent[s] = true;
+          progressed = true;
+        }
+        if (receives) {
+          const int kind = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
+          const int mb = paired ? a.recv_mb : a.mb;
+          if (mb < 0 || mb >= m) {
+            complain(s, "receives a microbatch out of range");
+            pc[s] = stages[s].size();
+            break;
+          }
+          auto it = mailbox.find({s, kind, mb});
           if (it == mailbox.end()) break;  // blocked
           clock[s] = std::max(clock[s], it->second);
           mailbox.erase(it);
-          (kind ? has_grad : has_input)[s][a.mb] = true;
-        } else if (a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad) {
-          const int to = a.kind == ActionKind::send_activation ? s + 1 : s - 1;
-          if (to < 0 || to >= p) complain(s, "sends past the end of the pipeline");
-          else if (a.kind == ActionKind::send_activation && !fwd_done[s][a.mb])
-            complain(s, "sends an activation before computing it");
-          else if (a.kind == ActionKind::send_grad && !bwd_done[s][a.mb])
-            complain(s, "sends a gradient before computing it");
-          mailbox[{to, a.kind == ActionKind::send_grad, a.mb}] = clock[s];
+          (kind ? has_grad : has_input)[s][mb] = true;
+        }
+        if (sends || receives) {
+          sent[s] = false;
         } else if (a.kind == ActionKind::forward) {
           if (s > 0 && !has_input[s][a.mb]) complain(s, "forward without its input");
           sim.computes.push_back({a.kind, a.mb, s, clock[s]});

@@ -1,4 +1,4 @@
-#include "modules/parallel/stage_partition.hpp"
+#include "parallel/stage_partition.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -12,10 +12,10 @@
 
 namespace gpt2 {
 
-class GradientAverager {
+class GradientReducer {
  public:
-  // dp: the data-parallel group (null or size 1: nothing to do). bucket_elems: floats per bucket.
-  GradientAverager(Communicator* dp, Vec<float> grads, size_t bucket_elems, Tracer& tracer);
+  // dp: the data-parallel group (of one rank: nothing to do). bucket_elems: floats per bucket.
+  GradientReducer(Communicator& dp, Vec<float> grads, size_t bucket_elems, Tracer& tracer);
 
   void begin_step(int step);
   // Backward has finished the gradients at offsets >= frontier: launch the buckets inside.
@@ -30,7 +30,8 @@ class GradientAverager {
 
  private:
   void launch(size_t b);
-  Communicator* dp_;
+  bool active() const { return dp_.size() > 1; }
+  Communicator& dp_;
   Vec<float> grads_;
   Tracer& tracer_;
   std::vector<Range> buckets_;  // buckets_[0] is the last range of the buffer

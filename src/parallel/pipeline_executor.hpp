@@ -2,11 +2,10 @@
 // Runs one rank's pipeline actions for a step: forwards and backwards on the local Stage, activations
 // sent to the next stage and their gradients back to the previous one over the pipeline
 // Communicator. Each microbatch's saved activations live in a slot taken from a pool when its
-// forward starts and returned as soon as its backward is done (after its messages completed), so
-// the pool's size is the schedule's peak in-flight count: m for GPipe, p - stage for 1F1B.
-// Input gradients travel back from small buffers of their own, so a slot is free as soon as its
-// backward is done.
-// With one stage and no communicator this is plain gradient accumulation over microbatches.
+// forward starts and returned as soon as its backward is done (or, in evaluation, once its output
+// is sent), so the pool's size is the schedule's peak in-flight count: m for GPipe, p - stage for
+// 1F1B. Input gradients travel back from small buffers of their own.
+// With one stage (a serial pipeline communicator) this is plain gradient accumulation.
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,8 +20,8 @@ namespace gpt2 {
 
 class PipelineExecutor {
  public:
-  // pipe: communicator of this rank's pipeline (rank == stage index); may be null with one stage.
-  PipelineExecutor(Stage<float>& stage, int stage_index, Communicator* pipe, Tracer& tracer);
+  // pipe: communicator of this rank's pipeline (rank == stage index).
+  PipelineExecutor(Stage<float>& stage, Communicator& pipe, Tracer& tracer);
 
   struct StepIO {
     int step = 0;
@@ -52,19 +51,17 @@ class PipelineExecutor {
   void release(int mb);  // back to the pool once its send completed
   Buffer<float> grad_buffer(size_t n);  // a free gradient send buffer
   void drain();          // complete every pending send, return their buffers
-  bool next_is(const std::vector<Action>& actions, size_t i, ActionKind kind) const;
-  // A send to a neighbour paired with the receive from it that the schedule does next (1F1B's
-  // steady state, the turn from forwards to backwards): one grouped call, waited for here because
-  // the received tensor is needed at once. Both buffers are free again on return.
+  // A paired send and receive with one neighbour, waited for here because the received tensor is
+  // needed at once; both buffers are free again on return.
   void exchange(const float* send, float* recv, size_t elems, int peer, int send_tag, int recv_tag,
                 int step, int send_mb, int recv_mb);
 
   Stage<float>& stage_;
   int index_;
-  Communicator* pipe_;
+  Communicator& pipe_;
   Tracer& tracer_;
   std::map<int, Slot> live_;      // by microbatch
-  std::vector<Slot> releasing_;   // backward done, send still pending
+  std::vector<Slot> releasing_;   // done, its activation's send still pending
   std::vector<std::unique_ptr<Activations<float>>> pool_;
   std::vector<GradSend> grad_sends_;  // in flight
   std::vector<Buffer<float>> grad_pool_;

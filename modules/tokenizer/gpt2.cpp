@@ -1,10 +1,9 @@
-// The tokenizer registry: name -> implementation (modules/tokenizer).
+// Registers GPT-2's BPE (gpt2_bpe.cpp) as the tokenizer "gpt2", its files defaulting to the copies
+// job_scripts/fetch_gpt2_vocab.sh caches.
 #include <fstream>
 
 #include "core/error.hpp"
-#include "modules/tokenizer/byte_tokenizer.hpp"
 #include "modules/tokenizer/gpt2_bpe.hpp"
-#include "runtime/tokenizer.hpp"
 
 namespace gpt2 {
 
@@ -18,16 +17,12 @@ std::string gpt2_file(const std::string& given, const char* cached_name) {
                "--merges vocab.bpe");
   return path;
 }
-}  // namespace
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const TokenizerFiles& files) {
-  if (name == "byte") return std::make_unique<ByteTokenizer>();
-  if (name == "gpt2") {
-    const std::string vocab = gpt2_file(files.vocab, "encoder.json");
-    const std::string merges = gpt2_file(files.merges, "vocab.bpe");
-    return Gpt2Bpe::load(vocab, merges);
-  }
-  fail_input("tokenizer", "expected byte or gpt2, got ", name.empty() ? "\"\"" : name);
-}
+[[maybe_unused]] const bool registered = TokenizerRegistry::add(
+    {"gpt2", "GPT-2's byte-level BPE (50257 ids; encoder.json + vocab.bpe)", 1, 50257,
+     [](const TokenizerFiles& f) -> std::unique_ptr<Tokenizer> {
+       return Gpt2Bpe::load(gpt2_file(f.vocab, "encoder.json"), gpt2_file(f.merges, "vocab.bpe"));
+     }});
+}  // namespace
 
 }  // namespace gpt2

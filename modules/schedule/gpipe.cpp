@@ -1,0 +1,19 @@
+// gpipe: F0 .. Fm-1, then B0 .. Bm-1. At clock k stage j runs microbatch k - j (torchgpipe's clock
+// cycles); holds all m microbatches' activations; bubble (p-1)/(m+p-1).
+#include "runtime/schedule.hpp"
+
+namespace gpt2 {
+
+namespace {
+std::vector<Action> gpipe(const ScheduleShape& s) {
+  std::vector<Action> compute;
+  for (int i = 0; i < s.microbatches; ++i) compute.push_back({ActionKind::forward, i});
+  for (int i = 0; i < s.microbatches; ++i) compute.push_back({ActionKind::backward, i});
+  return with_communication(compute, s.stages, s.stage);
+}
+
+[[maybe_unused]] const bool registered = ScheduleRegistry::add(
+    {"gpipe", "all forwards, then all backwards; holds m microbatches, bubble (p-1)/(m+p-1)", 1, gpipe});
+}  // namespace
+
+}  // namespace gpt2

@@ -1,0 +1,22 @@
+#include "runtime/comm_groups.hpp"
+
+#include "runtime/serial_communicator.hpp"
+
+namespace gpt2 {
+
+CommGroups::CommGroups(const Topology& topo, const std::string& choice, int local_size) {
+  const CommBackend& b = resolve_comm_backend(choice, CommContext{local_size});
+  backend = b.name;
+  bucket_mb = b.bucket_mb;
+  auto group = [&](MPI_Comm c, const CommBackend& with) -> std::unique_ptr<Communicator> {
+    if (size_of(c) == 1) return std::make_unique<SerialCommunicator>();
+    return with.make(c);
+  };
+  world = group(topo.world_comm(), CommRegistry::get("mpi", "parallel.comm"));
+  dp = group(topo.dp_comm(), b);
+  pipe = group(topo.pipe_comm(), b);
+  tp = group(topo.tp_comm(), b);
+  tied = group(topo.tied_comm(), b);
+}
+
+}  // namespace gpt2

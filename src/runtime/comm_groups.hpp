@@ -1,0 +1,23 @@
+#pragma once
+// The Communicators of one rank's groups (see Topology), made once: the deck's backend
+// (parallel.comm, resolved through the registry) for every group of several ranks, the engine's
+// SerialCommunicator for a group of one. `world` serves the control plane (summaries, traces,
+// clock synchronisation) and always runs on MPI.
+#include <memory>
+#include <string>
+
+#include "runtime/communicator.hpp"
+#include "runtime/topology.hpp"
+
+namespace gpt2 {
+
+struct CommGroups {
+  // choice: parallel.comm (auto | mpi | nccl); local_size: ranks on this node.
+  CommGroups(const Topology& topo, const std::string& choice, int local_size);
+
+  std::string backend;   // the data-plane backend the choice resolved to
+  double bucket_mb = 1;  // its default gradient bucket size (MiB)
+  std::unique_ptr<Communicator> world, dp, pipe, tp, tied;
+};
+
+}  // namespace gpt2

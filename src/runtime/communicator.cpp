@@ -1,0 +1,156 @@
+#include "runtime/communicator.hpp"
+
+#include <chrono>
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "core/error.hpp"
+
+namespace gpt2 {
+
+size_t dtype_size(DType t) { return t == DType::f32 || t == DType::i32 ? 4 : 8; }
+
+MPI_Datatype mpi_datatype(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    default: return MPI_INT64_T;
+  }
+}
+
+double Communicator::timeout_seconds() {
+  static const double t = [] {
+    const char* e = std::getenv("GPT2_COMM_TIMEOUT");
+    return e && std::atof(e) > 0 ? std::atof(e) : 600.0;
+  }();
+  return t;
+}
+
+void mpi_wait(MPI_Request& r, const char* what, int peer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int done = 0;
+  for (int spins = 0;; ++spins) {
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if ((spins & 1023) == 0) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > Communicator::timeout_seconds()) {
+        int world = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world);
+        std::fprintf(stderr,
+                     "error: rank %d waited %.0f s for the %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
+                     "probably died or hangs. Aborting the job.\n",
+                     world, waited, what, peer >= 0 ? " with peer " : "",
+                     peer >= 0 ? std::to_string(peer).c_str() : "");
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
+  }
+}
+
+namespace {
+template <class T>
+T allreduce_scalar(MPI_Comm comm, T x, MPI_Op op) {
+  T y{};
+  MPI_Request r;
+  MPI_Iallreduce(&x, &y, 1, mpi_datatype(dtype_of<T>()), op, comm, &r);
+  mpi_wait(r, "all-reduce of a scalar");
+  return y;
+}
+}  // namespace
+
+double allreduce_sum(MPI_Comm comm, double x) { return allreduce_scalar(comm, x, MPI_SUM); }
+int64_t allreduce_max(MPI_Comm comm, int64_t x) { return allreduce_scalar(comm, x, MPI_MAX); }
+
+// ---- control plane ----------------------------------------------------------------------------
+
+namespace {
+constexpr size_t kMaxMessage = size_t(1) << 30;  // MPI counts are ints: long messages go in pieces
+
+// Runs op(offset, count) over [0, bytes) in pieces that MPI's int counts can hold (once for 0 bytes).
+template <class Op>
+void in_pieces(size_t bytes, const Op& op) {
+  size_t done = 0;
+  do {
+    const size_t n = std::min(kMaxMessage, bytes - done);
+    op(done, n);
+    done += n;
+  } while (done < bytes);
+}
+
+template <class T>
+void divide(void* p, size_t n, int by) {
+  T* x = static_cast<T*>(p);
+  for (size_t i = 0; i < n; ++i) x[i] = T(x[i] / by);
+}
+}  // namespace
+
+void Communicator::host_allreduce(void* buf, size_t count, DType t, ReduceOp op) {
+  if (size() == 1 || count == 0) return;
+  MPI_Request r;
+  MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_datatype(t), op == ReduceOp::max ? MPI_MAX : MPI_SUM,
+                 mpi_comm(), &r);
+  mpi_wait(r, "control all-reduce");
+  if (op != ReduceOp::avg) return;
+  switch (t) {
+    case DType::f32: divide<float>(buf, count, size()); break;
+    case DType::f64: divide<double>(buf, count, size()); break;
+    case DType::i32: divide<int32_t>(buf, count, size()); break;
+    case DType::i64: divide<int64_t>(buf, count, size()); break;
+  }
+}
+
+void Communicator::host_all_gather(const void* send, void* recv, size_t bytes) {
+  if (bytes > size_t(INT_MAX)) fail("host_all_gather: ", bytes, " bytes per rank is too many");
+  MPI_Request r;
+  MPI_Iallgather(send, int(bytes), MPI_BYTE, recv, int(bytes), MPI_BYTE, mpi_comm(), &r);
+  mpi_wait(r, "control all-gather");
+}
+
+void Communicator::host_broadcast(void* buf, size_t bytes, int root) {
+  if (size() == 1) return;
+  in_pieces(bytes, [&](size_t at, size_t n) {
+    MPI_Request r;
+    MPI_Ibcast(static_cast<char*>(buf) + at, int(n), MPI_BYTE, root, mpi_comm(), &r);
+    mpi_wait(r, "control broadcast", root);
+  });
+}
+
+void Communicator::host_send(const void* buf, size_t bytes, int peer, int tag) {
+  in_pieces(bytes, [&](size_t at, size_t n) {
+    MPI_Request r;
+    MPI_Isend(static_cast<const char*>(buf) + at, int(n), MPI_BYTE, peer, tag, mpi_comm(), &r);
+    mpi_wait(r, "control send", peer);
+  });
+}
+
+void Communicator::host_recv(void* buf, size_t bytes, int peer, int tag) {
+  in_pieces(bytes, [&](size_t at, size_t n) {
+    MPI_Request r;
+    MPI_Irecv(static_cast<char*>(buf) + at, int(n), MPI_BYTE, peer, tag, mpi_comm(), &r);
+    mpi_wait(r, "control receive", peer);
+  });
+}
+
+// ---- backends -----------------------------------------------------------------------------------
+
+const CommBackend& resolve_comm_backend(const std::string& choice, const CommContext& ctx) {
+  const CommBackend& b = CommRegistry::get(choice, "parallel.comm");
+  if (!b.resolve) return b;
+  const std::string name = b.resolve(ctx);
+  return name == b.name ? b : resolve_comm_backend(name, ctx);
+}
+
+std::unique_ptr<Communicator> make_communicator(const std::string& name, MPI_Comm comm) {
+  const CommBackend& b = resolve_comm_backend(name, CommContext{});
+  if (!b.make) fail("communicator backend ", b.name, " cannot make communicators");
+  return b.make(comm);
+}
+
+}  // namespace gpt2

@@ -1,0 +1,92 @@
+// Trainer: the run loop (steps, evaluations, samples, checkpoints) and the trace.
+#include <cstdio>
+
+#include "trace/hdf5_trace.hpp"
+#include "train/trainer.hpp"
+
+namespace gpt2 {
+
+void Trainer::write_trace() {
+  if (cfg_.trace.file.empty()) return;
+  TraceMeta meta;
+  meta.config_toml = cfg_.toml();
+  meta.world_size = topo_->world_size();
+  meta.dp = topo_->dp(), meta.pp = topo_->pp(), meta.tp = topo_->tp();
+  meta.dp_rank = topo_->dp_rank(), meta.pp_rank = topo_->stage(), meta.tp_rank = topo_->tp_rank();
+  meta.microbatches = cfg_.parallel.microbatches;
+  meta.schedule = cfg_.parallel.schedule;
+  meta.execution_space = env_.execution_space();
+  meta.device = env_.device();
+  meta.comm = groups_->backend;
+  meta.blas_threads = blas_threads_;
+  meta.stage_layers = stage_layers_;
+  meta.tokens_per_step = cfg_.train.batch_size * cfg_.data.seq_len;
+  meta.num_params = int64_t(layout_->total());
+  meta.model = cfg_.model;
+  meta.seq_len = cfg_.data.seq_len;
+  meta.batch_size = cfg_.train.batch_size;
+  meta.param_bytes = double(param_bytes());
+  meta.activation_bytes = double(activation_bytes());
+  meta.steps = cfg_.train.steps;
+  meta.batches_per_epoch = train_loader_->batches_per_epoch();
+  meta.train_tokens = int64_t(train_data_->num_tokens());
+  std::vector<StepRecord> records;
+  for (const StepMetrics& m : history_)
+    records.push_back({m.step, m.loss, m.lr, m.grad_norm, m.step_ms / 1e3, m.tokens_per_s, m.val_loss});
+  write_hdf5_trace(cfg_.trace.file, *groups_->world, meta, tracer_, records);
+}
+
+void Trainer::run() {
+  const auto& t = cfg_.train;
+  const bool root = rank_ == 0;
+  if (root && !opts_.quiet) {
+    std::printf("gpt2 train: %s | %d ranks (%s, %s, %s) | %s, %d BLAS threads/rank\n",
+                cfg_.model.describe().c_str(), topo_->world_size(), topo_->shape().describe().c_str(),
+                cfg_.parallel.schedule.c_str(), groups_->backend.c_str(), env_.execution_space().c_str(),
+                blas_threads_);
+    std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
+                layout_->total() / 1e6, (long long)t.batch_size, cfg_.data.seq_len,
+                cfg_.parallel.microbatches, mb_size_, (long long)train_loader_->batches_per_epoch());
+    std::fflush(stdout);
+  }
+  double time_sum = 0, tok_sum = 0, rank_tok_sum = 0;
+  int timed = 0;
+  const int64_t first = step_;
+  const int64_t end = opts_.stop_at > 0 ? std::min<int64_t>(opts_.stop_at, t.steps) : t.steps;
+  while (step_ < end) {
+    StepMetrics m = train_step();
+    if (step_ > first + 1 || t.steps - first == 1) {  // the first step includes warm-up costs
+      time_sum += m.step_ms / 1e3, tok_sum += m.tokens_per_s, rank_tok_sum += m.rank_tokens_per_s;
+      ++timed;
+    }
+    const bool last = step_ == end;
+    if (val_loader_ && ((t.eval_every > 0 && step_ % t.eval_every == 0) || last)) m.val_loss = evaluate();
+    // The trace's /metrics needs every step; without a trace only the last one is used (the final
+    // loss), and keeping them all grew every rank's memory by 64 bytes a step without end.
+    if (cfg_.trace.file.empty() && !history_.empty())
+      history_.back() = m;
+    else
+      history_.push_back(m);
+    if (root) {
+      log_->step(m);
+      if (m.val_loss >= 0) log_->eval(m.step, m.val_loss);
+      if (!opts_.quiet && (step_ % t.log_every == 0 || last || step_ == first + 1)) {
+        const double mean = timed ? time_sum / timed : m.step_ms / 1e3;
+        std::printf("%s\n", progress_line(m, t.steps, mean * double(t.steps - step_)).c_str());
+        if (m.val_loss >= 0) std::printf("step %d | val loss %.4f\n", m.step, m.val_loss);
+        std::fflush(stdout);
+      }
+    }
+    maybe_sample();
+    const bool ckpt = !cfg_.checkpoint.dir.empty() &&
+                      ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last);
+    if (ckpt) {
+      save_checkpoint();
+      write_trace();
+    }
+  }
+  if (cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
+  print_summary(timed ? time_sum / timed : 0, timed ? tok_sum / timed : 0, timed ? rank_tok_sum / timed : 0);
+}
+
+}  // namespace gpt2
