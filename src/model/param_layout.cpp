@@ -22,7 +22,7 @@ ParamLayout::ParamLayout(const ModelConfig& cfg) : cfg_(cfg) {
     size_t n = 1;
     for (size_t d : shape) n *= d;
     const bool decay = shape.size() >= 2;
-    tensors_.push_back({kind, layer, std::move(shape), {total_, total_ + n}, decay});
+    tensors_.push_back({kind, layer, std::move(shape), {total_, total_ + n}, decay, {total_, n, n, 1}});
     total_ += n;
   };
   add(Param::wte, -1, {Vp, C});

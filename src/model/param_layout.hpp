@@ -26,12 +26,22 @@ struct Range {
   bool contains(const Range& o) const { return o.begin >= begin && o.end <= end; }
 };
 
+// Where the elements of a tensor's (local) part sit in the global flat buffer: `count` runs of `len`
+// elements, run i starting at begin + i * stride. A whole tensor is one run; a split of it (tensor
+// parallelism) is a block of rows (one run) or a block of columns of every row (one run per row).
+struct GlobalMap {
+  size_t begin = 0, len = 0, stride = 0, count = 1;
+  size_t size() const { return len * count; }
+  size_t at(size_t i) const { return begin + (i / len) * stride + i % len; }  // global index of local i
+};
+
 struct TensorInfo {
   Param kind;
   int layer;                  // block index, -1 outside blocks
   std::vector<size_t> shape;  // rows first; weights are (out, in)
-  Range range;                // in the global flat buffer
+  Range range;                // in the global flat buffer (in a local layout: the local buffer)
   bool decay;                 // weight decay applies: tensors of rank >= 2
+  GlobalMap global;           // where its elements are in the global layout
   std::string name() const;   // "wte", "h.3.qkvw", "lnfw"
 };
 

@@ -2,7 +2,9 @@
 
 #include <cmath>
 
-#include "core/rng.hpp"
+#include "core/error.hpp"
+
+#include "model/param_init.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"
@@ -25,12 +27,16 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 }  // namespace
 
 template <class T>
-Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len)
-    : layout_(layout), maxB_(max_batch), T_(seq_len) {
+Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, UnitStore<T>* store)
+    : layout_(layout), store_(store), maxB_(max_batch), T_(seq_len) {
   const ModelConfig& c = config();
   const size_t N = size_t(max_batch) * seq_len, C = c.n_embd;
-  params = Buffer<T>("params", layout.local_size());
-  grads = Buffer<T>("grads", layout.local_size());
+  if (!store_) {
+    own_ = std::make_unique<FlatStore<T>>(layout_);
+    store_ = own_.get();
+    params = own_->param_buf;
+    grads = own_->grad_buf;
+  }
   dres_ = uninitialized<T>("dres", N * C);
   dln_ = uninitialized<T>("dln", N * C);
   dqkv_ = uninitialized<T>("dqkv", N * 3 * C);
@@ -46,36 +52,20 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len)
 
 template <class T>
 void Stage<T>::init_params(uint64_t seed) {
-  const ModelConfig& c = config();
-  const double residual_std = 0.02 / std::sqrt(2.0 * c.n_layer);
-  auto host = Kokkos::create_mirror_view(params);
-  for (const TensorInfo& t : layout_.tensors()) {
-    Rng rng(seed, layout_.global().index(t.kind, t.layer));
-    T* p = host.data() + t.range.begin;
-    size_t n = t.range.size();
-    double stddev = 0.02, constant = 0;
-    switch (t.kind) {
-      case Param::wte:
-        n = size_t(c.vocab_size) * c.n_embd;  // padded rows stay zero
-        for (size_t i = n; i < t.range.size(); ++i) p[i] = 0;
-        break;
-      case Param::attprojw:
-      case Param::fcprojw: stddev = residual_std; break;
-      case Param::ln1w:
-      case Param::ln2w:
-      case Param::lnfw: stddev = 0, constant = 1; break;
-      case Param::wpe:
-      case Param::qkvw:
-      case Param::fcw: break;
-      default: stddev = 0; break;  // biases
-    }
-    for (size_t i = 0; i < n; ++i) p[i] = T(stddev > 0 ? stddev * rng.normal() : constant);
-  }
-  Kokkos::deep_copy(params, host);
+  if (!own_) fail("Stage::init_params: the parameters live in an external store");
+  gpt2::init_params<T>(layout_.global(), layout_.tensors(), seed, {0, layout_.local_size()},
+                       Vec<T>(params.data(), params.extent(0)));
+}
+
+template <class T>
+void Stage<T>::on_grads_done(std::function<void(int, bool)> f) {
+  if (!own_) fail("Stage::on_grads_done: the gradients live in an external store");
+  own_->done = std::move(f);
 }
 
 template <class T>
 void Stage<T>::zero_grads() {
+  if (!own_) fail("Stage::zero_grads: the gradients live in an external store");
   Kokkos::deep_copy(grads, T(0));
 }
 
@@ -128,14 +118,15 @@ Activations<T> Stage<T>::make_activations(int B) const {
 }
 
 template <class T>
-typename Stage<T>::BlockParams Stage<T>::block_view(const Buffer<T>& buf, int l) const {
-  const size_t C = config().n_embd;
+typename Stage<T>::BlockParams Stage<T>::block_view(const T* unit, int l) const {
+  const size_t C = config().n_embd, base = layout_.block(l).begin;
+  T* p = const_cast<T*>(unit);
   auto v = [&](Param k) {
     const Range r = layout_.tensor(k, l).range;
-    return Vec<T>(buf.data() + r.begin, r.size());
+    return Vec<T>(p + r.begin - base, r.size());
   };
   auto m = [&](Param k, size_t rows, size_t cols) {
-    return Mat<T>(buf.data() + layout_.tensor(k, l).range.begin, rows, cols);
+    return Mat<T>(p + layout_.tensor(k, l).range.begin - base, rows, cols);
   };
   return {v(Param::ln1w),         v(Param::ln1b),           v(Param::qkvb),
           v(Param::attprojb),     v(Param::ln2w),           v(Param::ln2b),
@@ -144,14 +135,14 @@ typename Stage<T>::BlockParams Stage<T>::block_view(const Buffer<T>& buf, int l)
 }
 
 template <class T>
+Vec<T> Stage<T>::unit_vec(const T* unit, int u, Param kind) const {
+  const Range r = layout_.tensor(kind).range, ur = layout_.units()[size_t(u)].range;
+  return Vec<T>(const_cast<T*>(unit) + r.begin - ur.begin, r.size());
+}
+
+template <class T>
 void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
-  const ModelConfig& c = config();
-  if (layout_.has_embedding()) {
-    const auto& wte = layout_.tensor(Param::wte);
-    const auto& wpe = layout_.tensor(Param::wpe);
-    embedding_forward<T>(a.input, a.tokens, Mat<T>(param(wte).data(), c.padded_vocab(), c.n_embd),
-                         Mat<T>(param(wpe).data(), c.block_size, c.n_embd), T_);
-  }
+  if (layout_.has_embedding()) embedding_forward_(a);
   Mat<T> x = a.input;
   for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l) {
     block_forward(l, a, x);
@@ -161,9 +152,24 @@ void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss
 }
 
 template <class T>
+void Stage<T>::embedding_forward_(Activations<T>& a) {
+  const ModelConfig& c = config();
+  const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
+  store_->prefetch_params(wpe);
+  const T* pwte = store_->params(wte);
+  const T* pwpe = store_->params(wpe);
+  embedding_forward<T>(a.input, a.tokens, Mat<T>(const_cast<T*>(pwte), c.padded_vocab(), c.n_embd),
+                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), T_);
+  store_->release_params(wte);
+  store_->release_params(wpe);
+}
+
+template <class T>
 void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
   auto& s = a.blocks[l - layout_.first_layer()];
-  const BlockParams p = block_view(params, l);
+  const int u = block_unit(l);
+  if (l + 1 < layout_.end_layer()) store_->prefetch_params(block_unit(l + 1));  // while this block computes
+  const BlockParams p = block_view(store_->params(u), l);
   layernorm_forward<T>(s.ln1, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b);
   matmul_forward<T>(s.qkv, s.ln1, p.qkvw, p.qkvb);
   attention_forward<T>(s.atty, s.att, s.qkv, a.B, T_, config().n_head);
@@ -172,59 +178,67 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
   matmul_forward<T>(s.fch, s.ln2, p.fcw, p.fcb);
   gelu_forward<T>(flat(s.fch_gelu), flat(s.fch));
   matmul_forward<T>(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);  // res3 = res2 + mlp
+  store_->release_params(u);
 }
 
 template <class T>
 void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
   const ModelConfig& c = config();
   const size_t N = a.rows(), C = c.n_embd, Vp = c.padded_vocab();
-  const auto& wte_t = layout_.tensor(Param::wte);
-  Mat<T> wte(param(wte_t).data(), Vp, C), dwte(grad(wte_t).data(), Vp, C);
+  const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
+  store_->prefetch_params(wu);
+  const T* pnorm = store_->params(norm);
   Mat<T> lnf = as_mat(lnf_, N, C), logits = as_mat(logits_, N, Vp);
   Vec<T> lse(lse_.data(), N);
-  layernorm_forward<T>(lnf, a.lnf_mean, a.lnf_rstd, a.output(), param(layout_.tensor(Param::lnfw)),
-                       param(layout_.tensor(Param::lnfb)));
+  layernorm_forward<T>(lnf, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
+                       unit_vec(pnorm, norm, Param::lnfb));
+  store_->release_params(norm);
+  const Mat<T> wte(const_cast<T*>(store_->params(wu)), Vp, C);
   matmul_forward<T>(logits, lnf, wte, Vec<T>());
   if (!need_grad) {
     crossentropy_forward<T>(losses, lse, logits, a.targets, c.vocab_size);
-    return;
+  } else {
+    crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
+    matmul_backward<T>(a.dlnf, Mat<T>(store_->grads(wu), Vp, C), Vec<T>(), logits, lnf, wte);
   }
-  crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
-  matmul_backward<T>(a.dlnf, dwte, Vec<T>(), logits, lnf, wte);
+  store_->release_params(wu);
+  if (need_grad && layout_.units()[size_t(wu)].grads_final_in_forward()) store_->grads_done(wu, true);
 }
 
 template <class T>
-void Stage<T>::backward(Activations<T>& a, const std::function<void(size_t)>& ready) {
-  auto notify = [&](size_t x) {
-    if (ready) ready(x);
-  };
+void Stage<T>::backward(Activations<T>& a) {
   Mat<T> d = dres(a.B);
   if (layout_.has_head()) {
+    const int norm = layout_.unit_index(UnitKind::final_norm);
     Kokkos::deep_copy(Vec<T>(d.data(), d.size()), T(0));
-    const auto& w = layout_.tensor(Param::lnfw);
-    layernorm_backward<T>(d, grad(w), grad(layout_.tensor(Param::lnfb)), a.dlnf, a.output(),
-                          param(w), a.lnf_mean, a.lnf_rstd);
-    notify(w.range.begin);
+    const T* p = store_->params(norm);
+    T* g = store_->grads(norm);
+    layernorm_backward<T>(d, unit_vec(g, norm, Param::lnfw), unit_vec(g, norm, Param::lnfb), a.dlnf, a.output(),
+                          unit_vec(p, norm, Param::lnfw), a.lnf_mean, a.lnf_rstd);
+    store_->release_params(norm);
+    store_->grads_done(norm, false);
   }
   for (int l = layout_.end_layer() - 1; l >= layout_.first_layer(); --l) {
     const int i = l - layout_.first_layer();
+    if (l > layout_.first_layer()) store_->prefetch_params(block_unit(l - 1));
     block_backward(l, a, i == 0 ? a.input : a.blocks[i - 1].res3);
-    notify(layout_.block(l).begin);
+    store_->grads_done(block_unit(l), false);
   }
   if (layout_.has_embedding()) {
     const ModelConfig& c = config();
-    const auto& wte = layout_.tensor(Param::wte);
-    const auto& wpe = layout_.tensor(Param::wpe);
-    embedding_backward<T>(Mat<T>(grad(wte).data(), c.padded_vocab(), c.n_embd),
-                          Mat<T>(grad(wpe).data(), c.block_size, c.n_embd), d, a.tokens, T_);
+    const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
+    embedding_backward<T>(Mat<T>(store_->grads(wte), c.padded_vocab(), c.n_embd),
+                          Mat<T>(store_->grads(wpe), c.block_size, c.n_embd), d, a.tokens, T_);
+    store_->grads_done(wpe, false);
+    store_->grads_done(wte, false);
   }
-  notify(0);
 }
 
 template <class T>
 void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in) {
   const auto& s = a.blocks[l - layout_.first_layer()];
-  const BlockParams p = block_view(params, l), g = block_view(grads, l);
+  const int u = block_unit(l);
+  const BlockParams p = block_view(store_->params(u), l), g = block_view(store_->grads(u), l);
   const size_t N = a.rows(), C = config().n_embd;
   Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit
   Mat<T> dfch = as_mat(dfch_, N, 4 * C), dln = as_mat(dln_, N, C);
@@ -240,6 +254,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in) {
   attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, config().n_head);
   matmul_backward<T>(dln, g.qkvw, g.qkvb, dqkv, s.ln1, p.qkvw);
   layernorm_backward<T>(d, g.ln1w, g.ln1b, dln, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
+  store_->release_params(u);
 }
 
 template class Stage<float>;

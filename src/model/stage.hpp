@@ -8,11 +8,13 @@
 // backward(a) then runs the rest from the stage's gradient buffer dres (N,C): on entry it holds the
 // gradient of the stage output (received from the next stage; ignored on the head stage), on exit the
 // gradient of the stage input (to send back; the first stage consumes it in the embedding backward).
-// Parameter gradients accumulate (+=) across microbatches until zero_grads().
-#include <functional>
+// Parameters are read and gradients accumulated (+=) through a UnitStore, one unit (a block, wte,
+// ...) at a time; by default the stage keeps both in its own flat buffers `params` and `grads`.
+#include <memory>
 #include <vector>
 
 #include "model/stage_layout.hpp"
+#include "model/unit_store.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -38,24 +40,26 @@ struct Activations {
 template <class T>
 class Stage {
  public:
-  // max_batch: the most sequences one microbatch holds; seq_len: T.
-  Stage(const StageLayout& layout, int max_batch, int seq_len);
+  // max_batch: the most sequences one microbatch holds; seq_len: T. store: where the parameters and
+  // gradients live (not owned); null: in the stage's own `params` and `grads`.
+  Stage(const StageLayout& layout, int max_batch, int seq_len, UnitStore<T>* store = nullptr);
 
   const StageLayout& layout() const { return layout_; }
   const ModelConfig& config() const { return layout_.global().config(); }
   int seq_len() const { return T_; }
   int max_batch() const { return maxB_; }
 
-  Buffer<T> params;  // local flat buffer (see StageLayout)
-  Buffer<T> grads;   // same layout
+  // The stage's own flat buffers in the local layout (empty with an external store).
+  Buffer<T> params;
+  Buffer<T> grads;
 
-  Vec<T> param(const TensorInfo& t) const { return Vec<T>(params.data() + t.range.begin, t.range.size()); }
-  Vec<T> grad(const TensorInfo& t) const { return Vec<T>(grads.data() + t.range.begin, t.range.size()); }
-
-  // GPT-2 initialisation; every tensor has its own seeded stream, so any stage split gives the
-  // same values as the one-stage model.
+  // Own buffers: GPT-2 initialisation (model/param_init: values by global position, so any split
+  // gives the same values as the one-stage model), and zeroing the gradients.
   void init_params(uint64_t seed);
   void zero_grads();
+  // Own buffers: hears every UnitStore::grads_done (unit index, in forward), e.g. to see the order
+  // in which gradients complete.
+  void on_grads_done(std::function<void(int, bool)> f);
 
   // Saved-activation storage for a microbatch of B <= max_batch sequences.
   Activations<T> make_activations(int B) const;
@@ -65,10 +69,10 @@ class Stage {
   // with d(loss)/d(each token loss) = dloss.
   void forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
 
-  // Backward one microbatch (see the header comment for dres). ready(x) is called whenever the
-  // gradients at local offsets >= x are final for this microbatch (after the final LayerNorm, after
-  // each block, last block first, and with x = 0 at the end).
-  void backward(Activations<T>& a, const std::function<void(size_t)>& ready = {});
+  // Backward one microbatch (see the header comment for dres). Each unit's gradient is handed to
+  // the store (grads_done) as soon as this microbatch's part of it is complete: the final norm
+  // first, then the blocks from the last, then the embeddings.
+  void backward(Activations<T>& a);
 
   // Head stage: the (B*T, Vp) logits of the last forward run with need_grad = false.
   Mat<T> logits(int B) const { return Mat<T>(logits_.data(), size_t(B) * T_, config().padded_vocab()); }
@@ -81,12 +85,18 @@ class Stage {
     Vec<T> ln1w, ln1b, qkvb, attprojb, ln2w, ln2b, fcb, fcprojb;
     Mat<T> qkvw, attprojw, fcw, fcprojw;
   };
-  BlockParams block_view(const Buffer<T>& buf, int layer) const;
+  // Views of one block's tensors in a unit's memory (parameters or gradients).
+  BlockParams block_view(const T* unit, int layer) const;
+  Vec<T> unit_vec(const T* unit, int u, Param kind) const;  // one tensor of a (non-block) unit
+  int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
+  void embedding_forward_(Activations<T>& a);
   void block_forward(int layer, Activations<T>& a, CMat<T> in);
   void block_backward(int layer, Activations<T>& a, CMat<T> in);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
 
   StageLayout layout_;
+  std::unique_ptr<FlatStore<T>> own_;  // when no store was given
+  UnitStore<T>* store_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
   Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_;

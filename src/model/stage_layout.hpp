@@ -1,14 +1,34 @@
 #pragma once
-// The part of the flat parameter buffer one pipeline stage holds. A stage is a contiguous range of
-// blocks, plus the embeddings on the first stage and the final LayerNorm + LM head on the last.
-// Its local buffer is the global range it owns, preceded -- on a last stage that is not also the
-// first -- by a copy of wte for the tied LM head (kept equal to stage 0's by summing the two
-// gradient contributions every step). With one stage, local == global.
+// The part of the flat parameter buffer one pipeline stage holds, cut into units. A stage is a
+// contiguous range of blocks, plus the embeddings on the first stage and the final LayerNorm + LM
+// head on the last. Its local buffer is, in order:
+//   [tied wte copy]  last stage of several: the LM head's copy of wte, kept equal to stage 0's by
+//                    summing the two gradient contributions every step
+//   [wte] [wpe]      first stage
+//   block first_layer ... block end_layer - 1
+//   [final norm]     last stage (lnfw, lnfb)
+// Units are what the stage asks its UnitStore for one at a time (a block's twelve tensors, ...): the
+// grain of gradient buckets, of ZeRO shards and of parameter gathers. With one stage and no tied
+// copy, local == global.
+#include <functional>
 #include <vector>
 
 #include "model/param_layout.hpp"
 
 namespace gpt2 {
+
+enum class UnitKind { tied_wte, wte, wpe, block, final_norm };
+
+struct Unit {
+  UnitKind kind;
+  int layer;    // block index, -1 otherwise
+  Range range;  // in the local buffer
+  // The phase whose last contribution completes the unit's gradient in a microbatch: the LM head's
+  // copy of wte gets its gradient in the head's forward (loss backward runs there), the rest in
+  // backward.
+  bool grads_final_in_forward() const { return kind == UnitKind::tied_wte; }
+  const char* name() const;
+};
 
 class StageLayout {
  public:
@@ -24,11 +44,17 @@ class StageLayout {
   size_t tied_size() const { return tied_; }   // wte copy at local offset 0, or 0
   size_t local_size() const { return tied_ + owned_.size(); }
 
-  // Tensors this stage holds, with `range` rewritten to local offsets (tied wte first if any).
+  // Tensors this stage holds, with `range` rewritten to local offsets (tied wte first if any);
+  // `global` says where each one's elements are in the global layout.
   const std::vector<TensorInfo>& tensors() const { return local_; }
   const TensorInfo& tensor(Param kind, int layer = -1) const;
   // Local range of block `layer` (must belong to this stage).
   Range block(int layer) const;
+
+  const std::vector<Unit>& units() const { return units_; }
+  int unit_index(UnitKind kind, int layer = -1) const;  // -1 when the stage has no such unit
+  // The unit whose wte the LM head uses: the tied copy, or wte itself on a one-stage model.
+  int head_wte_unit() const;
 
  private:
   const ParamLayout* global_;
@@ -36,6 +62,14 @@ class StageLayout {
   Range owned_;
   size_t tied_ = 0;
   std::vector<TensorInfo> local_;
+  std::vector<Unit> units_;
 };
+
+// Moving a local buffer's values to and from the global layout, tensor by tensor along their
+// GlobalMaps (checkpoints, gathers). local_to_global leaves the tied copy out (stage 0 owns wte);
+// global_to_local fills it like wte. `read(begin, n, dst)` reads global floats [begin, begin + n).
+void local_to_global(const StageLayout& layout, const float* local, float* global);
+void global_to_local(const StageLayout& layout, const std::function<void(size_t, size_t, float*)>& read,
+                     float* local);
 
 }  // namespace gpt2

@@ -2,49 +2,87 @@
 
 #include <algorithm>
 
+#include "tensor/residual.hpp"
+
 namespace gpt2 {
 
-GradientReducer::GradientReducer(Communicator& dp, Vec<float> grads, size_t bucket_elems, Tracer& tracer)
-    : dp_(dp), grads_(grads), tracer_(tracer) {
-  const size_t n = grads.extent(0), b = std::max<size_t>(bucket_elems, 1);
-  for (size_t end = n; end > 0;) {
-    const size_t begin = end > b ? end - b : 0;
-    buckets_.push_back({begin, end});
-    end = begin;
-  }
-  pending_.resize(buckets_.size());
-}
+GradientReducer::GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer)
+    : dp_(dp), shards_(shards), mode_(mode), tracer_(tracer) {}
 
 void GradientReducer::begin_step(int step) {
   step_ = step;
-  next_ = 0;
   issue_s_ = wait_s_ = 0;
 }
 
-void GradientReducer::launch(size_t b) {
-  const double t0 = tracer_.now();
-  // No fence: the MPI backend's host staging copy orders after the kernels (and on the host
-  // backend they already ran); NCCL's stream waits on an event of the Kokkos stream.
-  pending_[b] = dp_.iallreduce(grads_.data() + buckets_[b].begin, buckets_[b].size(), DType::f32, ReduceOp::avg);
-  const double t1 = tracer_.now();
-  issue_s_ += t1 - t0;
-  tracer_.record(EventKind::allreduce_issue, step_, int(b), t0, t1, int64_t(buckets_[b].size() * sizeof(float)));
+void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumulate, std::function<void()> done) {
+  const bool scatter = mode_ == Mode::reduce_scatter;
+  if (!scatter && !active()) {  // one rank: its gradient is the average
+    if (done) done();
+    return;
+  }
+  const std::vector<int>& ids = shards_.buckets_of(u);
+  const size_t unit_begin = shards_.buckets()[size_t(ids.front())].range.begin;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Bucket& b = shards_.buckets()[size_t(ids[i])];
+    const double t0 = tracer_.now();
+    Pending p{Request{}, u, nullptr, Buffer<float>(), i + 1 == ids.size() ? done : std::function<void()>()};
+    float* src = unit_grads + (b.range.begin - unit_begin);
+    if (!scatter) {
+      p.request = dp_.iallreduce(src, b.range.size(), DType::f32, ReduceOp::avg);
+    } else {
+      float* out = shard + b.shard_offset;
+      if (accumulate) {
+        const size_t n = b.piece.size();
+        auto it = std::find_if(staging_pool_.begin(), staging_pool_.end(), [&](auto& s) { return s.extent(0) == n; });
+        if (it != staging_pool_.end()) {
+          p.staging = std::move(*it);
+          staging_pool_.erase(it);
+        } else {
+          p.staging = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "reduce_staging"), n);
+        }
+        p.dst = out;
+        out = p.staging.data();
+      }
+      p.request = dp_.ireduce_scatter(src, out, b.piece.size(), DType::f32, ReduceOp::avg);
+    }
+    const double t1 = tracer_.now();
+    issue_s_ += t1 - t0;
+    const size_t bytes = b.range.size() * sizeof(float) * (scatter ? 1 : 2);
+    tracer_.record(scatter ? EventKind::reduce_scatter_issue : EventKind::allreduce_issue, step_, ids[i], t0, t1,
+                   active() ? int64_t(bytes) : 0);
+    pending_.push_back(std::move(p));
+  }
+  progress();
 }
 
-void GradientReducer::ready(size_t frontier) {
-  if (!active()) return;
-  while (next_ < buckets_.size() && buckets_[next_].begin >= frontier) launch(next_++);
-  dp_.progress();  // MPI advances non-blocking collectives only inside MPI calls
+void GradientReducer::complete(Pending& p) {
+  if (p.dst) {
+    accumulate<float>(Vec<float>(p.dst, p.staging.extent(0)), Vec<float>(p.staging.data(), p.staging.extent(0)));
+    staging_pool_.push_back(std::move(p.staging));
+  }
+  if (p.done) p.done();
+}
+
+void GradientReducer::progress() {
+  dp_.progress();
+  // Complete in launch order only, so that a unit's `done` runs after all its buckets.
+  size_t n = 0;
+  while (n < pending_.size() && dp_.test(pending_[n].request)) complete(pending_[n++]);
+  pending_.erase(pending_.begin(), pending_.begin() + long(n));
 }
 
 void GradientReducer::finish() {
-  if (!active()) return;
-  while (next_ < buckets_.size()) launch(next_++);
   const double t0 = tracer_.now();
-  for (Request& r : pending_) dp_.wait(r);
+  for (Pending& p : pending_) {
+    dp_.wait(p.request);
+    complete(p);
+  }
+  pending_.clear();
   const double t1 = tracer_.now();
   wait_s_ = t1 - t0;
-  tracer_.record(EventKind::allreduce_wait, step_, -1, t0, t1);
+  if (active())
+    tracer_.record(mode_ == Mode::reduce_scatter ? EventKind::reduce_scatter_wait : EventKind::allreduce_wait, step_, -1,
+                   t0, t1);
 }
 
 }  // namespace gpt2

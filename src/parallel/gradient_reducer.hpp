@@ -1,11 +1,16 @@
 #pragma once
-// Data-parallel gradient averaging in buckets of the flat gradient buffer. Backward finishes the
-// buffer from its end towards its start (last block first), so buckets are cut from the end; each
-// bucket's all-reduce is launched as soon as backward has passed its start, while earlier blocks are
-// still computing, and all are awaited before clipping and the optimizer.
+// Data-parallel gradient reduction, unit by unit and bucket by bucket (ShardLayout), each launched as
+// soon as the unit's gradient is complete, while backward goes on with earlier blocks; all are
+// awaited before clipping and the optimizer. Two ways:
+//   all-reduce      (ZeRO-0) the average in place, every rank keeps the whole gradient
+//   reduce-scatter  (ZeRO-1..3) each rank receives the average of its piece of every bucket, into
+//                   its shard -- written, or added to what earlier microbatches left there
+// Trace events carry the collective's data volume as the ZeRO paper counts it (all-reduce twice the
+// buffer, reduce-scatter once); the bytes a rank puts on the wire are (D-1)/D of that.
+#include <functional>
 #include <vector>
 
-#include "model/param_layout.hpp"
+#include "parallel/shard_layout.hpp"
 #include "runtime/communicator.hpp"
 #include "tensor/views.hpp"
 #include "trace/tracer.hpp"
@@ -14,29 +19,37 @@ namespace gpt2 {
 
 class GradientReducer {
  public:
-  // dp: the data-parallel group (of one rank: nothing to do). bucket_elems: floats per bucket.
-  GradientReducer(Communicator& dp, Vec<float> grads, size_t bucket_elems, Tracer& tracer);
+  enum class Mode { all_reduce, reduce_scatter };
+  GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer);
 
   void begin_step(int step);
-  // Backward has finished the gradients at offsets >= frontier: launch the buckets inside.
-  void ready(size_t frontier);
-  // Launch what is left and wait for everything.
-  void finish();
+  // Reduces unit u's gradient, which lies at `unit_grads` (the unit's first element). All-reduce:
+  // in place. Reduce-scatter: each bucket's piece to `shard` at its shard offset, added to what is
+  // there when `accumulate`. `done` runs once every bucket of the unit has completed.
+  void reduce(int u, float* unit_grads, float* shard, bool accumulate, std::function<void()> done = {});
+  void progress();  // completes what has arrived (MPI advances only inside MPI calls)
+  void finish();    // waits for everything launched
 
-  int num_buckets() const { return int(buckets_.size()); }
-  // Seconds of the last step spent issuing all-reduces and blocked waiting for them.
+  // Seconds of the last step spent issuing and blocked waiting.
   double issue_seconds() const { return issue_s_; }
   double wait_seconds() const { return wait_s_; }
 
  private:
-  void launch(size_t b);
+  struct Pending {
+    Request request;
+    int unit;
+    float* dst;              // accumulate: where the staged piece is added
+    Buffer<float> staging;   // accumulate: the reduced piece
+    std::function<void()> done;  // set on the unit's last bucket
+  };
+  void complete(Pending& p);
   bool active() const { return dp_.size() > 1; }
   Communicator& dp_;
-  Vec<float> grads_;
+  const ShardLayout& shards_;
+  Mode mode_;
   Tracer& tracer_;
-  std::vector<Range> buckets_;  // buckets_[0] is the last range of the buffer
-  std::vector<Request> pending_;
-  size_t next_ = 0;             // first bucket not launched yet
+  std::vector<Pending> pending_;
+  std::vector<Buffer<float>> staging_pool_;
   int step_ = 0;
   double issue_s_ = 0, wait_s_ = 0;
 };

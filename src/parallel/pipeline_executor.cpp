@@ -92,9 +92,6 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
   const size_t bytes = elems * sizeof(float);
   const bool head = stage_.layout().has_head();
   const int next = index_ + 1, prev = index_ - 1;
-  size_t last_backward = actions.size();
-  for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].kind == ActionKind::backward) last_backward = i;
 
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action a = actions[i];
@@ -146,7 +143,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         }
         {
           Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb);
-          stage_.backward(*s.act, i == last_backward ? io.grads_ready : std::function<void(size_t)>());
+          stage_.backward(*s.act);
         }
         release(a.mb);  // the input gradient it leaves in dres is all that is still needed
         break;

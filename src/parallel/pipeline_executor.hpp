@@ -30,7 +30,6 @@ class PipelineExecutor {
     Vec<float> losses;          // head stage: per-token losses, microbatch mb at offset mb * B * T
     float dloss = 0;            // d(loss) / d(each token loss)
     bool need_grad = true;
-    std::function<void(size_t)> grads_ready;  // given to the stage's last backward of the step
   };
   void run(const std::vector<Action>& actions, const StepIO& io);
 

@@ -9,13 +9,17 @@
 
 namespace gpt2::km {
 #if KOKKOS_VERSION >= 40000
+using Kokkos::cos;
 using Kokkos::exp;
 using Kokkos::log;
+using Kokkos::sin;
 using Kokkos::sqrt;
 using Kokkos::tanh;
 #else
+using Kokkos::Experimental::cos;
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::sin;
 using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 #endif

@@ -100,6 +100,7 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_int(g, "dp", meta.dp);
   attr_int(g, "pp", meta.pp);
   attr_int(g, "tp", meta.tp);
+  attr_int(g, "zero", meta.zero);
   attr_int(g, "microbatches", meta.microbatches);
   attr_int(g, "blas_threads", meta.blas_threads);
   attr_int(g, "tokens_per_step", meta.tokens_per_step);
@@ -124,6 +125,9 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_per_rank<int64_t>(g, "tp_rank", meta.tp_rank, comm);
   attr_per_rank(g, "clock_error", tracer.clock_error(), comm);
   attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
+  attr_per_rank(g, "grad_bytes", meta.grad_bytes, comm);
+  attr_per_rank(g, "optimizer_bytes", meta.optimizer_bytes, comm);
+  attr_per_rank(g, "peak_workspace_bytes", meta.workspace_bytes, comm);
   attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);
   H5Gclose(g);
 

@@ -2,12 +2,13 @@
 // One HDF5 file per run, written collectively by every rank with parallel HDF5. The file describes
 // itself: readers take the event kinds, their classes and every rank's grid coordinates from it.
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
-//             world_size, dp, pp, tp, microbatches, schedule, execution_space, device, comm,
+//             world_size, dp, pp, tp, zero, microbatches, schedule, execution_space, device, comm,
 //             blas_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
 //             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
 //             event_kinds, compute_kinds, communication_kinds (comma-separated names);
 //             per rank (arrays of length world_size): dp_rank, pp_rank, tp_rank, clock_error (s),
-//             param_bytes, peak_activation_bytes
+//             param_bytes, grad_bytes, optimizer_bytes (memory at rest), peak_activation_bytes,
+//             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces)
 //   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}: all ranks, rank
 //             order, each rank's events by start time; attribute kind_names lists the kind codes;
 //             dropped = events that did not fit. step is 0-based (eval events: the steps completed
@@ -28,10 +29,11 @@ class Communicator;
 
 struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
-  int world_size = 1, dp = 1, pp = 1, tp = 1, microbatches = 1, blas_threads = 1, seq_len = 0;
+  int world_size = 1, dp = 1, pp = 1, tp = 1, zero = 0, microbatches = 1, blas_threads = 1, seq_len = 0;
   std::vector<int> stage_layers;
   int dp_rank = 0, pp_rank = 0, tp_rank = 0;     // this rank's
-  double param_bytes = 0, activation_bytes = 0;  // this rank's
+  double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest
+  double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;
   ModelConfig model;

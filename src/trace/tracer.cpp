@@ -17,6 +17,7 @@ constexpr KindInfo kKinds[] = {
     {"forward", C},   {"backward", C},   {"optimizer", O},  {"allreduce_issue", M}, {"allreduce_wait", M},
     {"send", M},      {"recv", M},       {"data", O},       {"eval", O},            {"checkpoint", O},
     {"step", O},      {"tied_sync", M},  {"send_wait", M},  {"scalar_sync", M},
+    {"reduce_scatter_issue", M}, {"reduce_scatter_wait", M}, {"all_gather_issue", M}, {"all_gather_wait", M},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace

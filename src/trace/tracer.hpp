@@ -17,6 +17,8 @@ enum class EventKind : int32_t {
   checkpoint, step, tied_sync,
   send_wait,    // completing non-blocking pipeline sends
   scalar_sync,  // the per-step loss and gradient-norm reductions
+  reduce_scatter_issue, reduce_scatter_wait,  // sharded gradients (ZeRO)
+  all_gather_issue, all_gather_wait,          // sharded parameters (ZeRO)
   count_
 };
 enum class EventClass { compute, communication, other };

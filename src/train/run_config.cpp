@@ -4,6 +4,7 @@
 #include "runtime/communicator.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/schedule.hpp"
+#include "runtime/sharding.hpp"
 #include "runtime/tokenizer.hpp"
 
 namespace gpt2 {
@@ -44,6 +45,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer"},
+      {"parallel.zero", &parallel.zero, "ZeRO over dp: " + ShardingRegistry::alternatives() + " (1 optimizer state, 2 + gradients, 3 + parameters)"},
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
       {"parallel.schedule", &parallel.schedule, "pipeline: " + ScheduleRegistry::alternatives()},
       {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
@@ -102,6 +104,7 @@ void RunConfig::validate(int world_size) const {
   LrScheduleRegistry::check(train.schedule, "train.schedule");
   ScheduleRegistry::check(parallel.schedule, "parallel.schedule");
   CommRegistry::check(parallel.comm, "parallel.comm");
+  sharding_policy(parallel.zero);
   if (data.tokenizer != "auto" && !TokenizerRegistry::find(data.tokenizer))
     fail_input("data.tokenizer", "expected auto, ", TokenizerRegistry::choices(), ", got ", data.tokenizer);
   if (!(parallel.bucket_mb >= 0)) fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", parallel.bucket_mb);

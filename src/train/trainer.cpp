@@ -64,21 +64,20 @@ void Trainer::setup_model() {
   stage_layers_ = partition_stages(cfg_.model, p.pp, cfg_.data.seq_len, p.stage_layers);
   const int s = topo_->stage();
   const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + s, 0);
-  stage_ = std::make_unique<Stage<float>>(StageLayout(*layout_, first, first + stage_layers_[s]),
-                                          mb_size_, cfg_.data.seq_len);
+  const StageLayout stage_layout(*layout_, first, first + stage_layers_[s]);
 
   OptimizerConfig oc;
   oc.beta1 = cfg_.train.beta1, oc.beta2 = cfg_.train.beta2, oc.eps = cfg_.train.eps;
   oc.weight_decay = cfg_.train.weight_decay;
-  opt_ = make_optimizer(cfg_.train.optimizer, stage_->layout().tensors(), stage_->layout().local_size(), oc);
+  const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
+  const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
+  store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, sharding_policy(p.zero), bucket,
+                                        cfg_.train.optimizer, oc, tracer_);
+  stage_ = std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, store_.get());
 
   train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
   eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
   exec_ = std::make_unique<PipelineExecutor>(*stage_, *groups_->pipe, tracer_);
-  const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
-  const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
-  reducer_ = std::make_unique<GradientReducer>(
-      *groups_->dp, Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), bucket, tracer_);
   if (stage_->layout().has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
   step_sums_ = Buffer<double>("step_sums", 2);
@@ -102,8 +101,7 @@ StepMetrics Trainer::train_step() {
   Tracer::Scope scope(tracer_, EventKind::step, int(step_));
   const double t0 = tracer_.now();
   const int T = cfg_.data.seq_len;
-  stage_->zero_grads();
-  reducer_->begin_step(int(step_));
+  store_->begin_step(int(step_), cfg_.parallel.microbatches);
   PipelineExecutor::StepIO io;
   io.step = int(step_);
   io.microbatch_size = mb_size_;
@@ -112,10 +110,9 @@ StepMetrics Trainer::train_step() {
   // Each dp rank's gradient is its slice's mean; averaging over dp gives the global-batch mean.
   io.dloss = float(1.0 / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
   io.need_grad = true;
-  io.grads_ready = [&](size_t x) { reducer_->ready(x); };
   exec_->run(train_actions_, io);
-  reducer_->finish();
-  sync_tied_embedding();
+  store_->finish_gradients();
+  store_->sync_tied(*groups_->tied);
 
   reduce_step_sums(cfg_.parallel.microbatches, true);
   StepMetrics m;
@@ -123,9 +120,7 @@ StepMetrics Trainer::train_step() {
   m.lr = learning_rate(lr_, int(step_));
   {
     Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
-    opt_->step(Vec<float>(stage_->params.data(), stage_->params.extent(0)),
-               Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), m.lr,
-               GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip));
+    store_->optimizer_step(m.lr, GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip));
     Kokkos::fence();
   }
   const StepSums sums = read_step_sums(cfg_.parallel.microbatches);
@@ -139,35 +134,24 @@ StepMetrics Trainer::train_step() {
   return m;
 }
 
-void Trainer::sync_tied_embedding() {
-  Communicator& tied = *groups_->tied;
-  if (tied.size() == 1) return;  // pp = 1, or a middle stage: no second copy of wte
-  const size_t n = layout_->tensor(Param::wte).range.size();
-  Tracer::Scope t(tracer_, EventKind::tied_sync, int(step_), -1, n * sizeof(float));
-  // First stage: wte at local offset 0; last stage: its tied copy, also at offset 0.
-  tied.allreduce(stage_->grads.data(), n, DType::f32, ReduceOp::sum);
-}
-
 void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
   const bool head = stage_->layout().has_head();
   sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_.data()));
-  if (with_grad_norm) {
-    // The tied wte copy on a last stage duplicates stage 0's: count it once.
-    const size_t skip = stage_->layout().tied_size(), n = stage_->grads.extent(0) - skip;
-    sum_of_squares<float>(Vec<float>(stage_->grads.data() + skip, n), DeviceScalar(step_sums_.data() + 1));
-  }
+  if (with_grad_norm) store_->grad_sum_of_squares(DeviceScalar(step_sums_.data() + 1));
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
-  // The loss over the data-parallel replicas (gradients are already averaged there), then both
-  // values over the stages; each all-reduce is ordered after the one before on the device.
+  // The loss over the data-parallel replicas (and the norm's shard parts when the gradient is
+  // sharded; whole gradients are already averaged), then both values over the stages; each
+  // all-reduce is ordered after the one before on the device.
   auto queue = [&](Communicator& c, size_t count) {
     if (c.size() == 1) return;
     Request r = c.iallreduce(step_sums_.data(), count, DType::f64, ReduceOp::sum);
     c.order_after(r);
     sums_pending_.emplace_back(&c, r);
   };
-  if (head) queue(*groups_->dp, 1);
+  if (with_grad_norm && store_->grads_sharded()) queue(*groups_->dp, 2);
+  else if (head) queue(*groups_->dp, 1);
   queue(*groups_->pipe, with_grad_norm ? 2 : 1);
 }
 

@@ -1,10 +1,11 @@
 #pragma once
-// The training run: composes the engine (Stage, data, trace, pipeline executor, gradient reducer)
+// The training run: composes the engine (Stage, data, trace, pipeline executor, parameter store)
 // with the strategies the deck picks through the registries (schedule, communicator backend,
-// optimizer, learning-rate schedule). One step:
-//   zero grads -> pipeline actions (forwards/backwards, activations between stages; gradient buckets
-//   all-reduced over dp as backward finishes them) -> tied-embedding sum between first and last
-//   stage -> global loss and grad norm -> clip + optimizer.
+// optimizer, learning-rate schedule, ZeRO level). One step:
+//   zero grads -> pipeline actions (forwards/backwards, activations between stages; each unit's
+//   gradient reduced over dp -- all-reduce, or reduce-scatter into the rank's shard -- as backward
+//   completes it) -> tied-embedding sum between first and last stage -> global loss and grad
+//   norm -> clip + optimizer (on the shard, then the parameters gathered under ZeRO-1/2).
 // Every group of one rank has a serial communicator: with dp = pp = 1 every communication step is a
 // no-op and this is the one-rank trainer. Its parts: trainer.cpp (set-up, the step, evaluation),
 // trainer_checkpoint.cpp (initial state, checkpoints), trainer_run.cpp (the run loop, the trace),
@@ -16,7 +17,7 @@
 #include "core/rng.hpp"
 #include "data/loader.hpp"
 #include "model/stage.hpp"
-#include "parallel/gradient_reducer.hpp"
+#include "parallel/param_store.hpp"
 #include "parallel/pipeline_executor.hpp"
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
@@ -56,13 +57,16 @@ class Trainer {
   const RunConfig& config() const { return cfg_; }
   const Tracer& tracer() const { return tracer_; }
   const PipelineExecutor& executor() const { return *exec_; }
-  const GradientReducer& reducer() const { return *reducer_; }
+  ParamStore& store() { return *store_; }
   const CommGroups& groups() const { return *groups_; }
   // Parameters of the whole model in the global layout, assembled on world rank 0 (collective;
   // other ranks get an empty vector). With pp > 1 only dp replica 0 contributes.
   std::vector<float> gather_params();
-  // This rank's parameter buffer, and its saved activations at their peak (slots x slot size).
-  size_t param_bytes() const { return stage_->params.extent(0) * sizeof(float); }
+  // This rank's parameters in its local layout (collective over dp under ZeRO-3).
+  std::vector<float> local_params() { return store_->local_values("params"); }
+  // This rank's memory at rest, and its saved activations at their peak (slots x slot size).
+  MemoryUse memory() const { return store_->memory(); }
+  size_t param_bytes() const { return store_->memory().params; }
   size_t activation_bytes() const { return size_t(exec_->peak_slots()) * exec_->slot_bytes(); }
 
  private:
@@ -70,7 +74,6 @@ class Trainer {
   void setup_model();
   void load_initial_state();
   void load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a);
-  void sync_tied_embedding();
   // The step's loss and gradient norm stay in device memory until the step's work is all queued:
   // reduce_step_sums queues the local sums and their all-reduces (later kernels, the optimizer's
   // clipping among them, see the global values); read_step_sums waits for them on the host.
@@ -79,7 +82,7 @@ class Trainer {
     double loss = 0, grad_norm = 0;  // mean token loss over the global batch; global gradient L2 norm
   };
   StepSums read_step_sums(int microbatches_run);
-  std::vector<float> gather_section(const Vec<float>& local);  // owned range -> rank 0
+  std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
   void print_summary(double step_s, double tok_s, double rank_tok_s);
@@ -92,12 +95,12 @@ class Trainer {
   std::unique_ptr<Topology> topo_;
   std::unique_ptr<CommGroups> groups_;
   std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Stage<float>> stage_;
-  std::unique_ptr<Optimizer> opt_;
+  std::unique_ptr<Stage<float>> sample_stage_;  // rank 0, ZeRO-3: a whole copy to sample from
   std::unique_ptr<TokenDataset> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<PipelineExecutor> exec_;
-  std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<MetricsLog> log_;
   Tracer tracer_;
   LrSchedule lr_;

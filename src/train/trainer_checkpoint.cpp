@@ -1,4 +1,6 @@
-// Trainer: the initial state (fresh init, our checkpoint, llm.c weights) and checkpoints.
+// Trainer: the initial state (fresh init, our checkpoint, llm.c weights) and checkpoints. Files hold
+// the global layout whatever the grid and ZeRO level that wrote them: each rank reads its own
+// tensors, and a checkpoint is assembled on world rank 0 from dp replica 0's ranks.
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -11,12 +13,7 @@
 namespace gpt2 {
 
 namespace {
-using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 constexpr int kTagParams = 900;
-
-void copy_to_device(const Vec<float>& dst, const std::vector<float>& src) {
-  Kokkos::deep_copy(dst, HostFloats(const_cast<float*>(src.data()), src.size()));
-}
 }  // namespace
 
 void Trainer::load_initial_state() {
@@ -30,12 +27,12 @@ void Trainer::load_initial_state() {
     read_checkpoint(ck.init_from, "checkpoint.init_from", false);
     if (rank_ == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
   } else {
-    stage_->init_params(uint64_t(cfg_.train.seed));
+    store_->init(uint64_t(cfg_.train.seed));
   }
 }
 
-// Reads this stage's part (its owned range, plus wte into a tied copy) of a native checkpoint or an
-// llm.c model file. Every rank reads the file itself; rank 0 also verifies the checksums.
+// Reads this rank's tensors of a native checkpoint or an llm.c model file. Every rank reads the
+// file itself; rank 0 also verifies the checksums.
 void Trainer::read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer) {
   const ModelFile file(path, key);
   if (with_optimizer && !file.native())
@@ -44,57 +41,49 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
     fail_input(file.path(), "model differs from the configuration (", file.native() ? "checkpoint" : "file",
                " vs config): ", file.config().diff(cfg_.model));
   if (rank_ == 0) file.verify();
+  Optimizer& opt = store_->optimizer();
+  if (with_optimizer && file.meta().optimizer != opt.name())
+    fail_input(file.path(), "holds no ", opt.name(), " state (optimizer \"", file.meta().optimizer, "\")");
   const StageLayout& L = stage_->layout();
-  const Range own = L.owned();
-  const size_t tied = L.tied_size(), n = L.local_size();
-  auto load = [&](const std::string& section, const Vec<float>& dst) {
-    std::vector<float> host(n);
-    if (tied) file.read(section, 0, tied, host.data());  // wte, for the tied LM head
-    file.read(section, own.begin, own.size(), host.data() + tied);
-    copy_to_device(dst, host);
-  };
-  load("params", Vec<float>(stage_->params.data(), n));
+  for (const std::string& section : store_->sections()) {
+    if (section != "params" && !with_optimizer) continue;
+    std::vector<float> local(L.local_size());
+    global_to_local(L, [&](size_t b, size_t n, float* dst) { file.read(section, b, n, dst); }, local.data());
+    store_->set_local_values(section, local);
+  }
   if (!with_optimizer) return;
-  if (file.meta().optimizer != opt_->name())
-    fail_input(file.path(), "holds no ", opt_->name(), " state (optimizer \"", file.meta().optimizer, "\")");
-  for (auto& [name, buf] : opt_->state()) load("opt." + name, buf);
   step_ = file.meta().step;
-  opt_->set_steps_taken(step_);
+  opt.set_steps_taken(step_);
   sample_rng_.set_state(file.meta().rng);
 }
 
-// Stage s of dp replica 0 sends its owned range to world rank 0 (stage 0 of replica 0), which
-// returns the whole buffer.
-std::vector<float> Trainer::gather_section(const Vec<float>& local) {
-  const StageLayout& L = stage_->layout();
-  const size_t tied = L.tied_size();
+// Every rank hands in its local values of the section (collective over dp when sharded); the ranks
+// of dp replica 0 send theirs to world rank 0, which puts each tensor in its global place.
+std::vector<float> Trainer::gather_section(const std::string& section) {
+  const std::vector<float> mine = store_->local_values(section);
   std::vector<float> out;
   if (topo_->dp_rank() != 0) return out;
-  Communicator& pipe = *groups_->pipe;
-  std::vector<float> mine(L.owned().size());
-  Kokkos::deep_copy(HostFloats(mine.data(), mine.size()), Vec<float>(local.data() + tied, mine.size()));
-  if (topo_->stage() != 0) {
-    pipe.host_send(mine.data(), mine.size() * sizeof(float), 0, kTagParams);
+  Communicator& world = *groups_->world;
+  if (rank_ != 0) {
+    world.host_send(mine.data(), mine.size() * sizeof(float), 0, kTagParams);
     return out;
   }
-  out = std::move(mine);
-  size_t offset = out.size();
-  out.resize(layout_->total());
-  for (int s = 1; s < topo_->pp(); ++s) {
-    // Stage s sends exactly its owned range: the layout says how long that is.
-    const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + s, 0);
-    const size_t count = StageLayout(*layout_, first, first + stage_layers_[s]).owned().size();
-    if (offset + count > out.size()) fail("gather: stage ", s, " would overflow the parameter buffer");
-    pipe.host_recv(out.data() + offset, count * sizeof(float), s, kTagParams);
-    offset += count;
+  out.assign(layout_->total(), 0.0f);
+  local_to_global(stage_->layout(), mine.data(), out.data());
+  std::vector<float> theirs;
+  for (int r = 1; r < topo_->world_size(); ++r) {
+    const GridCoords c = Topology::coords_of(topo_->shape(), r);
+    if (c.dp != 0) continue;
+    const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + c.pp, 0);
+    const StageLayout L(*layout_, first, first + stage_layers_[size_t(c.pp)]);
+    theirs.resize(L.local_size());
+    world.host_recv(theirs.data(), theirs.size() * sizeof(float), r, kTagParams);
+    local_to_global(L, theirs.data(), out.data());
   }
-  if (offset != out.size()) fail("gather: stages returned ", offset, " of ", out.size(), " parameters");
   return out;
 }
 
-std::vector<float> Trainer::gather_params() {
-  return gather_section(Vec<float>(stage_->params.data(), stage_->params.extent(0)));
-}
+std::vector<float> Trainer::gather_params() { return gather_section("params"); }
 
 void Trainer::save_checkpoint() {
   if (cfg_.checkpoint.dir.empty()) return;
@@ -106,16 +95,12 @@ void Trainer::save_checkpoint() {
   meta.step = step_;
   meta.rng = sample_rng_.state();
   meta.config_toml = cfg_.toml();
-  meta.optimizer = opt_->name();
-  std::vector<std::pair<std::string, Vec<float>>> sections = {
-      {"params", Vec<float>(stage_->params.data(), stage_->params.extent(0))}};
-  for (auto& s : opt_->state()) sections.push_back({"opt." + s.first, s.second});
+  meta.optimizer = store_->optimizer().name();
+  const std::vector<std::string> sections = store_->sections();
   std::unique_ptr<CheckpointWriter> w;
-  std::vector<std::string> names;
-  for (auto& s : sections) names.push_back(s.first);
-  if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), names);
-  for (auto& s : sections) {
-    std::vector<float> all = gather_section(s.second);
+  if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), sections);
+  for (const std::string& s : sections) {
+    std::vector<float> all = gather_section(s);
     if (w) w->append(all.data(), all.size());
   }
   if (w) {

@@ -25,7 +25,10 @@ void Trainer::write_trace() {
   meta.model = cfg_.model;
   meta.seq_len = cfg_.data.seq_len;
   meta.batch_size = cfg_.train.batch_size;
-  meta.param_bytes = double(param_bytes());
+  const MemoryUse mem = memory();
+  meta.param_bytes = double(mem.params), meta.grad_bytes = double(mem.grads), meta.optimizer_bytes = double(mem.optimizer);
+  meta.workspace_bytes = double(store_->peak_workspace_bytes());
+  meta.zero = cfg_.parallel.zero;
   meta.activation_bytes = double(activation_bytes());
   meta.steps = cfg_.train.steps;
   meta.batches_per_epoch = train_loader_->batches_per_epoch();

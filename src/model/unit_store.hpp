@@ -1,0 +1,49 @@
+#pragma once
+// Where a stage's units (StageLayout::units) keep their parameters and gradients. The Stage asks
+// for one unit at a time and says when it is done with it, so a store may hold everything in two
+// flat buffers (FlatStore, the default) or keep only a shard and gather a unit's parameters just
+// before its use, its gradients going to a workspace that is reduced and recycled once complete
+// (ZeRO, src/parallel/param_store).
+#include <functional>
+#include <vector>
+
+#include "model/stage_layout.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+template <class T>
+class UnitStore {
+ public:
+  virtual ~UnitStore() = default;
+  // Unit u's parameters (its tensors at their offsets within the unit), valid until release_params.
+  virtual const T* params(int u) = 0;
+  virtual void release_params(int u) {}
+  // The stage will want unit u's parameters next: a store that gathers them may start now.
+  virtual void prefetch_params(int u) {}
+  // Where unit u's gradients accumulate (+=), valid until grads_done for its final phase.
+  virtual T* grads(int u) = 0;
+  // The stage has added all it will add to unit u's gradient in this microbatch's forward
+  // (in_forward) or backward.
+  virtual void grads_done(int u, bool in_forward) {}
+};
+
+// Everything in two flat buffers in the local layout. `done`, when set, hears every grads_done.
+template <class T>
+class FlatStore final : public UnitStore<T> {
+ public:
+  explicit FlatStore(const StageLayout& layout)
+      : units_(layout.units()), param_buf("params", layout.local_size()), grad_buf("grads", layout.local_size()) {}
+  const T* params_of(int u) const { return param_buf.data() + units_[size_t(u)].range.begin; }
+  const T* params(int u) override { return params_of(u); }
+  T* grads(int u) override { return grad_buf.data() + units_[size_t(u)].range.begin; }
+  void grads_done(int u, bool in_forward) override {
+    if (done) done(u, in_forward);
+  }
+
+  std::vector<Unit> units_;
+  Buffer<T> param_buf, grad_buf;  // local layout
+  std::function<void(int, bool)> done;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,254 @@
+#include "parallel/param_store.hpp"
+
+#include "core/error.hpp"
+#include "model/param_init.hpp"
+
+namespace gpt2 {
+
+namespace {
+using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
+}  // namespace
+
+ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
+                       const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer)
+    : layout_(layout),
+      dp_(dp),
+      policy_(policy),
+      tracer_(tracer),
+      shards_(layout_, policy.optimizer ? dp.size() : 1, policy.optimizer ? dp.rank() : 0, bucket_elems),
+      reducer_(dp, shards_,
+               policy.optimizer ? GradientReducer::Mode::reduce_scatter : GradientReducer::Mode::all_reduce, tracer) {
+  const size_t n = layout_.local_size(), s = shards_.shard_size();
+  if (!policy_.params) params_ = Buffer<float>("params", n);
+  if (!policy_.grads) grads_ = Buffer<float>("grads", n);
+  param_shard_ = policy_.optimizer ? Buffer<float>("param_shard", s) : params_;
+  grad_shard_ = policy_.optimizer ? Buffer<float>("grad_shard", s) : grads_;
+  opt_ = make_optimizer(optimizer, shards_.shard_tensors(), s, oc);
+  const size_t units = layout_.units().size();
+  gathered_.resize(units);
+  grad_ws_.resize(units);
+  done_count_.assign(units, 0);
+}
+
+ParamStore::~ParamStore() = default;
+
+// ---- workspaces ------------------------------------------------------------------------------
+
+Buffer<float> ParamStore::take(size_t n) {
+  auto& free = pool_[n];
+  if (!free.empty()) {
+    Buffer<float> b = std::move(free.back());
+    free.pop_back();
+    return b;
+  }
+  workspace_ += n * sizeof(float);
+  peak_workspace_ = std::max(peak_workspace_, workspace_);
+  return Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "unit_workspace"), n);
+}
+
+void ParamStore::give(Buffer<float> b) {
+  if (b.extent(0)) pool_[b.extent(0)].push_back(std::move(b));
+}
+
+// ---- parameters -----------------------------------------------------------------------------
+
+void ParamStore::start_gather(int u) {
+  Gathered& g = gathered_[size_t(u)];
+  const Unit& un = unit(u);
+  g.buf = take(un.range.size());
+  for (int id : shards_.buckets_of(u)) {
+    const Bucket& b = shards_.buckets()[size_t(id)];
+    const double t0 = tracer_.now();
+    g.pending.push_back(dp_.iall_gather(param_shard_.data() + b.shard_offset, g.buf.data() + (b.range.begin - un.range.begin),
+                                        b.piece.size(), DType::f32));
+    tracer_.record(EventKind::all_gather_issue, step_, id, t0, tracer_.now(), int64_t(b.range.size() * sizeof(float)));
+  }
+}
+
+const float* ParamStore::params(int u) {
+  if (!policy_.params) return params_.data() + unit(u).range.begin;
+  Gathered& g = gathered_[size_t(u)];
+  if (!g.buf.extent(0)) start_gather(u);
+  if (!g.pending.empty()) {
+    Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, u);
+    for (Request& r : g.pending) dp_.wait(r);
+    g.pending.clear();
+  }
+  ++g.refs;
+  return g.buf.data();
+}
+
+void ParamStore::prefetch_params(int u) {
+  if (policy_.params && u >= 0 && !gathered_[size_t(u)].buf.extent(0)) start_gather(u);
+}
+
+void ParamStore::release_params(int u) {
+  if (!policy_.params) return;
+  Gathered& g = gathered_[size_t(u)];
+  if (--g.refs > 0) return;
+  give(std::move(g.buf));
+  g.buf = Buffer<float>();
+  g.refs = 0;
+}
+
+// ---- gradients ------------------------------------------------------------------------------
+
+float* ParamStore::grads(int u) {
+  if (!policy_.grads) return grads_.data() + unit(u).range.begin;
+  Buffer<float>& ws = grad_ws_[size_t(u)];
+  if (!ws.extent(0)) {
+    ws = take(unit(u).range.size());
+    Kokkos::deep_copy(ws, 0.0f);
+  }
+  return ws.data();
+}
+
+void ParamStore::grads_done(int u, bool in_forward) {
+  if (in_forward != unit(u).grads_final_in_forward()) return;  // more is coming in the other phase
+  if (!policy_.grads) {
+    // Whole gradients accumulate over the step's microbatches: reduce after the last one.
+    if (++done_count_[size_t(u)] != microbatches_) return;
+    reducer_.reduce(u, grads_.data() + unit(u).range.begin, grad_shard_.data(), false);
+    return;
+  }
+  // The workspace holds this round's part: reduce it into the shard, recycle it when done.
+  Buffer<float> ws = std::move(grad_ws_[size_t(u)]);
+  grad_ws_[size_t(u)] = Buffer<float>();
+  if (!ws.extent(0)) return;
+  reducer_.reduce(u, ws.data(), grad_shard_.data(), true, [this, ws]() { give(ws); });
+}
+
+void ParamStore::begin_step(int step, int microbatches) {
+  step_ = step;
+  microbatches_ = microbatches;
+  reducer_.begin_step(step);
+  std::fill(done_count_.begin(), done_count_.end(), 0);
+  if (grads_.extent(0)) Kokkos::deep_copy(grads_, 0.0f);
+  if (policy_.grads) Kokkos::deep_copy(grad_shard_, 0.0f);
+}
+
+void ParamStore::finish_gradients() {
+  if (!policy_.grads)  // a unit no microbatch completed (none in GPT-2's stages, but never lose one)
+    for (size_t u = 0; u < done_count_.size(); ++u)
+      if (done_count_[u] < microbatches_) {
+        done_count_[u] = microbatches_;
+        reducer_.reduce(int(u), grads_.data() + unit(int(u)).range.begin, grad_shard_.data(), false);
+      }
+  for (size_t u = 0; u < grad_ws_.size(); ++u)
+    if (grad_ws_[u].extent(0)) grads_done(int(u), unit(int(u)).grads_final_in_forward());
+  reducer_.finish();
+}
+
+void ParamStore::sync_tied(Communicator& tied) {
+  if (tied.size() == 1) return;  // pp = 1, or a middle stage
+  // Both ends share wte out alike (ShardLayout), so their shard ranges of it match element by element.
+  int u = layout_.unit_index(UnitKind::tied_wte);  // the last stage's copy, or stage 0's own
+  if (u < 0) u = layout_.unit_index(UnitKind::wte);
+  const Range r = shards_.shard_range(u);
+  Tracer::Scope t(tracer_, EventKind::tied_sync, step_, -1, r.size() * sizeof(float) * 2);
+  tied.allreduce(grad_shard_.data() + r.begin, r.size(), DType::f32, ReduceOp::sum);
+}
+
+void ParamStore::grad_sum_of_squares(DeviceScalar out) const {
+  // The last stage's copy of wte duplicates stage 0's: count it once.
+  const int tied = layout_.unit_index(UnitKind::tied_wte);
+  const size_t skip = tied >= 0 ? shards_.shard_range(tied).end : 0;
+  sum_of_squares<float>(Vec<float>(grad_shard_.data() + skip, shards_.shard_size() - skip), out);
+}
+
+void ParamStore::optimizer_step(double lr, GradScale scale) {
+  opt_->step(vec(param_shard_.data(), shards_.shard_size()), vec(grad_shard_.data(), shards_.shard_size()), lr, scale);
+  if (!policy_.optimizer || policy_.params) return;
+  // ZeRO-1/2: every rank's updated pieces back into the whole parameters.
+  std::vector<Request> pending;
+  for (size_t i = 0; i < shards_.buckets().size(); ++i) {
+    const Bucket& b = shards_.buckets()[i];
+    const double t0 = tracer_.now();
+    pending.push_back(dp_.iall_gather(param_shard_.data() + b.shard_offset, params_.data() + b.range.begin,
+                                      b.piece.size(), DType::f32));
+    tracer_.record(EventKind::all_gather_issue, step_, int(i), t0, tracer_.now(), int64_t(b.range.size() * sizeof(float)));
+  }
+  Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, -1);
+  for (Request& r : pending) dp_.wait(r);
+}
+
+// ---- state ------------------------------------------------------------------------------------
+
+void ParamStore::init(uint64_t seed) {
+  const ParamLayout& g = layout_.global();
+  if (!policy_.params) {
+    init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(params_.data(), params_.extent(0)));
+    if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
+    return;
+  }
+  for (const Bucket& b : shards_.buckets())  // deferred initialisation: only this rank's pieces
+    init_params<float>(g, layout_.tensors(), seed, b.piece, vec(param_shard_.data() + b.shard_offset, b.piece.size()));
+}
+
+void ParamStore::scatter_pieces(const float* whole, float* shard) const {
+  for (const Bucket& b : shards_.buckets())
+    Kokkos::deep_copy(vec(shard + b.shard_offset, b.piece.size()),
+                      vec(const_cast<float*>(whole) + b.piece.begin, b.piece.size()));
+}
+
+Buffer<float> ParamStore::gather_whole(const float* shard) {
+  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gathered"), layout_.local_size());
+  std::vector<Request> pending;
+  for (const Bucket& b : shards_.buckets())
+    pending.push_back(dp_.iall_gather(shard + b.shard_offset, whole.data() + b.range.begin, b.piece.size(), DType::f32));
+  for (Request& r : pending) dp_.wait(r);
+  return whole;
+}
+
+std::vector<std::string> ParamStore::sections() const {
+  std::vector<std::string> out = {"params"};
+  for (auto& s : opt_->state()) out.push_back("opt." + s.first);
+  return out;
+}
+
+Vec<float> ParamStore::state_buffer(const std::string& section) {
+  for (auto& s : opt_->state())
+    if ("opt." + s.first == section) return s.second;
+  fail("ParamStore: no state section ", section);
+}
+
+std::vector<float> ParamStore::local_values(const std::string& section) {
+  const size_t n = layout_.local_size();
+  Buffer<float> whole;
+  if (section == "params") whole = policy_.params ? gather_whole(param_shard_.data()) : params_;
+  else whole = policy_.optimizer ? gather_whole(state_buffer(section).data()) : Buffer<float>(state_buffer(section).data(), n);
+  std::vector<float> out(n);
+  Kokkos::deep_copy(HostFloats(out.data(), n), vec(whole.data(), n));
+  return out;
+}
+
+void ParamStore::set_local_values(const std::string& section, const std::vector<float>& values) {
+  const size_t n = layout_.local_size();
+  if (values.size() != n) fail("ParamStore: ", section, " has ", values.size(), " values for a layout of ", n);
+  const HostFloats host(const_cast<float*>(values.data()), n);
+  if (section == "params" && !policy_.params) {
+    Kokkos::deep_copy(vec(params_.data(), n), host);
+    if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
+    return;
+  }
+  float* shard = section == "params" ? param_shard_.data() : state_buffer(section).data();
+  if (!policy_.optimizer) {
+    Kokkos::deep_copy(vec(shard, n), host);
+    return;
+  }
+  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "whole"), n);
+  Kokkos::deep_copy(whole, host);
+  scatter_pieces(whole.data(), shard);
+}
+
+MemoryUse ParamStore::memory() const {
+  const size_t f = sizeof(float), s = policy_.optimizer ? shards_.shard_size() : 0;
+  MemoryUse m;
+  m.params = (params_.extent(0) + s) * f;
+  m.grads = (grads_.extent(0) + s) * f;
+  for (auto& st : const_cast<Optimizer&>(*opt_).state()) m.optimizer += st.second.extent(0) * f;
+  return m;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,101 @@
+#pragma once
+// A rank's parameters, gradients and optimizer state under any ZeRO level (runtime/sharding.hpp),
+// served to its Stage one unit at a time (model/unit_store.hpp). What lives where:
+//                 parameters               gradients                      optimizer state
+//   ZeRO-0        whole (local layout)     whole, all-reduced             whole
+//   ZeRO-1        whole + shard (master)   whole, reduce-scattered        shard
+//   ZeRO-2        whole + shard (master)   per-unit workspace -> shard    shard
+//   ZeRO-3        shard; a unit gathered   per-unit workspace -> shard    shard
+//                 for each use, then freed
+// The shard (ShardLayout: this rank's piece of every bucket) is where clipping, weight decay and the
+// update happen; ZeRO-1/2 all-gather the updated shards into the whole parameters. Workspaces are
+// pooled and recycled as soon as their reduction completes: at rest (between steps) only the
+// table's buffers exist.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/unit_store.hpp"
+#include "parallel/gradient_reducer.hpp"
+#include "parallel/shard_layout.hpp"
+#include "runtime/optimizer.hpp"
+#include "runtime/sharding.hpp"
+#include "tensor/reduce.hpp"
+
+namespace gpt2 {
+
+struct MemoryUse {
+  size_t params = 0, grads = 0, optimizer = 0;  // bytes at rest
+};
+
+class ParamStore final : public UnitStore<float> {
+ public:
+  ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
+             const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer);
+  ~ParamStore() override;
+
+  // ---- UnitStore ----
+  const float* params(int u) override;
+  void release_params(int u) override;
+  void prefetch_params(int u) override;
+  float* grads(int u) override;
+  void grads_done(int u, bool in_forward) override;
+
+  const StageLayout& layout() const { return layout_; }
+  const ShardLayout& shards() const { return shards_; }
+  const ShardPolicy& policy() const { return policy_; }
+  Optimizer& optimizer() { return *opt_; }
+  const GradientReducer& reducer() const { return reducer_; }
+
+  // ---- the step ----
+  void init(uint64_t seed);                    // only what this rank keeps (values by position)
+  void begin_step(int step, int microbatches);  // zero the gradients
+  void finish_gradients();                      // every reduction launched and complete
+  void sync_tied(Communicator& tied);           // sum the two wte gradients of a pipeline's ends
+  // This rank's part of the squared gradient norm (the tied copy left out). When the gradient is
+  // sharded the parts of the data-parallel ranks add up to the whole.
+  void grad_sum_of_squares(DeviceScalar out) const;
+  bool grads_sharded() const { return policy_.optimizer; }
+  void optimizer_step(double lr, GradScale scale);  // and, ZeRO-1/2, the parameter all-gather
+
+  // ---- whole-state views (checkpoints, tests; collective over dp when sharded) ----
+  std::vector<std::string> sections() const;  // "params", then "opt.<name>" per optimizer buffer
+  std::vector<float> local_values(const std::string& section);  // local layout, on the host
+  void set_local_values(const std::string& section, const std::vector<float>& values);
+
+  MemoryUse memory() const;
+  size_t peak_workspace_bytes() const { return peak_workspace_; }
+
+ private:
+  Buffer<float> take(size_t n);  // a workspace from the pool
+  void give(Buffer<float> b);
+  void start_gather(int u);
+  Buffer<float> gather_whole(const float* shard);  // every bucket's pieces -> the local layout
+  void scatter_pieces(const float* whole, float* shard) const;
+  Vec<float> state_buffer(const std::string& section);
+  const Unit& unit(int u) const { return layout_.units()[size_t(u)]; }
+
+  StageLayout layout_;
+  Communicator& dp_;
+  ShardPolicy policy_;
+  Tracer& tracer_;
+  ShardLayout shards_;
+  GradientReducer reducer_;
+  std::unique_ptr<Optimizer> opt_;
+  Buffer<float> params_, grads_;            // whole local layout (when kept)
+  Buffer<float> param_shard_, grad_shard_;  // the shard (aliases of the above without sharding)
+  struct Gathered {
+    Buffer<float> buf;
+    std::vector<Request> pending;
+    int refs = 0;
+  };
+  std::vector<Gathered> gathered_;          // ZeRO-3: units whose parameters are gathered now
+  std::vector<Buffer<float>> grad_ws_;      // ZeRO-2/3: the unit's gradient workspace this round
+  std::vector<int> done_count_;             // ZeRO-0/1: final-phase microbatches seen this step
+  std::map<size_t, std::vector<Buffer<float>>> pool_;
+  size_t workspace_ = 0, peak_workspace_ = 0;
+  int step_ = 0, microbatches_ = 1;
+};
+
+}  // namespace gpt2

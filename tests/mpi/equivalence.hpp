@@ -1,0 +1,131 @@
+#pragma once
+// Shared by the MPI equivalence tests: a tiny model on a shard written once, a run of the Trainer on
+// a group of ranks, and the comparison with the one-rank run on the same data (shuffle off): the
+// loss sequence to 1e-5 relative, the parameters afterwards, bit-identical replicas after every step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "../common/tiny_data.hpp"
+#include "model/checkpoint.hpp"
+#include "mpi_env.hpp"
+#include "train/trainer.hpp"
+
+namespace gpt2::test {
+
+
+inline RunConfig tiny_config(const std::string& data) {
+  RunConfig c;
+  c.model.n_layer = 4, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
+  c.model.block_size = 16;
+  c.data.train = data + "/train.bin";
+  c.data.val = data + "/train.bin";
+  c.data.seq_len = 16;
+  c.train.batch_size = 8;
+  c.train.steps = 3;
+  c.train.lr = 1e-3;
+  c.train.eval_batches = 2;
+  c.train.seed = 5;
+  return c;
+}
+
+struct Result {
+  std::vector<double> losses;
+  std::vector<float> params;  // global layout, on the run's rank 0
+  double eval = 0;
+  bool replicas_identical = true;
+  int peak_slots = 0, stage = 0, stages = 1;  // this rank's most microbatches held at once
+};
+
+inline int rank_of(MPI_Comm c) {
+  int r;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+
+inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
+  TrainOptions o;
+  o.quiet = true;
+  Trainer t(cfg, test::environment(), o, comm);
+  Result r;
+  r.eval = t.evaluate();
+  for (int s = 0; s < (steps >= 0 ? steps : cfg.train.steps); ++s) {
+    r.losses.push_back(t.train_step().loss);
+    // Every replica of a stage must hold the same bits after every step.
+    const std::vector<float> p = t.local_params();
+    uint64_t h = checksum(p.data(), p.size() * sizeof(float)), lo = h, hi = h;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT64_T, MPI_MIN, t.topology().dp_comm());
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, t.topology().dp_comm());
+    r.replicas_identical = r.replicas_identical && lo == hi;
+  }
+  r.params = t.gather_params();
+  r.peak_slots = t.executor().peak_slots();
+  r.stage = t.topology().stage(), r.stages = t.topology().pp();
+  return r;
+}
+
+// The data: one shard, written once by world rank 0.
+inline std::string data_dir() {
+  static std::string dir;
+  if (dir.empty()) {
+    dir = test::temp_dir("parallel");
+    if (rank_of(MPI_COMM_WORLD) == 0) write_shard(dir + "/train.bin", test::pseudo_text(20000, 64, 3));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  return dir;
+}
+
+// One-rank reference of `steps` steps (the config's by default), computed on every rank by itself.
+inline const Result& reference(int steps = -1) {
+  static std::map<int, Result> refs;
+  auto it = refs.find(steps);
+  if (it == refs.end()) {
+    MPI_Comm self;
+    MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);
+    it = refs.emplace(steps, train(tiny_config(data_dir()), self, steps)).first;
+    MPI_Comm_free(&self);
+  }
+  return it->second;
+}
+
+inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::string& what) {
+  const Result& ref = reference(int(r.losses.size()) == tiny_config(data_dir()).train.steps ? -1 : int(r.losses.size()));
+  EXPECT_TRUE(r.replicas_identical) << what << ": dp replicas diverged";
+  ASSERT_EQ(r.losses.size(), ref.losses.size());
+  for (size_t i = 0; i < r.losses.size(); ++i)
+    EXPECT_NEAR(r.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << what << " step " << i + 1;
+  if (rank_of(comm) != 0) return;
+  ASSERT_EQ(r.params.size(), ref.params.size()) << what;
+  const ParamLayout layout(tiny_config(data_dir()).model);
+  const size_t C = layout.config().n_embd;
+  for (const TensorInfo& t : layout.tensors()) {
+    // The key bias has an exactly-zero gradient (softmax shift invariance): Adam turns its
+    // rounding noise into steps of +-lr, so it is only bounded, not compared.
+    const bool kbias = t.kind == Param::qkvb;
+    double num = 0, den = 0;
+    for (size_t i = t.range.begin; i < t.range.end; ++i) {
+      const double d = double(r.params[i]) - ref.params[i];
+      if (kbias && i >= t.range.begin + C && i < t.range.begin + 2 * C) {
+        EXPECT_LE(std::abs(d), 2 * 1e-3 * 3 + 1e-6) << what << " " << t.name();
+        continue;
+      }
+      num += d * d, den += double(ref.params[i]) * ref.params[i];
+    }
+    EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 1e-4) << what << " " << t.name();
+  }
+}
+
+// Runs cfg on groups of `ranks` consecutive world ranks (several groups side by side).
+inline Result train_on_groups(const RunConfig& cfg, int ranks, MPI_Comm* group, int steps = -1) {
+  MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / ranks, 0, group);
+  return train(cfg, *group, steps);
+}
+
+inline int world_size() {
+  int n;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+}  // namespace gpt2::test
