@@ -54,6 +54,11 @@ def summarize(trace, peak_tflops, skip):
         # Every communication kind the trace declares: share of step time, bytes per step and rank.
         "comm_by_kind": {k: {"fraction": f, "bytes_per_step": b}
                          for k, (f, b) in tracelib.comm_by_kind(trace, skip).items()},
+        # Data-parallel volume per step in units of the stage's parameter bytes, against theory.
+        "zero": trace.zero,
+        "dp_volume_per_rank": {str(r): v for r, v in tracelib.dp_volume(trace, skip).items()},
+        "dp_volume_theory": tracelib.theoretical_dp_volume(trace.zero, trace.microbatches, trace.dp),
+        "memory_per_rank": {str(r): m for r, m in tracelib.memory_per_rank(trace).items()},
         # Without a pipeline there is no bubble to speak of: nan (null in JSON).
         "bubble_measured": tracelib.mean_bubble(trace, skip) if trace.pp > 1 else float("nan"),
         "bubble_theoretical": (tracelib.theoretical_bubble(trace.schedule, trace.pp, trace.microbatches)
@@ -92,6 +97,15 @@ def print_table(rows, peak_tflops, skip):
         if r["dropped_events"]:
             extra += f"; WARNING: {r['dropped_events']} events dropped (raise trace.max_events)"
         print(extra)
+    print("\nmemory at rest per rank (MiB: params / grads / optimizer; peak activations, ZeRO workspaces) and "
+          "data-parallel volume per step (x the stage's parameter bytes; theory in brackets)")
+    for r in rows:
+        vols = [v for v in r["dp_volume_per_rank"].values() if v == v]
+        vol = f"{sum(vols) / len(vols):.2f} ({r['dp_volume_theory']:g})" if vols and r["dp"] > 1 else "-"
+        for rank, m in sorted(r["memory_per_rank"].items(), key=lambda x: int(x[0]))[:8]:
+            mib = {k: v / 1048576 for k, v in m.items()}
+            print(f"  {r['label'].split(' (')[0]} rank {rank}: {mib['params']:.2f} / {mib['grads']:.2f} / "
+                  f"{mib['optimizer']:.2f}; {mib['activations']:.2f}, {mib['workspace']:.2f} | dp volume {vol}")
 
 
 def main(argv=None):

@@ -104,6 +104,10 @@ class Trace:
         return self._int("tp", 1)
 
     @property
+    def zero(self):
+        return self._int("zero", 0)
+
+    @property
     def microbatches(self):
         return self._int("microbatches", 1)
 
@@ -123,6 +127,8 @@ class Trace:
     def label(self):
         """Short run description from /meta, e.g. 'pp2 (dp1 x pp2, m4, 1f1b)'."""
         grid = f"dp{self.dp} x pp{self.pp}" + (f" x tp{self.tp}" if self.tp > 1 else "")
+        if self.zero:
+            grid += f", zero {self.zero}"
         parts = [grid, f"m{self.microbatches}"]
         if self.pp > 1:
             parts.append(self.schedule)
@@ -295,6 +301,44 @@ def comm_by_kind(trace, skip=1):
         out[kind] = (float(np.mean(shares)) if shares else float("nan"),
                      float(np.mean(moved)) if moved else float("nan"))
     return out
+
+
+# The data-parallel collectives over the gradients and parameters; trace bytes are their data volume
+# as the ZeRO paper counts it (all-reduce twice the buffer, reduce-scatter and all-gather once).
+DP_COLLECTIVE_KINDS = ("allreduce_issue", "reduce_scatter_issue", "all_gather_issue")
+
+
+def dp_volume(trace, skip=1):
+    """Per rank: data-parallel communication volume per step in units of its stage's parameter bytes
+    (Psi): 2 for data parallelism and ZeRO-1, 1 + m for ZeRO-2, about 3m for ZeRO-3 (m microbatches).
+    Returns {rank: volume}; nan where the trace lacks stage_param_bytes."""
+    steps = set(trace.train_steps(skip))
+    owner = trace.containing_step()
+    psi = _as_list(trace.meta.get("stage_param_bytes", []))
+    out = {}
+    for r in trace.ranks():
+        ev = trace.events[trace.mask([k for k in DP_COLLECTIVE_KINDS if k in trace.kind_names], rank=r)
+                          & np.isin(owner, list(steps))]
+        nsteps = max(1, len(steps))
+        out[r] = float(np.sum(ev["bytes"])) / nsteps / psi[r] if r < len(psi) and psi[r] else float("nan")
+    return out
+
+
+def theoretical_dp_volume(zero, microbatches, dp):
+    """The textbook data-parallel volume per step in units of Psi (see dp_volume); 0 without dp."""
+    if dp <= 1:
+        return 0.0
+    m = microbatches
+    return {0: 2.0, 1: 2.0, 2: 1.0 + m, 3: 3.0 * m}.get(int(zero), float("nan"))
+
+
+def memory_per_rank(trace):
+    """{rank: {"params", "grads", "optimizer", "activations", "workspace"}} in bytes from /meta."""
+    keys = {"params": "param_bytes", "grads": "grad_bytes", "optimizer": "optimizer_bytes",
+            "activations": "peak_activation_bytes", "workspace": "peak_workspace_bytes"}
+    cols = {k: _as_list(trace.meta.get(v, [])) for k, v in keys.items()}
+    return {r: {k: float(c[r]) if r < len(c) else float("nan") for k, c in cols.items()}
+            for r in range(trace.world_size)}
 
 
 def theoretical_bubble(schedule, stages, microbatches):

@@ -7,7 +7,8 @@
 //             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
 //             event_kinds, compute_kinds, communication_kinds (comma-separated names);
 //             per rank (arrays of length world_size): dp_rank, pp_rank, tp_rank, clock_error (s),
-//             param_bytes, grad_bytes, optimizer_bytes (memory at rest), peak_activation_bytes,
+//             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
+//             parameters of the rank's stage, unsharded: the Psi of ZeRO), peak_activation_bytes,
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces)
 //   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}: all ranks, rank
 //             order, each rank's events by start time; attribute kind_names lists the kind codes;
@@ -33,6 +34,7 @@ struct TraceMeta {
   std::vector<int> stage_layers;
   int dp_rank = 0, pp_rank = 0, tp_rank = 0;     // this rank's
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest
+  double stage_param_bytes = 0;                                 // its stage's, unsharded
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;

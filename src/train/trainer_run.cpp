@@ -29,6 +29,7 @@ void Trainer::write_trace() {
   meta.param_bytes = double(mem.params), meta.grad_bytes = double(mem.grads), meta.optimizer_bytes = double(mem.optimizer);
   meta.workspace_bytes = double(store_->peak_workspace_bytes());
   meta.zero = cfg_.parallel.zero;
+  meta.stage_param_bytes = double(stage_->layout().local_size() * sizeof(float));
   meta.activation_bytes = double(activation_bytes());
   meta.steps = cfg_.train.steps;
   meta.batches_per_epoch = train_loader_->batches_per_epoch();

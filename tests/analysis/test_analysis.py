@@ -155,7 +155,11 @@ def check_trace(path, ranks, dp, pp, m, schedule):
     check(sorted(set(ev["rank"].tolist())) == list(range(ranks)), f"{name}: ranks with events "
           f"{sorted(set(ev['rank'].tolist()))}, expected 0..{ranks - 1}")
 
-    wrapper = (ev["kind"] == code["step"]) | (ev["kind"] == code["allreduce_issue"]) | \
+    # Events that enclose others (step, a whole evaluation) or happen inside a forward/backward (the
+    # collectives a unit's gradient or parameters start, and waiting for a gathered unit).
+    nested = [code[k] for k in ("allreduce_issue", "reduce_scatter_issue", "all_gather_issue", "all_gather_wait")
+              if k in code]
+    wrapper = (ev["kind"] == code["step"]) | np.isin(ev["kind"], nested) | \
               ((ev["kind"] == code["eval"]) & (ev["microbatch"] < 0))
     for r in range(ranks):
         leaf = ev[(ev["rank"] == r) & ~wrapper]
@@ -240,6 +244,17 @@ def run_scripts(args, env, traces):
                 total = sum(v["fraction"] for v in by_kind.values())
                 check(abs(total - row["comm_fraction"]) < 1e-9,
                       f"report.py --json: kinds add up to {total}, comm_fraction {row['comm_fraction']}")
+                # Data-parallel volume per step against theory (2 Psi for DP, about 3 Psi for ZeRO-3).
+                if row["dp"] > 1:
+                    vols = list(row["dp_volume_per_rank"].values())
+                    check(all(abs(v - row["dp_volume_theory"]) < 0.1 for v in vols),
+                          f"report.py --json: {row['label']} dp volume {vols}, theory {row['dp_volume_theory']}")
+            by_label = {r["label"].split(" (")[0]: r for r in rows}
+            if "dp2" in by_label and "dp2_zero3" in by_label:
+                for key in ("params", "grads", "optimizer"):
+                    z3 = by_label["dp2_zero3"]["memory_per_rank"]["0"][key]
+                    dp = by_label["dp2"]["memory_per_rank"]["0"][key]
+                    check(z3 <= 0.5 * dp + 1e-9, f"report.py --json: ZeRO-3 {key} {z3} bytes vs {dp} replicated")
         except (ValueError, KeyError, TypeError) as e:
             check(False, f"report.py --json: bad JSON ({e})")
 
@@ -294,12 +309,14 @@ def main():
         "dp2": train(args, env, deck, runs, "dp2", 2, ["parallel.dp=2"]),
         "dp1": train(args, env, deck, runs, "dp1", 1, []),
         "dp2_pp2": train(args, env, deck, runs, "dp2_pp2", 4, ["parallel.dp=2"] + pipe),
+        "dp2_zero3": train(args, env, deck, runs, "dp2_zero3", 2, ["parallel.dp=2", "parallel.zero=3"]),
     }
     check_trace(traces["pp2_1f1b"], 2, 1, 2, MICROBATCHES, "1f1b")
     check_trace(traces["pp2_gpipe"], 2, 1, 2, MICROBATCHES, "gpipe")
     check_trace(traces["dp2"], 2, 2, 1, 1, None)
     check_trace(traces["dp1"], 1, 1, 1, 1, None)
     check_trace(traces["dp2_pp2"], 4, 2, 2, MICROBATCHES, "1f1b")
+    check_trace(traces["dp2_zero3"], 2, 2, 1, 1, None)
     if all(os.path.isfile(t) for t in traces.values()):
         run_scripts(args, env, traces)
 

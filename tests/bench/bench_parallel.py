@@ -10,8 +10,11 @@ same run (the box is shared and noisy; runs are interleaved and repeated, median
          microbatches vs naive model parallelism (theory 2*8/9 = 1.78x); measured bubble next to
          (p-1)/(m+p-1); per-stage parameter memory; peak activation memory of 1f1b vs gpipe
   trace  step time with tracing on vs off, tiny and small configs (target: < 2% apart)
+  zero   dp 2, one core per rank, the dp config: parallel.zero 0/1/2/3 interleaved; tokens/s against
+         zero 0 (target: ZeRO-1 within 5%), data-parallel volume per step against theory, time blocked
+         in data-parallel collectives per step (exposed), memory at rest per rank
 
-Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,trace,all}
+Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,trace,zero,all}
 Writes a JSON summary to DIR/bench_parallel.json and prints a table.
 """
 import argparse
@@ -19,6 +22,8 @@ import json
 import os
 import statistics
 import sys
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
@@ -123,6 +128,43 @@ def bench_pp(out):
               f"{', '.join(f'{m:.1f}' for m in r['peak_activation_mib_per_stage'])} MiB")
 
 
+def exposed_ms(trace, kinds=("allreduce_wait", "reduce_scatter_wait", "all_gather_wait")):
+    """Mean time per step and rank blocked waiting in data-parallel collectives (steps after the first 2)."""
+    steps = set(trace.train_steps(2))
+    ev = trace.events[trace.mask([k for k in kinds if k in trace.kind_names]) & np.isin(trace.events["step"], list(steps))]
+    return 1e3 * float(np.sum(ev["end"] - ev["start"])) / max(1, len(steps)) / trace.world_size
+
+
+def bench_zero(out):
+    model = {"n_layer": 6, "n_head": 6, "n_embd": 384}
+    cfgs = {z: deck(f"zero{z}", model, 256, 16, 8, dp=2, zero=z) for z in range(4)}
+    tok = {z: [] for z in cfgs}
+    for _ in range(ARGS.repeats):  # interleaved
+        for z, c in cfgs.items():
+            tok[z].append(run(c, 2)[0])
+    res = {}
+    for z, c in cfgs.items():
+        path = os.path.join(ARGS.workdir, f"zero{z}.h5")
+        run(c, 2, trace=path)
+        t = tracelib.load([path])[0]
+        vols = list(tracelib.dp_volume(t, 2).values())
+        mem = tracelib.memory_per_rank(t)[0]
+        psi = float(tracelib._as_list(t.meta["stage_param_bytes"])[0])
+        res[z] = {"tokens_per_s": statistics.median(tok[z]),
+                  "vs_zero0": statistics.median(a / b for a, b in zip(tok[z], tok[0])),
+                  "dp_volume_psi": statistics.mean(vols), "dp_volume_theory": tracelib.theoretical_dp_volume(z, 1, 2),
+                  "dp_volume_mb": statistics.mean(vols) * psi / 1e6, "exposed_ms": exposed_ms(t),
+                  "mib_params_grads_optimizer": [mem[k] / 2**20 for k in ("params", "grads", "optimizer")],
+                  "workspace_mib": mem["workspace"] / 2**20}
+    out["zero"] = res
+    print("ZeRO at dp 2 (6 layers, 384 channels, T 256, batch 16; one core per rank):")
+    for z, r in res.items():
+        print(f"  zero {z}: {r['tokens_per_s']:7.0f} tok/s  {r['vs_zero0']:.3f}x zero 0  volume "
+              f"{r['dp_volume_psi']:.2f} Psi = {r['dp_volume_mb']:.0f} MB/step (theory {r['dp_volume_theory']:g})  "
+              f"exposed {r['exposed_ms']:.1f} ms/step  memory P/G/O "
+              f"{'/'.join(f'{m:.1f}' for m in r['mib_params_grads_optimizer'])} MiB (+{r['workspace_mib']:.1f} workspace)")
+
+
 def bench_trace(out):
     res = {}
     for name, model, T, B in (("tiny", {"n_layer": 2, "n_head": 2, "n_embd": 64}, 64, 8),
@@ -141,7 +183,7 @@ def bench_trace(out):
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["dp", "pp", "trace", "all"])
+    ap.add_argument("what", choices=["dp", "pp", "trace", "zero", "all"])
     ap.add_argument("--gpt2", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", default="/tmp/gpt2-bench")
@@ -150,7 +192,7 @@ def main():
     os.makedirs(ARGS.workdir, exist_ok=True)
     gpt2test.write_shard(os.path.join(ARGS.workdir, "train.bin"), gpt2test.learnable_tokens(2_000_000, 256))
     out = {}
-    for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("trace", bench_trace)):
+    for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("trace", bench_trace), ("zero", bench_zero)):
         if ARGS.what in (what, "all"):
             fn(out)
     summary = os.path.join(ARGS.workdir, "bench_parallel.json")
