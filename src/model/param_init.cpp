@@ -33,7 +33,7 @@ void init_params(const ParamLayout& global, const std::vector<TensorInfo>& tenso
     const size_t b = std::max(t.range.begin, window.begin), e = std::min(t.range.end, window.end);
     if (b >= e) continue;
     double stddev = 0.02, constant = 0;
-    size_t valid = t.global.begin + t.global.stride * t.global.count;  // global elements below this are real
+    size_t valid = ~size_t(0);  // global elements below this are real (wte: not the padded rows)
     switch (t.kind) {
       case Param::wte: valid = size_t(c.vocab_size) * c.n_embd; break;  // padded rows stay zero
       case Param::attprojw:

@@ -42,6 +42,7 @@ struct TensorInfo {
   Range range;                // in the global flat buffer (in a local layout: the local buffer)
   bool decay;                 // weight decay applies: tensors of rank >= 2
   GlobalMap global;           // where its elements are in the global layout
+  bool replicated = false;    // (local layouts) the whole tensor, the same on every tensor-parallel rank
   std::string name() const;   // "wte", "h.3.qkvw", "lnfw"
 };
 

@@ -1,13 +1,12 @@
+// Stage: construction, activations, the microbatch's forward and backward, the blocks. The ends of
+// the model (embedding, head and loss) are in stage_ends.cpp.
 #include "model/stage.hpp"
 
 #include <cmath>
 
 #include "core/error.hpp"
-
 #include "model/param_init.hpp"
 #include "tensor/attention.hpp"
-#include "tensor/crossentropy.hpp"
-#include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
@@ -27,26 +26,37 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 }  // namespace
 
 template <class T>
-Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, UnitStore<T>* store)
-    : layout_(layout), store_(store), maxB_(max_batch), T_(seq_len) {
+Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
+    : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), maxB_(max_batch), T_(seq_len) {
   const ModelConfig& c = config();
-  const size_t N = size_t(max_batch) * seq_len, C = c.n_embd;
   if (!store_) {
     own_ = std::make_unique<FlatStore<T>>(layout_);
     store_ = own_.get();
     params = own_->param_buf;
     grads = own_->grad_buf;
   }
+  if (!tp_) {
+    single_tp_ = std::make_unique<SingleTp<T>>();
+    tp_ = single_tp_.get();
+  }
+  const size_t tp = size_t(tp_->size());
+  if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
+  if (sp_ && (size_t(max_batch) * seq_len) % tp != 0)
+    fail("Stage: sequence parallelism needs the microbatch's tokens divisible by tp");
+  const size_t N = size_t(max_batch) * seq_len, C = c.n_embd;
   dres_ = uninitialized<T>("dres", N * C);
   dln_ = uninitialized<T>("dln", N * C);
-  dqkv_ = uninitialized<T>("dqkv", N * 3 * C);
-  datt_ = uninitialized<T>("datt", size_t(max_batch) * c.n_head * seq_len * seq_len);
-  dfch_ = uninitialized<T>("dfch", N * 4 * C);
-  datty_ = uninitialized<T>("datty", N * C);
+  dqkv_ = uninitialized<T>("dqkv", N * 3 * C / tp);
+  datt_ = uninitialized<T>("datt", size_t(max_batch) * c.n_head / tp * seq_len * seq_len);
+  dfch_ = uninitialized<T>("dfch", N * 4 * C / tp);
+  datty_ = uninitialized<T>("datty", N * C / tp);
+  if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
+  if (sp_) full_ = uninitialized<T>("sp_full", N * C);
   if (layout.has_head()) {
     lnf_ = uninitialized<T>("lnf", N * C);
-    logits_ = uninitialized<T>("logits", N * c.padded_vocab());
+    logits_ = uninitialized<T>("logits", N * size_t(layout_.local_vocab()));
     lse_ = uninitialized<T>("lse", N);
+    if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
   }
 }
 
@@ -72,16 +82,19 @@ void Stage<T>::zero_grads() {
 template <class T>
 Activations<T> Stage<T>::make_activations(int B) const {
   const ModelConfig& c = config();
-  const size_t N = size_t(B) * T_, C = c.n_embd;
-  const size_t att = size_t(B) * c.n_head * T_ * T_;
+  const size_t tp = size_t(tp_->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
+  const size_t att = size_t(B) * c.n_head / tp * T_ * T_;
   const int nblocks = layout_.end_layer() - layout_.first_layer();
   auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // keep every slice 256-byte aligned
-  const size_t per_block = pad(N * C) * 6 + pad(N * 3 * C) + pad(att) + pad(N * 4 * C) * 2 + pad(N) * 4;
-  const size_t head = layout_.has_head() ? pad(N) * 2 + pad(N * C) : 0;
+  // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
+  // region's (qkv, att, atty, fch) have all N rows and 1/tp of the columns.
+  const size_t per_block = pad(R * C) * 4 + pad(N * 3 * C / tp) + pad(att) + pad(N * C / tp) +
+                           pad(N * 4 * C / tp) * 2 + pad(R) * 4;
+  const size_t head = layout_.has_head() ? pad(R) * 2 + pad(R * C) : 0;
   Activations<T> a;
   a.B = B;
   a.seq_len = T_;
-  a.mem = uninitialized<T>("activations", pad(N * C) + nblocks * per_block + head);
+  a.mem = uninitialized<T>("activations", pad(R * C) + nblocks * per_block + head);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   size_t off = 0;
@@ -90,20 +103,20 @@ Activations<T> Stage<T>::make_activations(int B) const {
     off += pad(n);
     return p;
   };
-  auto m = [&](size_t cols) { return Mat<T>(take(N * cols), N, cols); };
-  auto v = [&]() { return Vec<T>(take(N), N); };
-  a.input = m(C);
+  auto m = [&](size_t rows, size_t cols) { return Mat<T>(take(rows * cols), rows, cols); };
+  auto v = [&]() { return Vec<T>(take(R), R); };
+  a.input = m(R, C);
   a.blocks.resize(nblocks);
   for (auto& s : a.blocks) {
-    s.ln1 = m(C);
-    s.qkv = m(3 * C);
-    s.att = Mat<T>(take(att), size_t(B) * c.n_head * T_, T_);
-    s.atty = m(C);
-    s.res2 = m(C);
-    s.ln2 = m(C);
-    s.fch = m(4 * C);
-    s.fch_gelu = m(4 * C);
-    s.res3 = m(C);
+    s.ln1 = m(R, C);
+    s.qkv = m(N, 3 * C / tp);
+    s.att = Mat<T>(take(att), size_t(B) * c.n_head / tp * T_, T_);
+    s.atty = m(N, C / tp);
+    s.res2 = m(R, C);
+    s.ln2 = m(R, C);
+    s.fch = m(N, 4 * C / tp);
+    s.fch_gelu = m(N, 4 * C / tp);
+    s.res3 = m(R, C);
     s.ln1_mean = v();
     s.ln1_rstd = v();
     s.ln2_mean = v();
@@ -112,26 +125,26 @@ Activations<T> Stage<T>::make_activations(int B) const {
   if (layout_.has_head()) {
     a.lnf_mean = v();
     a.lnf_rstd = v();
-    a.dlnf = m(C);
+    a.dlnf = m(R, C);
   }
   return a;
 }
 
 template <class T>
 typename Stage<T>::BlockParams Stage<T>::block_view(const T* unit, int l) const {
-  const size_t C = config().n_embd, base = layout_.block(l).begin;
+  const size_t base = layout_.block(l).begin;
   T* p = const_cast<T*>(unit);
   auto v = [&](Param k) {
     const Range r = layout_.tensor(k, l).range;
     return Vec<T>(p + r.begin - base, r.size());
   };
-  auto m = [&](Param k, size_t rows, size_t cols) {
-    return Mat<T>(p + layout_.tensor(k, l).range.begin - base, rows, cols);
+  auto m = [&](Param k) {
+    const TensorInfo& t = layout_.tensor(k, l);
+    return Mat<T>(p + t.range.begin - base, t.shape[0], t.shape[1]);
   };
-  return {v(Param::ln1w),         v(Param::ln1b),           v(Param::qkvb),
-          v(Param::attprojb),     v(Param::ln2w),           v(Param::ln2b),
-          v(Param::fcb),          v(Param::fcprojb),        m(Param::qkvw, 3 * C, C),
-          m(Param::attprojw, C, C), m(Param::fcw, 4 * C, C), m(Param::fcprojw, C, 4 * C)};
+  return {v(Param::ln1w),     v(Param::ln1b), v(Param::qkvb), v(Param::attprojb), v(Param::ln2w),
+          v(Param::ln2b),     v(Param::fcb),  v(Param::fcprojb), m(Param::qkvw),  m(Param::attprojw),
+          m(Param::fcw),      m(Param::fcprojw)};
 }
 
 template <class T>
@@ -139,6 +152,24 @@ Vec<T> Stage<T>::unit_vec(const T* unit, int u, Param kind) const {
   const Range r = layout_.tensor(kind).range, ur = layout_.units()[size_t(u)].range;
   return Vec<T>(const_cast<T*>(unit) + r.begin - ur.begin, r.size());
 }
+
+// ---- tensor-parallel regions ------------------------------------------------------------------
+
+template <class T>
+CMat<T> Stage<T>::gather(CMat<T> x, int B) {
+  if (!sp_) return x;
+  Mat<T> full = full_scratch(B);
+  tp_->all_gather(x.data(), full.data(), x.size());
+  return full;
+}
+
+template <class T>
+void Stage<T>::reduce_into(Mat<T> out, Mat<T> partial) {
+  if (sp_) tp_->reduce_scatter_sum(partial.data(), out.data(), out.size());
+  else tp_->all_reduce_sum(partial.data(), partial.size());  // partial is out
+}
+
+// ---- the microbatch -----------------------------------------------------------------------------
 
 template <class T>
 void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
@@ -152,107 +183,76 @@ void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss
 }
 
 template <class T>
-void Stage<T>::embedding_forward_(Activations<T>& a) {
-  const ModelConfig& c = config();
-  const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
-  store_->prefetch_params(wpe);
-  const T* pwte = store_->params(wte);
-  const T* pwpe = store_->params(wpe);
-  embedding_forward<T>(a.input, a.tokens, Mat<T>(const_cast<T*>(pwte), c.padded_vocab(), c.n_embd),
-                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), T_);
-  store_->release_params(wte);
-  store_->release_params(wpe);
-}
-
-template <class T>
-void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
-  auto& s = a.blocks[l - layout_.first_layer()];
-  const int u = block_unit(l);
-  if (l + 1 < layout_.end_layer()) store_->prefetch_params(block_unit(l + 1));  // while this block computes
-  const BlockParams p = block_view(store_->params(u), l);
-  layernorm_forward<T>(s.ln1, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b);
-  matmul_forward<T>(s.qkv, s.ln1, p.qkvw, p.qkvb);
-  attention_forward<T>(s.atty, s.att, s.qkv, a.B, T_, config().n_head);
-  matmul_forward<T>(s.res2, s.atty, p.attprojw, p.attprojb, in);  // res2 = in + attproj
-  layernorm_forward<T>(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b);
-  matmul_forward<T>(s.fch, s.ln2, p.fcw, p.fcb);
-  gelu_forward<T>(flat(s.fch_gelu), flat(s.fch));
-  matmul_forward<T>(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);  // res3 = res2 + mlp
-  store_->release_params(u);
-}
-
-template <class T>
-void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
-  const ModelConfig& c = config();
-  const size_t N = a.rows(), C = c.n_embd, Vp = c.padded_vocab();
-  const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
-  store_->prefetch_params(wu);
-  const T* pnorm = store_->params(norm);
-  Mat<T> lnf = as_mat(lnf_, N, C), logits = as_mat(logits_, N, Vp);
-  Vec<T> lse(lse_.data(), N);
-  layernorm_forward<T>(lnf, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
-                       unit_vec(pnorm, norm, Param::lnfb));
-  store_->release_params(norm);
-  const Mat<T> wte(const_cast<T*>(store_->params(wu)), Vp, C);
-  matmul_forward<T>(logits, lnf, wte, Vec<T>());
-  if (!need_grad) {
-    crossentropy_forward<T>(losses, lse, logits, a.targets, c.vocab_size);
-  } else {
-    crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
-    matmul_backward<T>(a.dlnf, Mat<T>(store_->grads(wu), Vp, C), Vec<T>(), logits, lnf, wte);
-  }
-  store_->release_params(wu);
-  if (need_grad && layout_.units()[size_t(wu)].grads_final_in_forward()) store_->grads_done(wu, true);
-}
-
-template <class T>
 void Stage<T>::backward(Activations<T>& a) {
-  Mat<T> d = dres(a.B);
-  if (layout_.has_head()) {
-    const int norm = layout_.unit_index(UnitKind::final_norm);
-    Kokkos::deep_copy(Vec<T>(d.data(), d.size()), T(0));
-    const T* p = store_->params(norm);
-    T* g = store_->grads(norm);
-    layernorm_backward<T>(d, unit_vec(g, norm, Param::lnfw), unit_vec(g, norm, Param::lnfb), a.dlnf, a.output(),
-                          unit_vec(p, norm, Param::lnfw), a.lnf_mean, a.lnf_rstd);
-    store_->release_params(norm);
-    store_->grads_done(norm, false);
-  }
+  if (layout_.has_head()) head_backward(a);
   for (int l = layout_.end_layer() - 1; l >= layout_.first_layer(); --l) {
     const int i = l - layout_.first_layer();
     if (l > layout_.first_layer()) store_->prefetch_params(block_unit(l - 1));
     block_backward(l, a, i == 0 ? a.input : a.blocks[i - 1].res3);
     store_->grads_done(block_unit(l), false);
   }
-  if (layout_.has_embedding()) {
-    const ModelConfig& c = config();
-    const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
-    embedding_backward<T>(Mat<T>(store_->grads(wte), c.padded_vocab(), c.n_embd),
-                          Mat<T>(store_->grads(wpe), c.block_size, c.n_embd), d, a.tokens, T_);
-    store_->grads_done(wpe, false);
-    store_->grads_done(wte, false);
-  }
+  if (layout_.has_embedding()) embedding_backward_(a);
+}
+
+// ---- a block --------------------------------------------------------------------------------------
+
+template <class T>
+void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
+  auto& s = a.blocks[l - layout_.first_layer()];
+  const int u = block_unit(l), nh = config().n_head / tp_->size();
+  if (l + 1 < layout_.end_layer()) store_->prefetch_params(block_unit(l + 1));  // while this block computes
+  const BlockParams p = block_view(store_->params(u), l);
+  // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
+  // once.
+  auto row_parallel = [&](Mat<T> out, CMat<T> x, CMat<T> w, CVec<T> b, CMat<T> residual) {
+    if (!sp_) {
+      matmul_forward<T>(out, x, w, adds_once() ? b : CVec<T>(), adds_once() ? residual : CMat<T>());
+      reduce_into(out, out);
+      return;
+    }
+    Mat<T> partial = partial_scratch(a.B);
+    matmul_forward<T>(partial, x, w, CVec<T>());
+    reduce_into(out, partial);
+    add_bias_residual<T>(out, b, residual);
+  };
+  layernorm_forward<T>(s.ln1, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b);
+  matmul_forward<T>(s.qkv, gather(s.ln1, a.B), p.qkvw, p.qkvb);
+  attention_forward<T>(s.atty, s.att, s.qkv, a.B, T_, nh);
+  row_parallel(s.res2, s.atty, p.attprojw, p.attprojb, in);  // res2 = in + attproj
+  layernorm_forward<T>(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b);
+  matmul_forward<T>(s.fch, gather(s.ln2, a.B), p.fcw, p.fcb);
+  gelu_forward<T>(flat(s.fch_gelu), flat(s.fch));
+  row_parallel(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);  // res3 = res2 + mlp
+  store_->release_params(u);
 }
 
 template <class T>
 void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in) {
   const auto& s = a.blocks[l - layout_.first_layer()];
-  const int u = block_unit(l);
+  const int u = block_unit(l), nh = config().n_head / tp_->size();
   const BlockParams p = block_view(store_->params(u), l), g = block_view(store_->grads(u), l);
-  const size_t N = a.rows(), C = config().n_embd;
-  Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit
-  Mat<T> dfch = as_mat(dfch_, N, 4 * C), dln = as_mat(dln_, N, C);
-  Mat<T> datty = as_mat(datty_, N, C), dqkv = as_mat(dqkv_, N, 3 * C);
+  const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = config().n_embd, tp = size_t(tp_->size());
+  Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit: stream rows
+  Mat<T> dfch = as_mat(dfch_, N, 4 * C / tp), dln = as_mat(dln_, R, C);
+  Mat<T> datty = as_mat(datty_, N, C / tp), dqkv = as_mat(dqkv_, N, 3 * C / tp);
   Mat<T> datt = as_mat(datt_, s.att.extent(0), T_);
+  // A column-parallel input gradient: the tp ranks' partial sums added up into dln (stream rows).
+  auto column_parallel_backward = [&](Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> x_stream, CMat<T> w) {
+    Mat<T> din = sp_ ? partial_scratch(a.B) : dln;
+    matmul_backward<T>(din, dw, db, dout, gather(x_stream, a.B), w);
+    reduce_into(dln, din);
+  };
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-  matmul_backward<T>(dfch, g.fcprojw, g.fcprojb, d, s.fch_gelu, p.fcprojw);
+  matmul_backward<T>(dfch, g.fcprojw, Vec<T>(), gather(d, a.B), s.fch_gelu, p.fcprojw);
+  bias_backward<T>(g.fcprojb, d);
   gelu_backward<T>(flat(dfch), flat(s.fch));
-  matmul_backward<T>(dln, g.fcw, g.fcb, dfch, s.ln2, p.fcw);
+  column_parallel_backward(g.fcw, g.fcb, dfch, s.ln2, p.fcw);
   layernorm_backward<T>(d, g.ln2w, g.ln2b, dln, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
-  matmul_backward<T>(datty, g.attprojw, g.attprojb, d, s.atty, p.attprojw);
-  attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, config().n_head);
-  matmul_backward<T>(dln, g.qkvw, g.qkvb, dqkv, s.ln1, p.qkvw);
+  matmul_backward<T>(datty, g.attprojw, Vec<T>(), gather(d, a.B), s.atty, p.attprojw);
+  bias_backward<T>(g.attprojb, d);
+  attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
+  column_parallel_backward(g.qkvw, g.qkvb, dqkv, s.ln1, p.qkvw);
   layernorm_backward<T>(d, g.ln1w, g.ln1b, dln, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
   store_->release_params(u);
 }

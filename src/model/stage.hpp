@@ -5,15 +5,27 @@
 // forward(a) runs one microbatch and saves what backward needs in `a`. On the head stage it also
 // runs the loss backward and the LM-head backward right away (their inputs are all there), so the
 // (N, Vp) logits are never kept per microbatch: only dlnf (N,C) is.
-// backward(a) then runs the rest from the stage's gradient buffer dres (N,C): on entry it holds the
+// backward(a) then runs the rest from the stage's gradient buffer dres: on entry it holds the
 // gradient of the stage output (received from the next stage; ignored on the head stage), on exit the
 // gradient of the stage input (to send back; the first stage consumes it in the embedding backward).
 // Parameters are read and gradients accumulated (+=) through a UnitStore, one unit (a block, wte,
 // ...) at a time; by default the stage keeps both in its own flat buffers `params` and `grads`.
+//
+// Tensor parallelism (the layout's TpSplit, collectives through a TpGroup): attention heads and the
+// MLP's hidden columns are divided over the tp ranks; a block does one all-reduce after each
+// row-parallel projection in forward and one after each column-parallel input gradient in backward
+// (Megatron's g and f); the row-parallel biases are added once. The embedding is vocabulary-parallel
+// (masked lookup, all-reduced) and the loss too (crossentropy's vocabulary-parallel passes), so no
+// rank holds the whole logits. With sequence parallelism the LayerNorms and the residual stream
+// keep 1/tp of the rows (N/tp x C): all-gathers before and reduce-scatters after the tensor-parallel
+// regions replace the all-reduces, and the gradients of the replicated tensors (LayerNorms, biases,
+// wpe) are partial sums that the caller adds up over tp.
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "model/stage_layout.hpp"
+#include "model/tp_group.hpp"
 #include "model/unit_store.hpp"
 #include "tensor/views.hpp"
 
@@ -28,26 +40,35 @@ struct Activations {
   int B = 0, seq_len = 0;
   Buffer<T> mem;  // one allocation; the views below are slices of it
   Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> tokens, targets;  // (N) first / head stage
-  Mat<T> input;                                                       // (N,C) stage input
+  Mat<T> input;                                                       // (rows,C) stage input
   std::vector<Block> blocks;
   Vec<T> lnf_mean, lnf_rstd;  // head stage
   Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
-  int rows() const { return B * seq_len; }
-  Mat<T> output() const { return blocks.back().res3; }  // (N,C) sent to the next stage
+  int rows() const { return B * seq_len; }              // tokens of the microbatch, N
+  Mat<T> output() const { return blocks.back().res3; }  // (rows,C) sent to the next stage
   size_t bytes() const { return mem.extent(0) * sizeof(T); }
+};
+
+template <class T>
+struct StageOptions {
+  UnitStore<T>* store = nullptr;   // where parameters and gradients live (null: the stage's own)
+  TpGroup<T>* tp = nullptr;        // the layout's tensor-parallel group (null: one rank)
+  bool sequence_parallel = false;  // LayerNorms and residuals on N / tp rows
 };
 
 template <class T>
 class Stage {
  public:
-  // max_batch: the most sequences one microbatch holds; seq_len: T. store: where the parameters and
-  // gradients live (not owned); null: in the stage's own `params` and `grads`.
-  Stage(const StageLayout& layout, int max_batch, int seq_len, UnitStore<T>* store = nullptr);
+  // max_batch: the most sequences one microbatch holds; seq_len: T.
+  Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> options = {});
 
   const StageLayout& layout() const { return layout_; }
   const ModelConfig& config() const { return layout_.global().config(); }
   int seq_len() const { return T_; }
   int max_batch() const { return maxB_; }
+  bool sequence_parallel() const { return sp_; }
+  // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
+  int stream_rows(int B) const { return sp_ ? B * T_ / tp_->size() : B * T_; }
 
   // The stage's own flat buffers in the local layout (empty with an external store).
   Buffer<T> params;
@@ -74,11 +95,12 @@ class Stage {
   // first, then the blocks from the last, then the embeddings.
   void backward(Activations<T>& a);
 
-  // Head stage: the (B*T, Vp) logits of the last forward run with need_grad = false.
-  Mat<T> logits(int B) const { return Mat<T>(logits_.data(), size_t(B) * T_, config().padded_vocab()); }
+  // Head stage, one tensor-parallel rank: the (B*T, Vp) logits of the last forward run with
+  // need_grad = false.
+  Mat<T> logits(int B) const { return Mat<T>(logits_.data(), size_t(B) * T_, layout_.local_vocab()); }
 
-  // Gradient of the stage output (in) / stage input (out) for the microbatch in backward: (B*T, C).
-  Mat<T> dres(int B) const { return Mat<T>(dres_.data(), size_t(B) * T_, config().n_embd); }
+  // Gradient of the stage output (in) / stage input (out) for the microbatch in backward.
+  Mat<T> dres(int B) const { return Mat<T>(dres_.data(), size_t(stream_rows(B)), config().n_embd); }
 
  private:
   struct BlockParams {
@@ -90,16 +112,31 @@ class Stage {
   Vec<T> unit_vec(const T* unit, int u, Param kind) const;  // one tensor of a (non-block) unit
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
   void embedding_forward_(Activations<T>& a);
+  void embedding_backward_(Activations<T>& a);
   void block_forward(int layer, Activations<T>& a, CMat<T> in);
   void block_backward(int layer, Activations<T>& a, CMat<T> in);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
+  void head_backward(Activations<T>& a);
+  void parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
+
+  // Tensor-parallel regions. `gather`: the full (N,C) rows of a stream tensor (a gather with sequence
+  // parallelism, the tensor itself otherwise). `reduce_into`: out (stream rows) = the sum over tp
+  // of the partial (N,C) results in `partial` (a reduce-scatter, or an all-reduce in place).
+  CMat<T> gather(CMat<T> x, int B);
+  void reduce_into(Mat<T> out, Mat<T> partial);
+  Mat<T> full_scratch(int B) const { return Mat<T>(full_.data(), size_t(B) * T_, config().n_embd); }
+  Mat<T> partial_scratch(int B) const { return Mat<T>(partial_.data(), size_t(B) * T_, config().n_embd); }
+  bool adds_once() const { return tp_->rank() == 0; }  // the rank that adds biases / wpe
 
   StageLayout layout_;
   std::unique_ptr<FlatStore<T>> own_;  // when no store was given
   UnitStore<T>* store_;
+  std::unique_ptr<SingleTp<T>> single_tp_;
+  TpGroup<T>* tp_;
+  bool sp_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
-  Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_;
+  Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;
 };
 
 }  // namespace gpt2

@@ -16,33 +16,102 @@ const char* Unit::name() const {
   }
 }
 
-StageLayout::StageLayout(const ParamLayout& global, int first_layer, int end_layer)
-    : global_(&global), first_(first_layer), end_(end_layer) {
+namespace {
+// This tp rank's part of a global tensor: local shape, where its elements sit, replicated or not.
+TensorInfo split(const TensorInfo& g, const ModelConfig& c, TpSplit tp) {
+  TensorInfo t = g;
+  if (tp.size == 1) return t;
+  const size_t T = size_t(tp.size), r = size_t(tp.rank), C = size_t(c.n_embd), b = g.range.begin;
+  auto rows = [&](size_t first, size_t rows_each, size_t row_len, size_t stride, size_t count) {
+    t.global = {b + first * row_len, rows_each * row_len, stride, count};
+  };
+  switch (g.kind) {
+    case Param::wte: {  // vocabulary-parallel: a block of rows
+      const size_t rows_each = size_t(c.padded_vocab()) / T;
+      rows(r * rows_each, rows_each, C, 0, 1);
+      t.shape = {rows_each, C};
+      break;
+    }
+    case Param::qkvw:  // column-parallel with the heads divided: the same rows of q, k and v
+      rows(r * C / T, C / T, C, C * C, 3);
+      t.shape = {3 * C / T, C};
+      break;
+    case Param::qkvb:
+      rows(r * C / T, C / T, 1, C, 3);
+      t.shape = {3 * C / T};
+      break;
+    case Param::fcw:  // column-parallel
+      rows(r * 4 * C / T, 4 * C / T, C, 0, 1);
+      t.shape = {4 * C / T, C};
+      break;
+    case Param::fcb:
+      rows(r * 4 * C / T, 4 * C / T, 1, 0, 1);
+      t.shape = {4 * C / T};
+      break;
+    case Param::attprojw:  // row-parallel: a block of input columns of every row
+      t.global = {b + r * C / T, C / T, C, C};
+      t.shape = {C, C / T};
+      break;
+    case Param::fcprojw:
+      t.global = {b + r * 4 * C / T, 4 * C / T, 4 * C, C};
+      t.shape = {C, 4 * C / T};
+      break;
+    default:  // LayerNorms, row-parallel biases, wpe
+      t.replicated = true;
+      return t;
+  }
+  if (t.global.count == 1) t.global.stride = t.global.len;
+  return t;
+}
+}  // namespace
+
+StageLayout::StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp)
+    : global_(&global), first_(first_layer), end_(end_layer), tp_(tp) {
   const int L = global.config().n_layer;
   if (first_layer < 0 || end_layer > L || first_layer >= end_layer)
     fail("StageLayout: bad block range [", first_layer, ", ", end_layer, ") of ", L);
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) fail("StageLayout: bad tensor-parallel rank ", tp.rank, " of ", tp.size);
+  const ModelConfig& c = global.config();
   owned_.begin = has_embedding() ? 0 : global.block(first_layer).begin;
   owned_.end = has_head() ? global.total() : global.block(end_layer - 1).end;
+  // Local tensors in global order, each packed after the one before.
+  auto add = [&](const TensorInfo& g) {
+    TensorInfo t = split(g, c, tp);
+    t.range = {size_, size_ + t.global.size()};
+    size_ += t.global.size();
+    local_.push_back(t);
+    return t.range;
+  };
+  auto unit = [&](UnitKind kind, int layer, size_t begin) { units_.push_back({kind, layer, {begin, size_}}); };
   const TensorInfo& wte = global.tensor(Param::wte);
   if (has_head() && !has_embedding()) {
-    tied_ = wte.range.size();
-    local_.push_back(wte);  // already at [0, tied_)
-    units_.push_back({UnitKind::tied_wte, -1, {0, tied_}});
+    add(wte);
+    tied_ = size_;
+    unit(UnitKind::tied_wte, -1, 0);
   }
-  for (const TensorInfo& t : global.tensors()) {
-    if (!owned_.contains(t.range)) continue;
-    TensorInfo l = t;
-    l.range = {t.range.begin - owned_.begin + tied_, t.range.end - owned_.begin + tied_};
-    local_.push_back(l);
-  }
-  auto local = [&](Range g) { return Range{g.begin - owned_.begin + tied_, g.end - owned_.begin + tied_}; };
   if (has_embedding()) {
-    units_.push_back({UnitKind::wte, -1, local(wte.range)});
-    units_.push_back({UnitKind::wpe, -1, local(global.tensor(Param::wpe).range)});
+    size_t b = size_;
+    add(wte);
+    unit(UnitKind::wte, -1, b);
+    b = size_;
+    add(global.tensor(Param::wpe));
+    unit(UnitKind::wpe, -1, b);
   }
-  for (int l = first_; l < end_; ++l) units_.push_back({UnitKind::block, l, local(global.block(l))});
-  if (has_head()) units_.push_back({UnitKind::final_norm, -1, local(global.final_norm())});
+  for (int l = first_; l < end_; ++l) {
+    const size_t b = size_;
+    for (size_t i = global.index(Param::ln1w, l); i <= global.index(Param::fcprojb, l); ++i) add(global.tensors()[i]);
+    unit(UnitKind::block, l, b);
+  }
+  if (has_head()) {
+    const size_t b = size_;
+    add(global.tensor(Param::lnfw));
+    add(global.tensor(Param::lnfb));
+    unit(UnitKind::final_norm, -1, b);
+  }
 }
+
+int StageLayout::vocab_begin() const { return tp_.rank * local_vocab(); }
+int StageLayout::local_vocab() const { return global_->config().padded_vocab() / tp_.size; }
 
 const TensorInfo& StageLayout::tensor(Param kind, int layer) const {
   for (const TensorInfo& t : local_)
@@ -67,7 +136,8 @@ int StageLayout::head_wte_unit() const {
 
 void local_to_global(const StageLayout& layout, const float* local, float* global) {
   for (const TensorInfo& t : layout.tensors()) {
-    if (t.range.begin < layout.tied_size()) continue;  // the tied copy of wte
+    if (t.range.begin < layout.tied_size()) continue;       // the tied copy of wte
+    if (t.replicated && layout.tp().rank != 0) continue;   // tp rank 0 writes those
     const GlobalMap& g = t.global;
     for (size_t i = 0; i < g.count; ++i)
       std::copy(local + t.range.begin + i * g.len, local + t.range.begin + (i + 1) * g.len, global + g.begin + i * g.stride);

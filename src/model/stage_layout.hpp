@@ -10,6 +10,11 @@
 // Units are what the stage asks its UnitStore for one at a time (a block's twelve tensors, ...): the
 // grain of gradient buckets, of ZeRO shards and of parameter gathers. With one stage and no tied
 // copy, local == global.
+//
+// Tensor parallelism (Megatron's split over tp ranks) keeps a part of most tensors: the column-
+// parallel linears (qkv, with the heads divided; fc) a block of output rows and of their bias, the
+// row-parallel ones (attention and MLP projections) a block of input columns of every row, wte
+// (vocabulary-parallel) a block of rows; LayerNorms, the row-parallel biases and wpe are replicated.
 #include <functional>
 #include <vector>
 
@@ -30,19 +35,26 @@ struct Unit {
   const char* name() const;
 };
 
+struct TpSplit {
+  int size = 1, rank = 0;  // tensor-parallel ranks, and this one
+};
+
 class StageLayout {
  public:
-  StageLayout(const ParamLayout& global, int first_layer, int end_layer);
+  StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp = {});
 
   const ParamLayout& global() const { return *global_; }
+  const TpSplit& tp() const { return tp_; }
+  int vocab_begin() const;   // first row of wte this rank holds
+  int local_vocab() const;   // rows of wte it holds (padded vocabulary / tp)
   int first_layer() const { return first_; }
   int end_layer() const { return end_; }
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return end_ == global_->config().n_layer; }
 
-  Range owned() const { return owned_; }       // global range (checkpoint shard)
+  Range owned() const { return owned_; }       // global range of the blocks etc. it holds (parts of)
   size_t tied_size() const { return tied_; }   // wte copy at local offset 0, or 0
-  size_t local_size() const { return tied_ + owned_.size(); }
+  size_t local_size() const { return size_; }
 
   // Tensors this stage holds, with `range` rewritten to local offsets (tied wte first if any);
   // `global` says where each one's elements are in the global layout.
@@ -59,8 +71,9 @@ class StageLayout {
  private:
   const ParamLayout* global_;
   int first_, end_;
+  TpSplit tp_;
   Range owned_;
-  size_t tied_ = 0;
+  size_t tied_ = 0, size_ = 0;
   std::vector<TensorInfo> local_;
   std::vector<Unit> units_;
 };
@@ -68,6 +81,7 @@ class StageLayout {
 // Moving a local buffer's values to and from the global layout, tensor by tensor along their
 // GlobalMaps (checkpoints, gathers). local_to_global leaves the tied copy out (stage 0 owns wte);
 // global_to_local fills it like wte. `read(begin, n, dst)` reads global floats [begin, begin + n).
+// With tensor parallelism, local_to_global writes replicated tensors from tp rank 0 only.
 void local_to_global(const StageLayout& layout, const float* local, float* global);
 void global_to_local(const StageLayout& layout, const std::function<void(size_t, size_t, float*)>& read,
                      float* local);

@@ -29,6 +29,28 @@ ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy 
   gathered_.resize(units);
   grad_ws_.resize(units);
   done_count_.assign(units, 0);
+  // The norm: everything but the tied copy (stage 0 counts wte), replicated tensors on tp rank 0.
+  const int tied = layout_.unit_index(UnitKind::tied_wte);
+  const size_t skip = tied >= 0 ? shards_.shard_range(tied).end : 0;
+  std::vector<std::pair<size_t, size_t>> counted;
+  for (const auto& r : shard_ranges(false))
+    if (r.second > skip) counted.push_back({std::max(r.first, skip), r.second});
+  norm_chunks_ = make_chunk_table(counted);
+  replicated_ = shard_ranges(true);
+}
+
+// Shard ranges of the tensors a rank counts in the norm (replicated_only: of the tp-replicated ones),
+// neighbours merged.
+std::vector<std::pair<size_t, size_t>> ParamStore::shard_ranges(bool replicated_only) const {
+  const bool tp_rank0 = layout_.tp().rank == 0;
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const TensorInfo& t : shards_.shard_tensors()) {
+    const bool take = replicated_only ? t.replicated && layout_.tp().size > 1 : !t.replicated || tp_rank0;
+    if (!take) continue;
+    if (!out.empty() && out.back().second == t.range.begin) out.back().second = t.range.end;
+    else out.push_back({t.range.begin, t.range.end});
+  }
+  return out;
 }
 
 ParamStore::~ParamStore() = default;
@@ -151,10 +173,30 @@ void ParamStore::sync_tied(Communicator& tied) {
 }
 
 void ParamStore::grad_sum_of_squares(DeviceScalar out) const {
-  // The last stage's copy of wte duplicates stage 0's: count it once.
-  const int tied = layout_.unit_index(UnitKind::tied_wte);
-  const size_t skip = tied >= 0 ? shards_.shard_range(tied).end : 0;
-  sum_of_squares<float>(Vec<float>(grad_shard_.data() + skip, shards_.shard_size() - skip), out);
+  sum_of_squares<float>(Vec<float>(grad_shard_.data(), shards_.shard_size()), norm_chunks_, out);
+}
+
+void ParamStore::sync_replicated(Communicator& tp) {
+  if (tp.size() == 1 || replicated_.empty()) return;
+  size_t n = 0;
+  for (const auto& r : replicated_) n += r.second - r.first;
+  if (replicated_buf_.extent(0) != n) replicated_buf_ = Buffer<float>("replicated_grads", n);
+  auto each = [&](bool pack) {
+    size_t at = 0;
+    for (const auto& r : replicated_) {
+      const size_t len = r.second - r.first;
+      const Vec<float> shard(grad_shard_.data() + r.first, len), packed(replicated_buf_.data() + at, len);
+      if (pack) Kokkos::deep_copy(packed, shard);
+      else Kokkos::deep_copy(shard, packed);
+      at += len;
+    }
+  };
+  each(true);
+  {
+    Tracer::Scope t(tracer_, EventKind::tp_collective, step_, -1, n * sizeof(float) * 2);
+    tp.allreduce(replicated_buf_.data(), n, DType::f32, ReduceOp::sum);
+  }
+  each(false);
 }
 
 void ParamStore::optimizer_step(double lr, GradScale scale) {

@@ -53,8 +53,12 @@ class ParamStore final : public UnitStore<float> {
   void begin_step(int step, int microbatches);  // zero the gradients
   void finish_gradients();                      // every reduction launched and complete
   void sync_tied(Communicator& tied);           // sum the two wte gradients of a pipeline's ends
-  // This rank's part of the squared gradient norm (the tied copy left out). When the gradient is
-  // sharded the parts of the data-parallel ranks add up to the whole.
+  // Sequence parallelism: the replicated tensors' gradients (LayerNorms, biases, wpe) are partial
+  // sums over the tp ranks' rows; add them up.
+  void sync_replicated(Communicator& tp);
+  // This rank's part of the squared gradient norm: the tied copy left out, and the tensors replicated
+  // over tp counted by tp rank 0 only. The parts add up over the data-parallel ranks when the
+  // gradient is sharded, and over the tp ranks.
   void grad_sum_of_squares(DeviceScalar out) const;
   bool grads_sharded() const { return policy_.optimizer; }
   void optimizer_step(double lr, GradScale scale);  // and, ZeRO-1/2, the parameter all-gather
@@ -75,6 +79,7 @@ class ParamStore final : public UnitStore<float> {
   void scatter_pieces(const float* whole, float* shard) const;
   Vec<float> state_buffer(const std::string& section);
   const Unit& unit(int u) const { return layout_.units()[size_t(u)]; }
+  std::vector<std::pair<size_t, size_t>> shard_ranges(bool replicated_only) const;
 
   StageLayout layout_;
   Communicator& dp_;
@@ -93,6 +98,9 @@ class ParamStore final : public UnitStore<float> {
   std::vector<Gathered> gathered_;          // ZeRO-3: units whose parameters are gathered now
   std::vector<Buffer<float>> grad_ws_;      // ZeRO-2/3: the unit's gradient workspace this round
   std::vector<int> done_count_;             // ZeRO-0/1: final-phase microbatches seen this step
+  ChunkTable norm_chunks_;                  // what grad_sum_of_squares counts
+  std::vector<std::pair<size_t, size_t>> replicated_;  // shard ranges of tp-replicated tensors
+  Buffer<float> replicated_buf_;
   std::map<size_t, std::vector<Buffer<float>>> pool_;
   size_t workspace_ = 0, peak_workspace_ = 0;
   int step_ = 0, microbatches_ = 1;

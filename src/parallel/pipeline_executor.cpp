@@ -88,7 +88,9 @@ void PipelineExecutor::exchange(const float* send, float* recv, size_t elems, in
 
 void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io) {
   const int B = io.microbatch_size;
-  const size_t rows = size_t(B) * stage_.seq_len(), elems = rows * stage_.config().n_embd;
+  // Losses cover every token; activations and their gradients the rows of the residual stream this
+  // rank holds (1/tp of them with sequence parallelism).
+  const size_t rows = size_t(B) * stage_.seq_len(), elems = size_t(stage_.stream_rows(B)) * stage_.config().n_embd;
   const size_t bytes = elems * sizeof(float);
   const bool head = stage_.layout().has_head();
   const int next = index_ + 1, prev = index_ - 1;

@@ -74,4 +74,72 @@ void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T d
       });
 }
 
+// ---- Vocabulary-parallel: each tensor-parallel rank holds the logits of a block of the vocabulary
+// (its columns [vocab_begin, vocab_begin + Vp_local) of the whole; `cols` of them are real tokens).
+// Three passes, with an all-reduce (max) after the first and one (sum) after the second, give every
+// rank the loss and its own columns of dlogits, no rank ever holding all the logits.
+
+// mx (N) = max over this rank's real columns (the lowest float where it has none)
+template <class T>
+void crossentropy_local_max(Vec<T> mx, CMat<T> logits, int cols) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  Kokkos::parallel_for(
+      "crossentropy_local_max", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        const T m = cols > 0 ? team_max<T>(team, cols, [&](int j) { return logits(n, j); })
+                             : Kokkos::reduction_identity<T>::max();
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { mx(n) = m; });
+      });
+}
+
+// With the global max: logits (N, Vp_local) become e = exp(logit - mx) (0 in padded columns), and
+// sums (2N) = per row n: [2n] the sum of e, [2n+1] the target's logit where this rank holds the
+// target, else 0 -- so that one all-reduce (sum) completes both.
+template <class T>
+void crossentropy_local_sums(Vec<T> sums, Mat<T> logits, CVec<T> mx, Tokens targets, int vocab_begin, int cols) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  const int Vl = logits.extent(1);
+  Kokkos::parallel_for(
+      "crossentropy_local_sums", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank(), tgt = targets(n) - vocab_begin;
+        const T target_logit = tgt >= 0 && tgt < cols ? logits(n, tgt) : T(0);
+        const T m = mx(n);
+        const T sum = team_sum<T>(team, cols, [&](int j) {
+          const T e = km::expf_(logits(n, j) - m);
+          logits(n, j) = e;
+          return e;
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols, Vl), [&](int j) { logits(n, j) = T(0); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          sums(2 * n) = sum;
+          sums(2 * n + 1) = target_logit;
+        });
+      });
+}
+
+// With the global sums: losses (N) = mx + log(sum) - target logit; when need_grad, logits (holding
+// e) become dlogits = dloss * (e / sum - onehot(target)) on this rank's columns.
+template <class T>
+void crossentropy_parallel_finish(Vec<T> losses, Mat<T> logits, CVec<T> mx, CVec<T> sums, Tokens targets,
+                                  int vocab_begin, int cols, T dloss, bool need_grad) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  Kokkos::parallel_for(
+      "crossentropy_parallel_finish", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank(), tgt = targets(n) - vocab_begin;
+        const T sum = sums(2 * n);
+        if (need_grad) {
+          const T scale = dloss / sum;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) { logits(n, j) *= scale; });
+          team.team_barrier();
+        }
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          losses(n) = mx(n) + km::log(sum) - sums(2 * n + 1);
+          if (need_grad && tgt >= 0 && tgt < cols) logits(n, tgt) -= dloss;
+        });
+      });
+}
+
 }  // namespace gpt2

@@ -13,15 +13,13 @@ void bias_backward(Vec<T> db, CMat<T> dout) {
                 KOKKOS_LAMBDA(int n, int o) { return dout(n, o); });
 }
 
-// out (N,OC) = in (N,C) @ w (OC,C)^T + b (OC) [+ residual (N,OC)]
-// b may be empty (no bias); the optional residual add is fused into the bias pass.
+// out (N,OC) += b (OC) [+ residual (N,OC)]; either may be empty.
 template <class T>
-void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residual = {}) {
-  const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
-  gemm<T>(Op::N, Op::T, N, OC, C, T(1), in.data(), C, w.data(), C, T(0), out.data(), OC);
+void add_bias_residual(Mat<T> out, CVec<T> b, CMat<T> residual = {}) {
   // One team per row, columns contiguous: the host loop vectorizes (an MDRange tiling does not).
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
+  const int N = out.extent(0), OC = out.extent(1);
   const bool has_b = b.extent(0) != 0, has_r = residual.extent(0) != 0;
   if (!has_b && !has_r) return;
   Kokkos::parallel_for(
@@ -38,6 +36,15 @@ void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residu
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC), [&](int o) { row[o] += r[o]; });
         }
       });
+}
+
+// out (N,OC) = in (N,C) @ w (OC,C)^T + b (OC) [+ residual (N,OC)]
+// b may be empty (no bias); the optional residual add is fused into the bias pass.
+template <class T>
+void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residual = {}) {
+  const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
+  gemm<T>(Op::N, Op::T, N, OC, C, T(1), in.data(), C, w.data(), C, T(0), out.data(), OC);
+  add_bias_residual<T>(out, b, residual);
 }
 
 // din (N,C) = dout @ w   (or += when accumulate_din);   dw (OC,C) += dout^T @ in;   db (OC) += colsum

@@ -19,6 +19,7 @@ enum class EventKind : int32_t {
   scalar_sync,  // the per-step loss and gradient-norm reductions
   reduce_scatter_issue, reduce_scatter_wait,  // sharded gradients (ZeRO)
   all_gather_issue, all_gather_wait,          // sharded parameters (ZeRO)
+  tp_collective,                              // tensor parallelism's all-reduces, gathers, scatters
   count_
 };
 enum class EventClass { compute, communication, other };

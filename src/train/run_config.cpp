@@ -44,7 +44,8 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
-      {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer"},
+      {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer (heads and MLP columns split; vocabulary-parallel loss)"},
+      {"parallel.sequence_parallel", &parallel.sequence_parallel, "with tp > 1: LayerNorms and residual stream split along the sequence"},
       {"parallel.zero", &parallel.zero, "ZeRO over dp: " + ShardingRegistry::alternatives() + " (1 optimizer state, 2 + gradients, 3 + parameters)"},
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
       {"parallel.schedule", &parallel.schedule, "pipeline: " + ScheduleRegistry::alternatives()},
@@ -130,8 +131,20 @@ void RunConfig::validate(int world_size) const {
     fail_input("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (",
                parallel.dp, " * ", parallel.microbatches, " = ", per_rank, "), got ",
                train.batch_size);
-  if (parallel.tp > 1)
-    fail_input("parallel.tp", "tensor parallelism is not implemented yet: use 1, got ", parallel.tp);
+  if (parallel.tp > 1) {
+    if (model.n_head % parallel.tp != 0)
+      fail_input("parallel.tp", "must divide model.n_head (", model.n_head, ") so that every rank holds whole heads, got ",
+                 parallel.tp);
+    if (model.padded_vocab() % parallel.tp != 0)
+      fail_input("parallel.tp", "must divide the padded vocabulary (", model.padded_vocab(),
+                 " = model.vocab_size rounded up to a multiple of 128), got ", parallel.tp);
+  }
+  if (parallel.sequence_parallel) {
+    const int64_t tokens = train.batch_size / (int64_t(parallel.dp) * parallel.microbatches) * data.seq_len;
+    if (parallel.tp > 1 && tokens % parallel.tp != 0)
+      fail_input("parallel.sequence_parallel", "needs a microbatch's tokens (", tokens, ") divisible by parallel.tp (",
+                 parallel.tp, ")");
+  }
   const long long grid = this->grid().world();  // (int * int could overflow)
   if (world_size > 0 && grid != world_size)
     fail_input(parallel.tp > 1 ? "parallel.dp * parallel.pp * parallel.tp" : "parallel.dp * parallel.pp",

@@ -44,6 +44,7 @@ struct ParallelConfig {
   int pp = 1;                     // pipeline stages
   int tp = 1;                     // tensor-parallel ranks per layer
   int zero = 0;                   // ZeRO level over the dp group: 0 (replicated) .. 3 (FSDP)
+  bool sequence_parallel = false; // with tp: LayerNorms and residuals on 1/tp of the rows
   int microbatches = 1;           // per dp rank and step
   std::string schedule = "1f1b";  // a registered pipeline schedule: naive | gpipe | 1f1b
   std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)

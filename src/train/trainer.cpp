@@ -63,8 +63,7 @@ void Trainer::setup_model() {
   layout_ = std::make_unique<ParamLayout>(cfg_.model);
   stage_layers_ = partition_stages(cfg_.model, p.pp, cfg_.data.seq_len, p.stage_layers);
   const int s = topo_->stage();
-  const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + s, 0);
-  const StageLayout stage_layout(*layout_, first, first + stage_layers_[s]);
+  const StageLayout stage_layout = layout_of(topo_->coords());
 
   OptimizerConfig oc;
   oc.beta1 = cfg_.train.beta1, oc.beta2 = cfg_.train.beta2, oc.eps = cfg_.train.eps;
@@ -73,7 +72,12 @@ void Trainer::setup_model() {
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
   store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, sharding_policy(p.zero), bucket,
                                         cfg_.train.optimizer, oc, tracer_);
-  stage_ = std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, store_.get());
+  tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
+  StageOptions<float> so;
+  so.store = store_.get();
+  so.tp = tp_group_.get();
+  so.sequence_parallel = p.sequence_parallel && p.tp > 1;
+  stage_ = std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, so);
 
   train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
   eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
@@ -86,6 +90,11 @@ void Trainer::setup_model() {
   lr_.lr = cfg_.train.lr, lr_.min_lr = cfg_.train.min_lr;
   lr_.warmup_steps = cfg_.train.warmup_steps, lr_.total_steps = cfg_.train.steps;
   sample_rng_ = Rng(uint64_t(cfg_.train.seed), 77);
+}
+
+StageLayout Trainer::layout_of(const GridCoords& c) const {
+  const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + c.pp, 0);
+  return StageLayout(*layout_, first, first + stage_layers_[size_t(c.pp)], TpSplit{topo_->tp(), c.tp});
 }
 
 void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a) {
@@ -102,6 +111,7 @@ StepMetrics Trainer::train_step() {
   const double t0 = tracer_.now();
   const int T = cfg_.data.seq_len;
   store_->begin_step(int(step_), cfg_.parallel.microbatches);
+  tp_group_->set_step(int(step_));
   PipelineExecutor::StepIO io;
   io.step = int(step_);
   io.microbatch_size = mb_size_;
@@ -112,6 +122,7 @@ StepMetrics Trainer::train_step() {
   io.need_grad = true;
   exec_->run(train_actions_, io);
   store_->finish_gradients();
+  if (stage_->sequence_parallel()) store_->sync_replicated(*groups_->tp);
   store_->sync_tied(*groups_->tied);
 
   reduce_step_sums(cfg_.parallel.microbatches, true);
@@ -144,15 +155,17 @@ void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   // The loss over the data-parallel replicas (and the norm's shard parts when the gradient is
   // sharded; whole gradients are already averaged), then both values over the stages; each
   // all-reduce is ordered after the one before on the device.
-  auto queue = [&](Communicator& c, size_t count) {
+  // The tp ranks share the loss (each computed all of it) but each holds part of the gradient.
+  auto queue = [&](Communicator& c, size_t first, size_t count) {
     if (c.size() == 1) return;
-    Request r = c.iallreduce(step_sums_.data(), count, DType::f64, ReduceOp::sum);
+    Request r = c.iallreduce(step_sums_.data() + first, count, DType::f64, ReduceOp::sum);
     c.order_after(r);
     sums_pending_.emplace_back(&c, r);
   };
-  if (with_grad_norm && store_->grads_sharded()) queue(*groups_->dp, 2);
-  else if (head) queue(*groups_->dp, 1);
-  queue(*groups_->pipe, with_grad_norm ? 2 : 1);
+  if (with_grad_norm && store_->grads_sharded()) queue(*groups_->dp, 0, 2);
+  else if (head) queue(*groups_->dp, 0, 1);
+  if (with_grad_norm) queue(*groups_->tp, 1, 1);
+  queue(*groups_->pipe, 0, with_grad_norm ? 2 : 1);
 }
 
 Trainer::StepSums Trainer::read_step_sums(int microbatches_run) {

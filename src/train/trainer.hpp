@@ -19,6 +19,7 @@
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "parallel/pipeline_executor.hpp"
+#include "parallel/tp_comm.hpp"
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/optimizer.hpp"
@@ -86,6 +87,7 @@ class Trainer {
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
   void print_summary(double step_s, double tok_s, double rank_tok_s);
+  StageLayout layout_of(const GridCoords& c) const;  // the local layout of the rank at c
 
   RunConfig cfg_;
   Environment& env_;
@@ -96,8 +98,9 @@ class Trainer {
   std::unique_ptr<CommGroups> groups_;
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<CommTpGroup> tp_group_;
   std::unique_ptr<Stage<float>> stage_;
-  std::unique_ptr<Stage<float>> sample_stage_;  // rank 0, ZeRO-3: a whole copy to sample from
+  std::unique_ptr<Stage<float>> sample_stage_;  // rank 0, ZeRO-3 or tp > 1: a whole copy to sample from
   std::unique_ptr<TokenDataset> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<PipelineExecutor> exec_;

@@ -74,8 +74,7 @@ std::vector<float> Trainer::gather_section(const std::string& section) {
   for (int r = 1; r < topo_->world_size(); ++r) {
     const GridCoords c = Topology::coords_of(topo_->shape(), r);
     if (c.dp != 0) continue;
-    const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + c.pp, 0);
-    const StageLayout L(*layout_, first, first + stage_layers_[size_t(c.pp)]);
+    const StageLayout L = layout_of(c);
     theirs.resize(L.local_size());
     world.host_recv(theirs.data(), theirs.size() * sizeof(float), r, kTagParams);
     local_to_global(L, theirs.data(), out.data());

@@ -16,11 +16,13 @@ void Trainer::maybe_sample() {
     return;
   }
   Stage<float>* stage = stage_.get();
-  if (store_->policy().params) {
-    // ZeRO-3: the parameters are spread over the dp ranks; every rank helps gather a whole copy.
-    const std::vector<float> whole = store_->local_values("params");
+  if (store_->policy().params || topo_->tp() > 1) {
+    // ZeRO-3 or tensor parallelism: the parameters are spread over several ranks; every rank helps
+    // assemble a whole copy on rank 0.
+    const std::vector<float> whole = gather_params();
     if (rank_ != 0) return;
-    if (!sample_stage_) sample_stage_ = std::make_unique<Stage<float>>(stage_->layout(), 1, cfg_.data.seq_len);
+    if (!sample_stage_)
+      sample_stage_ = std::make_unique<Stage<float>>(StageLayout(*layout_, 0, cfg_.model.n_layer), 1, cfg_.data.seq_len);
     Kokkos::deep_copy(sample_stage_->params, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                                  whole.data(), whole.size()));
     stage = sample_stage_.get();

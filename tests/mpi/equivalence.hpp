@@ -76,28 +76,35 @@ inline std::string data_dir() {
   return dir;
 }
 
-// One-rank reference of `steps` steps (the config's by default), computed on every rank by itself.
-inline const Result& reference(int steps = -1) {
-  static std::map<int, Result> refs;
-  auto it = refs.find(steps);
+// One-rank reference of `steps` steps (the config's by default) of a configuration (the tiny one by
+// default), computed on every rank by itself.
+inline const Result& reference(int steps = -1, const RunConfig* config = nullptr) {
+  static std::map<std::string, Result> refs;
+  RunConfig c = config ? *config : tiny_config(data_dir());
+  c.parallel = ParallelConfig();  // one rank, plainly
+  const std::string key = c.toml() + "#" + std::to_string(steps);
+  auto it = refs.find(key);
   if (it == refs.end()) {
     MPI_Comm self;
     MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);
-    it = refs.emplace(steps, train(tiny_config(data_dir()), self, steps)).first;
+    it = refs.emplace(key, train(c, self, steps)).first;
     MPI_Comm_free(&self);
   }
   return it->second;
 }
 
-inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::string& what) {
-  const Result& ref = reference(int(r.losses.size()) == tiny_config(data_dir()).train.steps ? -1 : int(r.losses.size()));
+// r against the one-rank run of the same model and data (base: the configuration r ran, any layout).
+inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::string& what,
+                                     const RunConfig* base = nullptr) {
+  const RunConfig cfg = base ? *base : tiny_config(data_dir());
+  const Result& ref = reference(int(r.losses.size()) == cfg.train.steps ? -1 : int(r.losses.size()), &cfg);
   EXPECT_TRUE(r.replicas_identical) << what << ": dp replicas diverged";
   ASSERT_EQ(r.losses.size(), ref.losses.size());
   for (size_t i = 0; i < r.losses.size(); ++i)
     EXPECT_NEAR(r.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << what << " step " << i + 1;
   if (rank_of(comm) != 0) return;
   ASSERT_EQ(r.params.size(), ref.params.size()) << what;
-  const ParamLayout layout(tiny_config(data_dir()).model);
+  const ParamLayout layout(cfg.model);
   const size_t C = layout.config().n_embd;
   for (const TensorInfo& t : layout.tensors()) {
     // The key bias has an exactly-zero gradient (softmax shift invariance): Adam turns its
@@ -107,7 +114,7 @@ inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::
     for (size_t i = t.range.begin; i < t.range.end; ++i) {
       const double d = double(r.params[i]) - ref.params[i];
       if (kbias && i >= t.range.begin + C && i < t.range.begin + 2 * C) {
-        EXPECT_LE(std::abs(d), 2 * 1e-3 * 3 + 1e-6) << what << " " << t.name();
+        EXPECT_LE(std::abs(d), 2 * 1e-3 * double(r.losses.size()) + 1e-6) << what << " " << t.name();
         continue;
       }
       num += d * d, den += double(ref.params[i]) * ref.params[i];

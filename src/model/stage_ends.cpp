@@ -1,0 +1,112 @@
+// Stage: the ends of the model -- the (vocabulary-parallel) embedding on the first stage, the final
+// LayerNorm, tied LM head and (vocabulary-parallel) loss on the last.
+#include <algorithm>
+
+#include "model/stage.hpp"
+#include "tensor/crossentropy.hpp"
+#include "tensor/embedding.hpp"
+#include "tensor/layernorm.hpp"
+#include "tensor/matmul.hpp"
+
+namespace gpt2 {
+
+template <class T>
+void Stage<T>::embedding_forward_(Activations<T>& a) {
+  const ModelConfig& c = config();
+  const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
+  store_->prefetch_params(wpe);
+  const T* pwte = store_->params(wte);
+  const T* pwpe = store_->params(wpe);
+  // Each tp rank looks up the tokens of its vocabulary rows (one adds wpe); the sum is the embedding.
+  Mat<T> out = sp_ ? partial_scratch(a.B) : a.input;
+  embedding_forward<T>(out, a.tokens, Mat<T>(const_cast<T*>(pwte), layout_.local_vocab(), c.n_embd),
+                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), T_, layout_.vocab_begin(), adds_once());
+  reduce_into(a.input, out);
+  store_->release_params(wte);
+  store_->release_params(wpe);
+}
+
+template <class T>
+void Stage<T>::embedding_backward_(Activations<T>& a) {
+  const ModelConfig& c = config();
+  const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
+  // Every rank needs all rows' gradients for its vocabulary rows. With sequence parallelism wpe's
+  // gradient goes where wpe was added (the replicated tensors' partial sums are added up later);
+  // without it every rank gets the same one.
+  const bool wpe_here = !sp_ || adds_once();
+  embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd),
+                        wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>(),
+                        gather(dres(a.B), a.B), a.tokens, T_, layout_.vocab_begin());
+  store_->grads_done(wpe, false);
+  store_->grads_done(wte, false);
+}
+
+template <class T>
+void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
+  const ModelConfig& c = config();
+  const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = c.n_embd, Vl = size_t(layout_.local_vocab());
+  const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
+  store_->prefetch_params(wu);
+  const T* pnorm = store_->params(norm);
+  Mat<T> lnf(lnf_.data(), R, C), logits(logits_.data(), N, Vl);
+  layernorm_forward<T>(lnf, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
+                       unit_vec(pnorm, norm, Param::lnfb));
+  store_->release_params(norm);
+  const Mat<T> wte(const_cast<T*>(store_->params(wu)), Vl, C);
+  const CMat<T> lnf_rows = gather(lnf, a.B);  // the LM head needs every row
+  matmul_forward<T>(logits, lnf_rows, wte, Vec<T>());
+  if (tp_->size() > 1) {
+    parallel_loss(logits, a, losses, need_grad, dloss);
+  } else if (!need_grad) {
+    crossentropy_forward<T>(losses, Vec<T>(lse_.data(), N), logits, a.targets, c.vocab_size);
+  } else {
+    crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
+  }
+  if (need_grad) {
+    // d(lnf) = dlogits @ wte: a column-parallel input gradient over the vocabulary.
+    Mat<T> din = sp_ ? partial_scratch(a.B) : a.dlnf;
+    matmul_backward<T>(din, Mat<T>(store_->grads(wu), Vl, C), Vec<T>(), logits, lnf_rows, wte);
+    reduce_into(a.dlnf, din);
+  }
+  store_->release_params(wu);
+  if (need_grad && layout_.units()[size_t(wu)].grads_final_in_forward()) store_->grads_done(wu, true);
+}
+
+template <class T>
+void Stage<T>::parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
+  const size_t N = a.rows();
+  const int begin = layout_.vocab_begin();
+  const int cols = std::clamp(config().vocab_size - begin, 0, layout_.local_vocab());  // real tokens here
+  Vec<T> mx(ce_.data(), N), sums(ce_.data() + N, 2 * N);
+  crossentropy_local_max<T>(mx, logits, cols);
+  tp_->all_reduce_max(mx.data(), N);
+  crossentropy_local_sums<T>(sums, logits, mx, a.targets, begin, cols);
+  tp_->all_reduce_sum(sums.data(), 2 * N);
+  crossentropy_parallel_finish<T>(losses, logits, mx, sums, a.targets, begin, cols, dloss, need_grad);
+}
+
+template <class T>
+void Stage<T>::head_backward(Activations<T>& a) {
+  Mat<T> d = dres(a.B);
+  const int norm = layout_.unit_index(UnitKind::final_norm);
+  Kokkos::deep_copy(Vec<T>(d.data(), d.size()), T(0));
+  const T* p = store_->params(norm);
+  T* g = store_->grads(norm);
+  layernorm_backward<T>(d, unit_vec(g, norm, Param::lnfw), unit_vec(g, norm, Param::lnfb), a.dlnf, a.output(),
+                        unit_vec(p, norm, Param::lnfw), a.lnf_mean, a.lnf_rstd);
+  store_->release_params(norm);
+  store_->grads_done(norm, false);
+}
+
+// The class is instantiated in stage.cpp; these are the members defined here.
+#define GPT2_STAGE_ENDS(T)                                                            \
+  template void Stage<T>::embedding_forward_(Activations<T>&);                         \
+  template void Stage<T>::embedding_backward_(Activations<T>&);                        \
+  template void Stage<T>::head_forward(Activations<T>&, Vec<T>, bool, T);              \
+  template void Stage<T>::parallel_loss(Mat<T>, Activations<T>&, Vec<T>, bool, T);     \
+  template void Stage<T>::head_backward(Activations<T>&);
+GPT2_STAGE_ENDS(float)
+GPT2_STAGE_ENDS(double)
+#undef GPT2_STAGE_ENDS
+
+}  // namespace gpt2
