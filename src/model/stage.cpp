@@ -27,7 +27,8 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
-    : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), maxB_(max_batch), T_(seq_len) {
+    : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
+      maxB_(max_batch), T_(seq_len) {
   const ModelConfig& c = config();
   if (!store_) {
     own_ = std::make_unique<FlatStore<T>>(layout_);
@@ -173,25 +174,39 @@ void Stage<T>::reduce_into(Mat<T> out, Mat<T> partial) {
 
 template <class T>
 void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
-  if (layout_.has_embedding()) embedding_forward_(a);
+  if (layout_.has_embedding()) {
+    Probed p(probe_, false, 0);
+    embedding_forward_(a);
+  }
   Mat<T> x = a.input;
   for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l) {
+    Probed p(probe_, false, 1 + l);
     block_forward(l, a, x);
     x = a.blocks[l - layout_.first_layer()].res3;
   }
-  if (layout_.has_head()) head_forward(a, losses, need_grad, dloss);
+  if (layout_.has_head()) {
+    Probed p(probe_, false, head_unit_id());
+    head_forward(a, losses, need_grad, dloss);
+  }
 }
 
 template <class T>
 void Stage<T>::backward(Activations<T>& a) {
-  if (layout_.has_head()) head_backward(a);
+  if (layout_.has_head()) {
+    Probed p(probe_, true, head_unit_id());
+    head_backward(a);
+  }
   for (int l = layout_.end_layer() - 1; l >= layout_.first_layer(); --l) {
+    Probed p(probe_, true, 1 + l);
     const int i = l - layout_.first_layer();
     if (l > layout_.first_layer()) store_->prefetch_params(block_unit(l - 1));
     block_backward(l, a, i == 0 ? a.input : a.blocks[i - 1].res3);
     store_->grads_done(block_unit(l), false);
   }
-  if (layout_.has_embedding()) embedding_backward_(a);
+  if (layout_.has_embedding()) {
+    Probed p(probe_, true, 0);
+    embedding_backward_(a);
+  }
 }
 
 // ---- a block --------------------------------------------------------------------------------------

@@ -49,11 +49,16 @@ struct Activations {
   size_t bytes() const { return mem.extent(0) * sizeof(T); }
 };
 
+// Called at the start and end of each model unit's part of a forward or backward (for timing):
+// backward?, the unit (0 embedding, 1 + l block l, n_layer + 1 the head and loss), begin?
+using StageProbe = std::function<void(bool backward, int unit, bool begin)>;
+
 template <class T>
 struct StageOptions {
   UnitStore<T>* store = nullptr;   // where parameters and gradients live (null: the stage's own)
   TpGroup<T>* tp = nullptr;        // the layout's tensor-parallel group (null: one rank)
   bool sequence_parallel = false;  // LayerNorms and residuals on N / tp rows
+  StageProbe probe;                // optional
 };
 
 template <class T>
@@ -127,6 +132,19 @@ class Stage {
   Mat<T> full_scratch(int B) const { return Mat<T>(full_.data(), size_t(B) * T_, config().n_embd); }
   Mat<T> partial_scratch(int B) const { return Mat<T>(partial_.data(), size_t(B) * T_, config().n_embd); }
   bool adds_once() const { return tp_->rank() == 0; }  // the rank that adds biases / wpe
+  // Brackets a unit's part of the forward or backward for the probe.
+  struct Probed {
+    const StageProbe& probe;
+    bool backward;
+    int unit;
+    Probed(const StageProbe& p, bool b, int u) : probe(p), backward(b), unit(u) {
+      if (probe) probe(backward, unit, true);
+    }
+    ~Probed() {
+      if (probe) probe(backward, unit, false);
+    }
+  };
+  int head_unit_id() const { return config().n_layer + 1; }
 
   StageLayout layout_;
   std::unique_ptr<FlatStore<T>> own_;  // when no store was given
@@ -134,6 +152,7 @@ class Stage {
   std::unique_ptr<SingleTp<T>> single_tp_;
   TpGroup<T>* tp_;
   bool sp_;
+  StageProbe probe_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
   Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;

@@ -22,6 +22,7 @@ struct EventRecord {
   int32_t rank, kind, step, microbatch, stage;
   double start, end;
   int64_t bytes;
+  int32_t chunk, unit;
 };
 
 void check(herr_t r, const char* what, const std::string& path) {
@@ -136,7 +137,8 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   const auto& ev = tracer.events();
   std::vector<EventRecord> mine(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
-    mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end, ev[i].bytes};
+    mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end, ev[i].bytes,
+               ev[i].chunk, ev[i].unit};
   // Recorded when they end (enclosing events after their contents): store them by start.
   std::stable_sort(mine.begin(), mine.end(), [](const EventRecord& a, const EventRecord& b) { return a.start < b.start; });
   const int64_t count = int64_t(mine.size()), all_dropped = comm.host_sum(tracer.dropped());
@@ -152,6 +154,8 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   H5Tinsert(et, "start", HOFFSET(EventRecord, start), H5T_NATIVE_DOUBLE);
   H5Tinsert(et, "end", HOFFSET(EventRecord, end), H5T_NATIVE_DOUBLE);
   H5Tinsert(et, "bytes", HOFFSET(EventRecord, bytes), H5T_NATIVE_INT64);
+  H5Tinsert(et, "chunk", HOFFSET(EventRecord, chunk), H5T_NATIVE_INT32);
+  H5Tinsert(et, "unit", HOFFSET(EventRecord, unit), H5T_NATIVE_INT32);
   hsize_t dims = hsize_t(total);
   hid_t fs = H5Screate_simple(1, &dims, nullptr);
   hid_t ds = H5Dcreate2(file, "events", et, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);

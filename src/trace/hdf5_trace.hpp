@@ -10,11 +10,13 @@
 //             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
 //             parameters of the rank's stage, unsharded: the Psi of ZeRO), peak_activation_bytes,
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces)
-//   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}: all ranks, rank
-//             order, each rank's events by start time; attribute kind_names lists the kind codes;
-//             dropped = events that did not fit. step is 0-based (eval events: the steps completed
-//             so far); microbatch is -1 for whole-step events and the bucket index for
-//             allreduce_issue; bytes: what a communication event moved
+//   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes, chunk, unit}: all
+//             ranks, rank order, each rank's events by start time; attribute kind_names lists the
+//             kind codes; dropped = events that did not fit. step is 0-based (eval events: the steps
+//             completed so far); microbatch is -1 for whole-step events and the bucket index for
+//             allreduce_issue; bytes: what a communication event moved (the collective's data volume
+//             as the ZeRO paper counts it); chunk: the pipeline chunk of a compute event; unit
+//             (trace.units): 0 embedding, 1 + l block l, n_layer + 1 the head and loss, else -1
 //   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss} (one per step)
 // The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
 // previous version.

@@ -20,6 +20,7 @@ enum class EventKind : int32_t {
   reduce_scatter_issue, reduce_scatter_wait,  // sharded gradients (ZeRO)
   all_gather_issue, all_gather_wait,          // sharded parameters (ZeRO)
   tp_collective,                              // tensor parallelism's all-reduces, gathers, scatters
+  unit_forward, unit_backward,                // trace.units: a model unit inside a forward/backward
   count_
 };
 enum class EventClass { compute, communication, other };
@@ -30,6 +31,8 @@ struct Event {
   int32_t kind, step, microbatch, stage;
   double start, end;  // seconds on the common clock
   int64_t bytes;      // moved by a communication event (0 otherwise)
+  int32_t chunk;      // the pipeline chunk (virtual stage) of a compute event, 0 without chunks
+  int32_t unit;       // unit events: 0 embedding, 1 + l block l, n_layer + 1 head and loss; else -1
 };
 
 class Communicator;
@@ -49,9 +52,11 @@ class Tracer {
   // error). Returns this rank's estimated error bound in seconds.
   double sync_clock(Communicator& comm);
 
-  void record(EventKind k, int step, int mb, double start, double end, int64_t bytes = 0) {
+  void record(EventKind k, int step, int mb, double start, double end, int64_t bytes = 0, int chunk = 0,
+              int unit = -1) {
     if (!enabled_) return;
-    if (events_.size() < size_t(capacity_)) events_.push_back({int32_t(k), step, mb, stage_, start, end, bytes});
+    if (events_.size() < size_t(capacity_))
+      events_.push_back({int32_t(k), step, mb, stage_, start, end, bytes, chunk, unit});
     else ++dropped_;
   }
   void fence() const;  // device fence when sync is on

@@ -59,6 +59,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"checkpoint.resume", &checkpoint.resume, "continue from the newest checkpoint in dir"},
       {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
       {"trace.sync", &trace.sync, "fence device work around traced events"},
+      {"trace.units", &trace.units, "also time each unit (embedding, block, head) in forward and backward"},
       {"trace.max_events", &trace.max_events, "events kept per rank"},
   };
 }

@@ -63,6 +63,7 @@ struct CheckpointConfig {
 struct TraceConfig {
   std::string file;       // HDF5 trace path; empty: no trace
   bool sync = false;      // fence device work around traced events (CUDA)
+  bool units = false;     // also time each model unit inside forwards and backwards
   int64_t max_events = 1 << 20;  // per rank; events beyond are counted, not stored
 };
 

@@ -77,6 +77,18 @@ void Trainer::setup_model() {
   so.store = store_.get();
   so.tp = tp_group_.get();
   so.sequence_parallel = p.sequence_parallel && p.tp > 1;
+  if (cfg_.trace.units && !cfg_.trace.file.empty()) {
+    // Unit timings for the performance model's calibration (fenced, so they cover the device work).
+    so.probe = [this, start = 0.0](bool backward, int unit, bool begin) mutable {
+      tracer_.fence();
+      if (begin) {
+        start = tracer_.now();
+        return;
+      }
+      tracer_.record(backward ? EventKind::unit_backward : EventKind::unit_forward, int(step_), -1, start,
+                     tracer_.now(), 0, 0, unit);
+    };
+  }
   stage_ = std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, so);
 
   train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
