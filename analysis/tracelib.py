@@ -34,7 +34,9 @@ KIND_COLORS = {
     "forward": "#4C72B0", "backward": "#DD8452", "send": "#55A868", "recv": "#C44E52",
     "allreduce_issue": "#8172B3", "allreduce_wait": "#937860", "optimizer": "#DA8BC3",
     "tied_sync": "#CCB974", "data": "#8C8C8C", "eval": "#64B5CD", "checkpoint": "#222222",
-    "step": "#EEEEEE", "send_wait": "#8DA0CB", "scalar_sync": "#A6D854",
+    "step": "#EEEEEE", "send_wait": "#8DA0CB", "scalar_sync": "#A6D854", "backward_weight": "#E5AE38",
+    "reduce_scatter_issue": "#8172B3", "reduce_scatter_wait": "#937860", "all_gather_issue": "#B07AA1",
+    "all_gather_wait": "#9C755F", "tp_collective": "#76B7B2",
 }
 
 
@@ -342,22 +344,25 @@ def memory_per_rank(trace):
             for r in range(trace.world_size)}
 
 
-def theoretical_bubble(schedule, stages, microbatches):
-    """Idle share of an ideal pipeline with equal stage times: (p-1)/(m+p-1) for gpipe and 1f1b;
-    (p-1)/p for naive model parallelism (only one stage works at a time); 0 without a pipeline."""
-    p, m = stages, microbatches
-    if p <= 1:
+def theoretical_bubble(trace):
+    """Idle share of the run's schedule with ideal stages: /meta bubble_theory, which the trainer
+    takes from its schedule simulator (forward 1, backward 2, or B and W 1 each), e.g.
+    (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/p for naive model parallelism, 1F1B's divided by v for
+    interleaved; 0 without a pipeline."""
+    if trace.pp <= 1:
         return 0.0
-    if schedule == "naive":
-        return (p - 1) / p
-    return (p - 1) / (m + p - 1)
+    if "bubble_theory" in trace.meta:
+        return float(trace.meta["bubble_theory"])
+    p, m = trace.pp, trace.microbatches  # traces that predate bubble_theory
+    return (p - 1) / p if trace.schedule == "naive" else (p - 1) / (m + p - 1)
 
 
 def measured_bubble(trace, step):
     """Measured bubble fraction of one step, averaged over the pipelines.
 
     For each pipeline (the ranks sharing dp_rank and tp_rank) the compute window is [t0, t1] with
-    t0 = the first forward start and t1 = the last backward end of the step on any of its stages;
+    t0 = the first forward start and t1 = the last compute end (a backward, or a weight pass) of the
+    step on any of its stages;
       bubble = 1 - sum over stages s of (compute time of s in the step) / (pp * (t1 - t0)),
     compute being the trace's compute_kinds. Everything else inside the window (send/recv waits,
     data loading, idle gaps) counts as bubble.
@@ -371,7 +376,7 @@ def measured_bubble(trace, step):
         f, b = mine[mine["kind"] == fwd], mine[mine["kind"] == bwd]
         if len(f) == 0 or len(b) == 0:
             continue
-        t0, t1 = float(f["start"].min()), float(b["end"].max())
+        t0, t1 = float(f["start"].min()), float(mine["end"].max())
         if t1 <= t0:
             continue
         busy = float(np.sum(mine["end"] - mine["start"]))

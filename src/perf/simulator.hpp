@@ -1,7 +1,9 @@
 #pragma once
-// Runs every stage's action list against each other with unit-time forwards and backwards and
-// instant messages: finds deadlocks, the clock at which each compute ran, the idle (bubble)
-// fraction, and the most microbatches each stage holds activations for at once.
+// Runs every pipeline rank's action list against the others with fixed costs per compute kind and
+// instant messages: finds deadlocks and inconsistencies, the clock at which each compute ran, the
+// idle (bubble) fraction, the most microbatch-chunks each rank holds activations for at once, and
+// whether every pair of ranks receives its messages in the order they were sent (NCCL, which has
+// no tags, needs that; MPI matches by tag).
 #include <string>
 #include <vector>
 
@@ -11,22 +13,34 @@ namespace gpt2 {
 
 struct SimulatedCompute {
   ActionKind kind;
-  int mb, stage;
+  int mb, stage;  // stage: the pipeline rank
   double start;
+  int chunk = 0;
+};
+
+struct SimCosts {
+  double forward = 1, backward = 1;                 // a whole backward
+  double backward_input = 1, backward_weight = 1;   // its two passes
 };
 
 struct Simulation {
   bool deadlock = false;
   std::string problem;                     // first inconsistency found (empty when none)
   std::vector<SimulatedCompute> computes;  // in completion order
-  std::vector<int> peak_in_flight;         // per stage
-  double makespan = 0;                     // clocks until the last stage finishes
-  double bubble_fraction = 0;              // idle share of stages x makespan
+  std::vector<int> peak_in_flight;         // per rank: microbatch-chunks whose activations it holds
+  double makespan = 0;                     // clocks until the last rank finishes
+  double bubble_fraction = 0;              // idle share of ranks x makespan
+  bool fifo_consistent = true;             // every pair receives in sending order
 };
 
-// backward_cost: duration of a backward relative to a forward (1 for textbook clock cycles).
-Simulation simulate(const std::vector<std::vector<Action>>& per_stage, int microbatches,
-                    double backward_cost = 1.0);
+Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microbatches, const SimCosts& costs,
+                    const Placement& placement);
+// One chunk per rank; backward_cost: a whole backward relative to a forward (1: textbook clock cycles).
+Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microbatches, double backward_cost = 1.0);
+
+// Every rank's list of schedule `name` (registered) for p ranks, m microbatches and the chunks it
+// runs with parallel.virtual_stages = v, simulated with `costs`.
+Simulation simulate_schedule(const std::string& name, int p, int m, int v = 1, const SimCosts& costs = {});
 
 // Textbook forward clock cycles (torchgpipe's): at clock k, the (microbatch, stage) pairs
 // (k - j, j) for the stages j that have one.
