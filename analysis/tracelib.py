@@ -81,7 +81,7 @@ class Trace:
         self.compute_kinds = tuple(k for k in str(self.meta["compute_kinds"]).split(",") if k)
         self.comm_kinds = tuple(k for k in str(self.meta["communication_kinds"]).split(",") if k)
         self.coords = {r: (int(d), int(p), int(t)) for r, (d, p, t) in enumerate(
-            zip(_as_list(self.meta["dp_rank"]), _as_list(self.meta["pp_rank"]), _as_list(self.meta["tp_rank"])))}
+            zip(as_list(self.meta["dp_rank"]), as_list(self.meta["pp_rank"]), as_list(self.meta["tp_rank"])))}
         # Enclosing events first when two start together: sort by rank, start, then longest first.
         order = np.lexsort((-events["end"], events["start"], events["rank"]))
         self.events = events[order]
@@ -231,7 +231,7 @@ _METRIC_DTYPE = np.dtype([("step", "<i4"), ("loss", "<f8"), ("lr", "<f8"), ("gra
                           ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8")])
 
 
-def _as_list(value):
+def as_list(value):
     return value if isinstance(value, list) else [value]
 
 
@@ -317,7 +317,7 @@ def dp_volume(trace, skip=1):
     Returns {rank: volume}; nan where the trace lacks stage_param_bytes."""
     steps = set(trace.train_steps(skip))
     owner = trace.containing_step()
-    psi = _as_list(trace.meta.get("stage_param_bytes", []))
+    psi = as_list(trace.meta.get("stage_param_bytes", []))
     out = {}
     for r in trace.ranks():
         ev = trace.events[trace.mask([k for k in DP_COLLECTIVE_KINDS if k in trace.kind_names], rank=r)
@@ -339,7 +339,7 @@ def memory_per_rank(trace):
     """{rank: {"params", "grads", "optimizer", "activations", "workspace"}} in bytes from /meta."""
     keys = {"params": "param_bytes", "grads": "grad_bytes", "optimizer": "optimizer_bytes",
             "activations": "peak_activation_bytes", "workspace": "peak_workspace_bytes"}
-    cols = {k: _as_list(trace.meta.get(v, [])) for k, v in keys.items()}
+    cols = {k: as_list(trace.meta.get(v, [])) for k, v in keys.items()}
     return {r: {k: float(c[r]) if r < len(c) else float("nan") for k, c in cols.items()}
             for r in range(trace.world_size)}
 

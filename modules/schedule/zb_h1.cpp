@@ -3,7 +3,6 @@
 // up to s weight passes pending and runs them in the cool-down, where 1F1B waits for gradients: the
 // bubble shrinks to about a third of 1F1B's (F = B = W) while no stage holds more microbatches than
 // 1F1B's first stage (p).
-#include <algorithm>
 #include <deque>
 
 #include "runtime/schedule.hpp"
@@ -11,31 +10,26 @@
 namespace gpt2 {
 
 namespace {
+// 1F1B's order with each backward split: B in its place, its W deferred while stage s holds no more
+// than s pending (the oldest goes first), the rest at the end.
 std::vector<Action> zb_h1(const ScheduleShape& sh) {
-  const int p = sh.stages, m = sh.microbatches, s = sh.stage;
-  const int warmup = std::min(p - s - 1, m);
+  const int s = sh.stage;
   std::vector<Action> compute;
   std::deque<int> pending;  // weight passes not run yet, oldest first
-  auto B = [&](int i) {
-    compute.push_back({ActionKind::backward_input, i});
-    pending.push_back(i);
-  };
-  auto W = [&]() {
-    compute.push_back({ActionKind::backward_weight, pending.front()});
-    pending.pop_front();
-  };
-  for (int i = 0; i < warmup; ++i) compute.push_back({ActionKind::forward, i});
-  for (int j = 0; j < m - warmup; ++j) {
-    compute.push_back({ActionKind::forward, warmup + j});
-    B(j);
-    if (int(pending.size()) > s) W();
+  for (const Action& a : one_f_one_b_order(sh.stages, sh.microbatches, s)) {
+    if (a.kind == ActionKind::forward) {
+      compute.push_back(a);
+      continue;
+    }
+    compute.push_back({ActionKind::backward_input, a.mb});
+    pending.push_back(a.mb);
+    if (int(pending.size()) > s) {
+      compute.push_back({ActionKind::backward_weight, pending.front()});
+      pending.pop_front();
+    }
   }
-  for (int j = m - warmup; j < m; ++j) {
-    B(j);
-    if (int(pending.size()) > s) W();
-  }
-  while (!pending.empty()) W();
-  return with_communication(compute, p, s, /*pair_exchanges=*/true);
+  for (int mb : pending) compute.push_back({ActionKind::backward_weight, mb});
+  return with_communication(compute, sh.stages, s, /*pair_exchanges=*/true);
 }
 
 [[maybe_unused]] const bool registered = ScheduleRegistry::add(

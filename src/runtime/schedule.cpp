@@ -135,6 +135,18 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int s
   return with_communication(compute, p, stage, pair_exchanges);
 }
 
+std::vector<Action> one_f_one_b_order(int p, int m, int s) {
+  const int warmup = std::min(p - s - 1, m);
+  std::vector<Action> out;
+  for (int i = 0; i < warmup; ++i) out.push_back({ActionKind::forward, i});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({ActionKind::forward, warmup + i});
+    out.push_back({ActionKind::backward, i});
+  }
+  for (int i = m - warmup; i < m; ++i) out.push_back({ActionKind::backward, i});
+  return out;
+}
+
 std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks) {
   const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
   if (stages <= 0 || microbatches <= 0 || stage < 0 || stage >= stages || chunks <= 0)

@@ -86,6 +86,10 @@ std::vector<Action> make_schedule(const std::string& name, int stages, int micro
 std::vector<Action> forward_only_schedule(const Placement& placement, int microbatches, int rank);
 std::vector<Action> forward_only_schedule(int stages, int microbatches, int stage);
 
+// 1F1B's compute order for stage s (PipeDream-flush): min(p-s-1, m) warm-up forwards, then one
+// forward and one backward at a time, then the remaining backwards. A building block of schedules.
+std::vector<Action> one_f_one_b_order(int stages, int microbatches, int stage);
+
 // Adds the receives before and the sends after each compute action of `compute` (one rank's
 // forwards, backwards and weight passes, in order) that its virtual stage requires. With
 // pair_exchanges, a send directly followed by a receive from the same neighbouring rank becomes one

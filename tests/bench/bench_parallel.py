@@ -119,16 +119,25 @@ def bench_frontier(out):
     pp_table(out, "frontier", cfgs, "1f1b", "pipeline frontier, 2 stages, 4 microbatches (ratios against 1f1b):")
 
 
-def pp_table(out, name, cfgs, base, title):
+def measure(cfgs, ranks, name):
+    """Runs every config ARGS.repeats times, interleaved (all see the same machine state), then once
+    more with a trace: ({key: tokens/s of each round}, {key: Trace})."""
     tok = {k: [] for k in cfgs}
     for _ in range(ARGS.repeats):
         for k, c in cfgs.items():
-            tok[k].append(run(c, 2)[0])
-    res = {}
+            tok[k].append(run(c, ranks)[0])
+    traces = {}
     for k, c in cfgs.items():
         path = os.path.join(ARGS.workdir, f"{name}_{k}.h5")
-        run(c, 2, trace=path)
-        t = tracelib.load([path])[0]
+        run(c, ranks, trace=path)
+        traces[k] = tracelib.load([path])[0]
+    return tok, traces
+
+
+def pp_table(out, name, cfgs, base, title):
+    tok, traces = measure(cfgs, 2, name)
+    res = {}
+    for k, t in traces.items():
         res[k] = {"tokens_per_s": statistics.median(tok[k]),
                   f"speedup_vs_{base}": statistics.median(a / b for a, b in zip(tok[k], tok[base])),
                   "bubble_measured": tracelib.mean_bubble(t),
@@ -157,18 +166,12 @@ def exposed_ms(trace, kinds=("allreduce_wait", "reduce_scatter_wait", "all_gathe
 def bench_zero(out):
     model = {"n_layer": 6, "n_head": 6, "n_embd": 384}
     cfgs = {z: deck(f"zero{z}", model, 256, 16, 8, dp=2, zero=z) for z in range(4)}
-    tok = {z: [] for z in cfgs}
-    for _ in range(ARGS.repeats):  # interleaved
-        for z, c in cfgs.items():
-            tok[z].append(run(c, 2)[0])
+    tok, traces = measure(cfgs, 2, "zero")
     res = {}
-    for z, c in cfgs.items():
-        path = os.path.join(ARGS.workdir, f"zero{z}.h5")
-        run(c, 2, trace=path)
-        t = tracelib.load([path])[0]
+    for z, t in traces.items():
         vols = list(tracelib.dp_volume(t, 2).values())
         mem = tracelib.memory_per_rank(t)[0]
-        psi = float(tracelib._as_list(t.meta["stage_param_bytes"])[0])
+        psi = float(tracelib.as_list(t.meta["stage_param_bytes"])[0])
         res[z] = {"tokens_per_s": statistics.median(tok[z]),
                   "vs_zero0": statistics.median(a / b for a, b in zip(tok[z], tok[0])),
                   "dp_volume_psi": statistics.mean(vols), "dp_volume_theory": tracelib.theoretical_dp_volume(z, 1, 2),
