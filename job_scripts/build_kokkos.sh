@@ -12,8 +12,9 @@
 # The source is Kokkos 3.4.01 as shipped inside Debian bookworm's `trilinos` source package. It is
 # fetched with apt through a private configuration (nothing under /etc/apt is touched); the mirror
 # is the one this machine's apt already uses. The tarball is cached and shared by all backends, so
-# it is downloaded once. The cuda build applies cmake/patches/kokkos-3.4.01-cuda13.patch (CUDA 13,
-# a HOPPER90 arch); the host builds need no patch.
+# it is downloaded once. Patches (cmake/patches/): cuda applies kokkos-3.4.01-cuda13.patch (CUDA 13,
+# a HOPPER90 arch), threads kokkos-3.4.01-threads-tsan.patch (synchronization TSan can see); the
+# openmp build is Debian's source as it is.
 # An install is reused while its stamp (version, backend, options, patch checksum) matches; one
 # build runs at a time per cache folder (a second caller waits, then finds the install ready).
 #
@@ -83,6 +84,9 @@ case $BACKEND in
     # (Kokkos 3.4 calls its Threads backend PTHREAD in its options.)
     KOKKOS_OPTIONS+=(-DKokkos_ENABLE_PTHREAD=ON "-DCMAKE_CXX_FLAGS=-fsanitize=thread -g")
     DEVICE=PTHREAD
+    # Its threads synchronize through volatile flags and fences, which TSan cannot see; the patch
+    # makes them acquire/release atomics.
+    PATCH_FILE=$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-threads-tsan.patch
     ;;
   cuda)
     PREFIX=${KOKKOS_CUDA_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-cuda-sm90}
