@@ -97,8 +97,12 @@ elseif("PTHREAD" IN_LIST Kokkos_DEVICES OR "THREADS" IN_LIST Kokkos_DEVICES)
 else()
   set(GPT2_KOKKOS_HOST_BACKEND serial)
 endif()
-message(STATUS "Kokkos ${Kokkos_VERSION} in ${Kokkos_DIR}: devices ${Kokkos_DEVICES} "
-               "(GPT2_HOST_KOKKOS=${GPT2_HOST_KOKKOS}: host backend ${GPT2_KOKKOS_HOST_BACKEND})")
+if(GPT2_ENABLE_CUDA)
+  set(_kk_how "CUDA build: GPT2_HOST_KOKKOS is not used")
+else()
+  set(_kk_how "GPT2_HOST_KOKKOS=${GPT2_HOST_KOKKOS}: host backend ${GPT2_KOKKOS_HOST_BACKEND}")
+endif()
+message(STATUS "Kokkos ${Kokkos_VERSION} in ${Kokkos_DIR}: devices ${Kokkos_DEVICES} (${_kk_how})")
 if(_kk_want AND NOT _kk_want STREQUAL GPT2_KOKKOS_HOST_BACKEND)
   message(FATAL_ERROR "GPT2_HOST_KOKKOS=${_kk_want}, but the Kokkos found in ${Kokkos_DIR} has devices "
                       "'${Kokkos_DEVICES}' (host backend ${GPT2_KOKKOS_HOST_BACKEND}). Point -DKokkos_ROOT "
