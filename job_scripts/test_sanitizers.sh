@@ -18,7 +18,7 @@ job_scripts/setup.sh
 # GPT-2's vocabulary: the real-vocabulary tokenizer tests run on it (skipped without it).
 job_scripts/fetch_gpt2_vocab.sh > /dev/null 2>&1 || echo "test_sanitizers: GPT-2 vocabulary unavailable; those tokenizer tests will be skipped"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DGPT2_HOST_KOKKOS=openmp \
       -DGPT2_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=undefined" \
       -DGPT2_BUILD_BENCHMARKS=OFF > /dev/null
 cmake --build "$build" -j"${JOBS:-$(nproc)}"  # everything the tests run (no benchmarks)

@@ -1,7 +1,11 @@
 #pragma once
 // Whole-buffer reductions in double, in a fixed order (the same input gives the same bits every
 // run): chunks of 4096 summed by teams (8-lane partial sums on the host), then the chunk sums.
+// On the host the chunk sums are added one after another, in chunk order, whatever the number of
+// threads: a Kokkos parallel_reduce joins per-thread partial sums, whose grouping follows the thread
+// count (OpenMP/Threads backends), so 1 and 4 threads gave different bits.
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,26 +18,74 @@ namespace gpt2 {
 // asynchronously (no host round trip), so it can feed later kernels and communication directly.
 using DeviceScalar = Kokkos::View<double, MemSpace, Kokkos::MemoryUnmanaged>;
 
+constexpr bool kHostReduce = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+namespace detail {
+constexpr int64_t kSumChunk = 4096;
+
+// The host form: sum_j f(g(b + j)), j < len, for each of `chunks` chunks (chunk(c) gives b and len)
+// in parallel into an array, then those sums added on the calling thread in chunk order -- the order
+// in which the Serial backend's parallel_reduce adds them, so Serial and threaded builds agree bit
+// for bit.
+template <class T, bool Square, class Chunk>
+double chunk_sums_in_order(CVec<T> g, int64_t chunks, const Chunk& chunk) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  using Member = Policy::member_type;
+  if (chunks <= 0) return 0;
+  std::vector<double> partial(size_t(chunks), 0.0);
+  Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> sums(partial.data(), partial.size());
+  Kokkos::parallel_for(
+      "chunked_sum", Policy(chunks, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const std::pair<int64_t, int> c = chunk(team.league_rank());
+        const int64_t b = c.first;
+        const double s = team_sum<double>(team, c.second, [&](int j) {
+          const double x = g(b + j);
+          return Square ? x * x : x;
+        });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(team.league_rank()) = s; });
+      });
+  ExecSpace().fence();
+  double total = 0;
+  for (const double s : partial) total += s;
+  return total;
+}
+
+template <class Result>
+void assign(Result&& result, double value) {
+  if constexpr (std::is_arithmetic_v<std::remove_reference_t<Result>>)
+    result = value;
+  else
+    result() = value;
+}
+}  // namespace detail
+
 // sum_i f(g(i)) for f = identity or square, into result: a double& (the host waits for it) or a
 // DeviceScalar (queued like any kernel).
 template <class T, bool Square, class Result>
 void chunked_sum(CVec<T> g, Result&& result) {
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = Policy::member_type;
-  constexpr int64_t kChunk = 4096;
+  constexpr int64_t kChunk = detail::kSumChunk;
   const int64_t n = g.extent(0), chunks = (n + kChunk - 1) / kChunk;
-  Kokkos::parallel_reduce(
-      "chunked_sum", Policy(chunks > 0 ? chunks : 1, Kokkos::AUTO),  // (one empty team when n = 0)
-      KOKKOS_LAMBDA(const Member& team, double& acc) {
-        const int64_t b = team.league_rank() * kChunk;
-        const int len = int(b + kChunk <= n ? kChunk : n - b);
-        const double s = team_sum<double>(team, len, [&](int j) {
-          const double x = g(b + j);
-          return Square ? x * x : x;
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
-      },
-      result);
+  if constexpr (kHostReduce) {
+    detail::assign(result, detail::chunk_sums_in_order<T, Square>(g, chunks, [=](int64_t c) {
+      const int64_t b = c * kChunk;
+      return std::pair<int64_t, int>(b, int(b + kChunk <= n ? kChunk : n - b));
+    }));
+  } else {
+    using Policy = Kokkos::TeamPolicy<ExecSpace>;
+    using Member = Policy::member_type;
+    Kokkos::parallel_reduce(
+        "chunked_sum", Policy(chunks > 0 ? chunks : 1, Kokkos::AUTO),  // (one empty team when n = 0)
+        KOKKOS_LAMBDA(const Member& team, double& acc) {
+          const int64_t b = team.league_rank() * kChunk;
+          const int len = int(b + kChunk <= n ? kChunk : n - b);
+          const double s = team_sum<double>(team, len, [&](int j) {
+            const double x = g(b + j);
+            return Square ? x * x : x;
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
+        },
+        result);
+  }
 }
 
 template <class T>
@@ -86,23 +138,30 @@ inline ChunkTable make_chunk_table(const std::vector<std::pair<size_t, size_t>>&
 // sum of g(i)^2 over the table's selection of g, into out (queued like any kernel).
 template <class T>
 void sum_of_squares(CVec<T> g, const ChunkTable& table, DeviceScalar out) {
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = Policy::member_type;
   const auto starts = table.starts, lengths = table.lengths;
   const int64_t n = table.count;
-  Kokkos::parallel_reduce(
-      "sum_of_squares_selection", Policy(n > 0 ? n : 1, Kokkos::AUTO),  // (one empty team when n = 0)
-      KOKKOS_LAMBDA(const Member& team, double& acc) {
-        const int64_t c = team.league_rank();
-        const int64_t b = c < n ? starts(c) : 0;
-        const int len = c < n ? int(lengths(c)) : 0;
-        const double s = team_sum<double>(team, len, [&](int j) {
-          const double x = g(b + j);
-          return x * x;
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
-      },
-      out);
+  if constexpr (kHostReduce) {
+    const int64_t *sp = starts.data(), *lp = lengths.data();
+    out() = detail::chunk_sums_in_order<T, true>(g, n, [=](int64_t c) {
+      return std::pair<int64_t, int>(sp[c], int(lp[c]));
+    });
+  } else {
+    using Policy = Kokkos::TeamPolicy<ExecSpace>;
+    using Member = Policy::member_type;
+    Kokkos::parallel_reduce(
+        "sum_of_squares_selection", Policy(n > 0 ? n : 1, Kokkos::AUTO),  // (one empty team when n = 0)
+        KOKKOS_LAMBDA(const Member& team, double& acc) {
+          const int64_t c = team.league_rank();
+          const int64_t b = c < n ? starts(c) : 0;
+          const int len = c < n ? int(lengths(c)) : 0;
+          const double s = team_sum<double>(team, len, [&](int j) {
+            const double x = g(b + j);
+            return x * x;
+          });
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
+        },
+        out);
+  }
 }
 
 }  // namespace gpt2

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The kernels under ThreadSanitizer at several host threads: builds the unit tests with
+# GPT2_SANITIZE=thread against the Threads (pthreads) Kokkos, itself compiled with -fsanitize=thread
+# (`job_scripts/build_kokkos.sh threads`; the OpenMP Kokkos cannot be checked: libgomp is not
+# TSan-instrumented and its barriers would show as races), into BUILD_DIR (default build-tsan), then
+# runs every unit test (kernels, finite-difference checks, PyTorch fixtures, the tokenizer's
+# concurrent encodes, ...) at each thread count of TSAN_THREADS and the MPI suite on 2 ranks. Any
+# report fails the run (halt_on_error).
+#   job_scripts/test_tsan.sh [BUILD_DIR] [extra unit_tests arguments, e.g. --gtest_filter=Kernels.*]
+# Environment: JOBS (build jobs, default 2), TSAN_THREADS (default "2 4"), BUILD_TYPE (default
+# RelWithDebInfo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${1:-build-tsan}
+shift || true
+t0=$(date +%s)
+
+job_scripts/setup.sh > /dev/null
+job_scripts/build_kokkos.sh threads
+t_kokkos=$(date +%s)
+
+# (Test discovery at ctest time, not after linking: this script runs the binaries itself.)
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DGPT2_HOST_KOKKOS=threads \
+      -DGPT2_SANITIZE=thread -DGPT2_BUILD_BENCHMARKS=OFF \
+      -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > /dev/null
+cmake --build "$build" -j"${JOBS:-2}" --target unit_tests mpi_tests
+t_build=$(date +%s)
+for exe in unit_tests mpi_tests; do
+  [[ $(ldd "$build/bin/$exe") == *libtsan* ]] ||
+    { echo "test_tsan: $build/bin/$exe is not built with ThreadSanitizer" >&2; exit 1; }
+done
+
+# halt_on_error: the first report stops the run with a non-zero status; second_deadlock_stack:
+# both stacks of a lock-order report. Suppressions: tests/sanitizers/tsan.supp (each justified).
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$root/tests/sanitizers/tsan.supp:${TSAN_OPTIONS:-}"
+# One BLAS thread: OpenBLAS is not instrumented; its threads would only add noise.
+export OPENBLAS_NUM_THREADS=1 GPT2_COMM_TIMEOUT=300
+# MPICH's UCX hooks madvise/mmap (libucm) and takes a lock in them while a thread exits, after TSan
+# has torn down that thread's state: a segfault at the end of every process. Not needed here.
+export UCX_MEM_EVENTS=no
+for t in ${TSAN_THREADS:-2 4}; do
+  echo "test_tsan: unit_tests at $t threads"
+  KOKKOS_NUM_THREADS=$t "$build/bin/unit_tests" --gtest_brief=1 "$@"
+done
+echo "test_tsan: mpi_tests on 2 ranks at 2 threads"
+KOKKOS_NUM_THREADS=2 mpiexec -n 2 "$build/bin/mpi_tests" --gtest_brief=1
+t_end=$(date +%s)
+echo "test_tsan: clean. kokkos $((t_kokkos - t0)) s, build $((t_build - t_kokkos)) s, tests $((t_end - t_build)) s, total $((t_end - t0)) s"
