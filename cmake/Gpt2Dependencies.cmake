@@ -62,8 +62,9 @@ elseif(NOT GPT2_ENABLE_CUDA)
     set(Kokkos_ROOT "${_kk_root}")
   endif()
 endif()
-# A build folder switched to another Kokkos must not keep finding the previous one.
-if(DEFINED _GPT2_KOKKOS_CHOICE AND NOT _GPT2_KOKKOS_CHOICE STREQUAL "${_kk_want}|${_kk_root}")
+# A build folder switched to another Kokkos (or configured before this choice existed) must not
+# keep finding the previous one.
+if(NOT _GPT2_KOKKOS_CHOICE STREQUAL "${_kk_want}|${_kk_root}" OR (_kk_root AND Kokkos_DIR AND NOT Kokkos_DIR MATCHES "^${_kk_root}"))
   unset(Kokkos_DIR CACHE)
 endif()
 set(_GPT2_KOKKOS_CHOICE "${_kk_want}|${_kk_root}" CACHE INTERNAL "the host Kokkos last configured")

@@ -32,11 +32,12 @@ Run add_train(CLI::App& app) {
   c->footer("Ranks: parallel.dp * parallel.pp must equal the number of MPI ranks.\n"
             "See `gpt2 info --keys` for every configuration key.");
   return [a]() -> int {
-    Environment env;
+    Environment env{Environment::MpiOnly{}};
     const bool root = env.rank() == 0;
     try {
       RunConfig cfg;
       collective_phase(MPI_COMM_WORLD, [&] { cfg = RunConfig::load(a->config, a->sets); });
+      env.start_kokkos(cfg.parallel.host_threads);  // its threads per rank come from the deck
       TrainOptions opts;
       opts.metrics_jsonl = a->metrics;
       opts.quiet = a->quiet;

@@ -17,7 +17,7 @@
 
 namespace gpt2 {
 
-Environment::Environment() {
+Environment::Environment(MpiOnly) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -30,15 +30,28 @@ Environment::Environment() {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_);
   MPI_Comm_rank(node_, &local_rank_);
   MPI_Comm_size(node_, &local_size_);
+}
 
+Environment::Environment(int host_threads) : Environment(MpiOnly{}) { start_kokkos(host_threads); }
+
+void Environment::start_kokkos(int host_threads) {
+  if (Kokkos::is_initialized()) return;
 #if defined(KOKKOS_ENABLE_CUDA)
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) ndev = 1;
   device_id_ = local_rank_ % ndev;
 #endif
+  // Threads on a threaded host backend: asked for, else what the environment says, else this
+  // rank's share of the cores (several ranks on a node would otherwise each start one thread per
+  // core and spin against each other).
+  int threads = host_threads;
+  const bool from_env = std::getenv("KOKKOS_NUM_THREADS") || std::getenv("OMP_NUM_THREADS");
+  if (threads <= 0 && !from_env) threads = cores_per_rank();
+  if (threads > 0) setenv("KOKKOS_NUM_THREADS", std::to_string(threads).c_str(), 1);  // one source of truth
 #if KOKKOS_VERSION >= 40000
   Kokkos::InitializationSettings settings;
   if (device_id_ >= 0) settings.set_device_id(device_id_);
+  settings.set_disable_warnings(true);
   Kokkos::initialize(settings);
 #else
   Kokkos::InitArguments args;
@@ -46,6 +59,16 @@ Environment::Environment() {
   args.disable_warnings = true;
   Kokkos::initialize(args);
 #endif
+  host_threads_ = Kokkos::DefaultHostExecutionSpace::concurrency();
+}
+
+int Environment::cores_per_rank() const {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const int bound = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : int(cores);
+  const int n = bound < cores ? bound : int(cores > 0 ? cores : 1) / local_size_;
+  return n < 1 ? 1 : n;
 }
 
 Environment::~Environment() {
@@ -62,17 +85,8 @@ Environment::~Environment() {
 int Environment::set_blas_threads(int requested) {
   int n = requested;
   if (n <= 0) {
-    // OPENBLAS_NUM_THREADS wins; a launcher that bound this rank to some cores (Slurm's
-    // --cpus-per-task, mpiexec -bind-to) gets them all; otherwise the node's cores are shared.
-    const char* env = std::getenv("OPENBLAS_NUM_THREADS");
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-    const int bound = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : int(cores);
-    if (env && std::atoi(env) > 0) n = std::atoi(env);
-    else if (bound < cores) n = bound;
-    else n = int(cores > 0 ? cores : 1) / local_size_;
-    if (n < 1) n = 1;
+    const char* env = std::getenv("OPENBLAS_NUM_THREADS");  // wins over our default
+    n = env && std::atoi(env) > 0 ? std::atoi(env) : cores_per_rank();
   }
   gemm_set_host_threads(n);
   return gemm_host_threads() > 0 ? gemm_host_threads() : n;

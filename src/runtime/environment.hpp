@@ -1,6 +1,8 @@
 #pragma once
 // One object owns the process-wide runtimes: MPI (initialised first, finalised last), Kokkos (on the
-// device picked by the node-local rank), and the host BLAS thread count.
+// device picked by the node-local rank; on the host with its share of the node's cores), and the
+// host BLAS thread count. Ranks x threads never oversubscribe: by default each rank gets the cores
+// it is bound to, else the node's cores divided by the ranks on it, for Kokkos and for BLAS alike.
 #include <mpi.h>
 
 #include <string>
@@ -9,10 +11,17 @@ namespace gpt2 {
 
 class Environment {
  public:
-  Environment();
+  // MPI, then Kokkos with `host_threads` threads per rank on a threaded host backend (0: this
+  // rank's share of the cores; KOKKOS_NUM_THREADS / OMP_NUM_THREADS, when set, win).
+  explicit Environment(int host_threads = 0);
+  // MPI only, for a command that reads its configuration before it chooses Kokkos' threads.
+  struct MpiOnly {};
+  explicit Environment(MpiOnly);
   ~Environment();
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;
+
+  void start_kokkos(int host_threads);  // once; see the first constructor
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -20,16 +29,20 @@ class Environment {
   int local_size() const { return local_size_; }
   MPI_Comm node_comm() const { return node_; }
 
-  // Host BLAS threads for this rank: `requested` if > 0, else the node's cores / ranks on the node
-  // (at least 1). Returns the count in use. No effect on CUDA builds.
+  // The cores this rank may use: the ones it is bound to (Slurm's --cpus-per-task, mpiexec
+  // -bind-to), else the node's cores / ranks on the node; at least 1.
+  int cores_per_rank() const;
+  int host_threads() const { return host_threads_; }  // Kokkos' threads (1 on Serial and CUDA)
+  // Host BLAS threads for this rank: `requested` if > 0, else OPENBLAS_NUM_THREADS, else
+  // cores_per_rank(). Returns the count in use. No effect on CUDA builds.
   int set_blas_threads(int requested);
-  // "Serial", "Cuda" ... and the device name where there is one.
+  // "Serial", "OpenMP", "Cuda" ... and the device name where there is one.
   std::string execution_space() const;
   std::string device() const;
   int device_id() const { return device_id_; }
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1, host_threads_ = 1;
   MPI_Comm node_ = MPI_COMM_NULL;
   bool mpi_owned_ = false;
 };

@@ -113,6 +113,7 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_int(g, "virtual_stages", meta.virtual_stages);
   attr_double(g, "bubble_theory", meta.bubble_theory);
   attr_int(g, "blas_threads", meta.blas_threads);
+  attr_int(g, "host_threads", meta.host_threads);
   attr_int(g, "tokens_per_step", meta.tokens_per_step);
   attr_int(g, "num_params", meta.num_params);
   attr_int(g, "n_layer", meta.model.n_layer);

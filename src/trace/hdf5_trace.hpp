@@ -4,7 +4,7 @@
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
 //             world_size, dp, pp, tp, zero, microbatches, schedule, virtual_stages, bubble_theory (the
 //             schedule's simulated idle share with ideal stages), execution_space, device, comm,
-//             blas_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
+//             blas_threads, host_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
 //             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
 //             event_kinds, compute_kinds, communication_kinds (comma-separated names);
 //             per rank (arrays of length world_size): dp_rank, pp_rank, tp_rank, clock_error (s),
@@ -33,7 +33,7 @@ class Communicator;
 
 struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
-  int world_size = 1, dp = 1, pp = 1, tp = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1,
+  int world_size = 1, dp = 1, pp = 1, tp = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1, host_threads = 1,
       seq_len = 0;
   double bubble_theory = 0;
   std::vector<int> stage_layers;

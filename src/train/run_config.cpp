@@ -53,7 +53,8 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
       {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket MiB (0: 1 with MPI, 25 with NCCL)"},
       {"parallel.comm", &parallel.comm, CommRegistry::alternatives()},
-      {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: auto)"},
+      {"parallel.host_threads", &parallel.host_threads, "Kokkos host threads per rank (0: the rank's share of the cores)"},
+      {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: the rank's share of the cores)"},
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
@@ -113,6 +114,7 @@ void RunConfig::validate(int world_size) const {
     fail_input("data.tokenizer", "expected auto, ", TokenizerRegistry::choices(), ", got ", data.tokenizer);
   if (!(parallel.bucket_mb >= 0)) fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", parallel.bucket_mb);
   if (parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", parallel.blas_threads);
+  if (parallel.host_threads < 0) fail_input("parallel.host_threads", "must be >= 0, got ", parallel.host_threads);
   if (parallel.pp > model.n_layer)
     fail_input("parallel.pp", "more pipeline stages (", parallel.pp, ") than model.n_layer (",
                model.n_layer, "): every stage needs at least one block");

@@ -51,6 +51,7 @@ struct ParallelConfig {
   std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
   double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
   std::string comm = "auto";      // auto | mpi | nccl
+  int host_threads = 0;           // Kokkos host threads per rank; 0: cores on the node / ranks on it
   int blas_threads = 0;           // host BLAS threads per rank; 0: cores on the node / ranks on it
 };
 

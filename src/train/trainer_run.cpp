@@ -26,6 +26,7 @@ void Trainer::write_trace() {
   meta.device = env_.device();
   meta.comm = groups_->backend;
   meta.blas_threads = blas_threads_;
+  meta.host_threads = env_.host_threads();
   meta.stage_layers = stage_layers_;
   meta.tokens_per_step = cfg_.train.batch_size * cfg_.data.seq_len;
   meta.num_params = int64_t(layout_->total());
@@ -51,10 +52,10 @@ void Trainer::run() {
   const auto& t = cfg_.train;
   const bool root = rank_ == 0;
   if (root && !opts_.quiet) {
-    std::printf("gpt2 train: %s | %d ranks (%s, %s, %s) | %s, %d BLAS threads/rank\n",
+    std::printf("gpt2 train: %s | %d ranks (%s, %s, %s) | %s with %d threads, %d BLAS threads/rank\n",
                 cfg_.model.describe().c_str(), topo_->world_size(), topo_->shape().describe().c_str(),
                 cfg_.parallel.schedule.c_str(), groups_->backend.c_str(), env_.execution_space().c_str(),
-                blas_threads_);
+                env_.host_threads(), blas_threads_);
     std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
                 layout_->total() / 1e6, (long long)t.batch_size, cfg_.data.seq_len,
                 cfg_.parallel.microbatches, mb_size_, (long long)train_loader_->batches_per_epoch());

@@ -92,6 +92,7 @@ def main():
         ("more stages than layers", train(deck("c16", parallel__dp=1, parallel__pp=4)), 4, "more pipeline stages (4) than model.n_layer (2)"),
         ("batch not divisible", train(deck("c17", parallel__microbatches=3)), 2, "must be divisible by parallel.dp * parallel.microbatches"),
         ("seq_len above block_size", train(deck("c18", data__seq_len=32)), 2, "data.seq_len: must be at most model.block_size (16)"),
+        ("negative host threads", train(deck("c40", parallel__host_threads=-2)), 2, "parallel.host_threads: must be >= 0, got -2"),
         ("unknown schedule", train(deck("c19", parallel__schedule="zigzag")), 2,
          "parallel.schedule: expected naive, gpipe, 1f1b, interleaved, zb-h1 or zb-v"),
         ("virtual stages that do not divide the layers",
