@@ -161,6 +161,11 @@ CheckpointReader::~CheckpointReader() {
   if (f_) std::fclose(f_);
 }
 
+uint64_t CheckpointReader::bytes(const std::string& section) const {
+  auto it = sections_.find(section);
+  return it == sections_.end() ? 0 : it->second.bytes;
+}
+
 void CheckpointReader::read(const std::string& section, size_t begin, size_t n, float* dst) const {
   auto it = sections_.find(section);
   if (it == sections_.end()) fail_input(path_, "checkpoint has no section ", section);

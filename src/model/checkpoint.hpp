@@ -45,6 +45,7 @@ class CheckpointReader {
   ~CheckpointReader();
   const CheckpointMeta& meta() const { return meta_; }
   bool has(const std::string& section) const { return sections_.count(section) > 0; }
+  uint64_t bytes(const std::string& section) const;  // 0 when absent
   // Reads floats [begin, begin + n) of a float section.
   void read(const std::string& section, size_t begin, size_t n, float* dst) const;
   // Recomputes every section's checksum; InputError naming the file and section on mismatch.

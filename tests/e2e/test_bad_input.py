@@ -54,6 +54,16 @@ def main():
         f.write(b"hello \xff\xfe world")
     with open(P("syntax.toml"), "w") as f:
         f.write("[model]\nn_layer = = 2\n")
+    with open(P("base_dot.toml"), "w") as f:
+        f.write('base = "."\n')
+    with open(P("base_self.toml"), "w") as f:
+        f.write('base = "base_self.toml"\n')
+    # Our checkpoint claiming a model of 2^20 layers of width 2^14 (~3e15 parameters) over a few
+    # bytes of parameters: refused before anything is allocated for that shape.
+    absurd = dict(gpt2test.read_checkpoint(ckpt))
+    absurd["model"] = np.array([1 << 20, 16, 1 << 14, 64, 16], "<i4").tobytes()
+    absurd["params"] = absurd["params"][:64]
+    gpt2test.write_checkpoint(P("absurd.bin"), list(absurd.items()))
     # A minimal byte-level BPE vocabulary (the 256 byte symbols and one merge): enough to reach the
     # UTF-8 check without GPT-2's real files.
     byte_syms = [c for c in range(ord("!"), ord("~") + 1)] + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
@@ -105,13 +115,20 @@ def main():
                                                    "--merges", P("vocab.bpe"), "--out", P("out_utf8"), P("bad_utf8.txt")], 1, "invalid UTF-8 at byte offset 6"),
         ("unknown tokenizer", [args.gpt2, "prepare", "--tokenizer", "wordpiece", "--out", P("o"), P("empty.txt")], 1, "--tokenizer"),
         ("sample from a missing checkpoint", [args.gpt2, "sample", "--checkpoint", P("nope.bin")], 1, "no such checkpoint"),
+        ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
+        ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
+        # A shape read from a checkpoint is checked against the file before anything is allocated.
+        ("absurd checkpoint shape (sample)", [args.gpt2, "sample", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
+        ("absurd checkpoint shape (info)", [args.gpt2, "info", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
+        ("absurd checkpoint shape (init_from)", train(deck("c35", checkpoint__init_from=P("absurd.bin"))), 2, "corrupt checkpoint: section params holds 64 bytes"),
     ]
+    exit_two = {"absurd checkpoint shape (sample)", "absurd checkpoint shape (info)", "absurd checkpoint shape (init_from)"}
     checks = gpt2test.Checks()
     for name, cmd, ranks, expected in cases:
         r = gpt2test.run(cmd, ranks, args.mpiexec, timeout=30)
         text = r.out + r.err
         lines = [l for l in text.splitlines() if l.startswith("error")]
-        ok = checks.check(r.rc not in (0, 124), f"{name}: exit status {r.rc}")
+        ok = checks.check(r.rc not in (0, 124) and (r.rc == 2 or name not in exit_two), f"{name}: exit status {r.rc}")
         ok &= checks.check(r.seconds < 10, f"{name}: took {r.seconds:.1f} s (limit 10)")
         ok &= checks.check(expected in text, f"{name}: expected {expected!r} in:\n{text.strip()[-600:]}")
         ok &= checks.check(len(lines) == 1, f"{name}: {len(lines)} error lines (want 1):\n{text.strip()[-600:]}")
