@@ -232,6 +232,10 @@ void InputDeck::bind(const std::vector<DeckField>& fields) const {
             } else if constexpr (std::is_same_v<D, std::string>) {
               if (!v.is_string()) wrong("a string");
               *dst = *v.value<std::string>();
+            } else if constexpr (std::is_same_v<D, BoolOrWord>) {
+              if (v.is_boolean()) dst->text = *v.value<bool>() ? "true" : "false";
+              else if (v.is_string()) dst->text = *v.value<std::string>();
+              else wrong("true, false or a string");
             } else {
               const toml::array* arr = v.as_array();
               if (!arr) wrong("an array of integers");
@@ -261,6 +265,8 @@ std::string InputDeck::to_toml(const std::vector<DeckField>& fields) {
           using D = std::remove_pointer_t<decltype(v)>;
           if constexpr (std::is_same_v<D, bool>) os << (*v ? "true" : "false");
           else if constexpr (std::is_same_v<D, std::string>) os << quoted(*v);
+          else if constexpr (std::is_same_v<D, BoolOrWord>)
+            os << (v->is("true") || v->is("false") ? v->text : quoted(v->text));
           else if constexpr (std::is_same_v<D, double>) {
             std::string s;
             for (int prec = 6; prec <= 17; ++prec) {  // shortest text that reads back exactly

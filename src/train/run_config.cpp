@@ -53,7 +53,9 @@ std::vector<DeckField> RunConfig::fields() {
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
-      {"checkpoint.resume", &checkpoint.resume, "continue from the newest checkpoint in dir"},
+      {"checkpoint.keep", &checkpoint.keep, "newest checkpoints kept in dir (0: all)"},
+      {"checkpoint.resume", &checkpoint.resume,
+       "true: continue from the newest checkpoint in dir | \"auto\": the same if there is one | false"},
       {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
       {"trace.sync", &trace.sync, "fence device work around traced events"},
       {"trace.max_events", &trace.max_events, "events kept per rank"},
@@ -134,8 +136,11 @@ void RunConfig::validate(int world_size) const {
     fail_input(parallel.tp > 1 ? "parallel.dp * parallel.pp * parallel.tp" : "parallel.dp * parallel.pp",
                "must equal the number of MPI ranks (", world_size, "), got ", parallel.dp, " * ", parallel.pp,
                parallel.tp > 1 ? " * " + std::to_string(parallel.tp) : std::string(), " = ", grid);
-  if (checkpoint.resume && checkpoint.dir.empty())
+  if (!checkpoint.resume.is("true") && !checkpoint.resume.is("false") && !checkpoint.resume.is("auto"))
+    fail_input("checkpoint.resume", "expected true, false or \"auto\", got \"", checkpoint.resume.text, "\"");
+  if (!checkpoint.resume.is("false") && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
+  if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 

@@ -55,7 +55,10 @@ struct CheckpointConfig {
   std::string init_from;  // our checkpoint or an llm.c model file to start from
   std::string dir;        // where checkpoints go; empty: none written
   int every = 0;          // steps between checkpoints (0: only at the end when dir is set)
-  bool resume = false;    // continue from dir/latest if it exists
+  int keep = 0;           // newest checkpoints kept in dir (0: all)
+  // true: continue from the newest checkpoint in dir that verifies (it must have one); "auto": the
+  // same when dir holds a checkpoint, else start fresh; false: start fresh.
+  BoolOrWord resume;
 };
 
 struct TraceConfig {

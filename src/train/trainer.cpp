@@ -18,22 +18,13 @@ Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm co
       opts_(std::move(opts)) {
   collective_phase(comm_, [&] {
     cfg_.validate(size_);
-    if (rank_ == 0) {
-      if (!cfg_.checkpoint.dir.empty()) make_dirs(cfg_.checkpoint.dir, "checkpoint.dir");
-      if (!cfg_.trace.file.empty()) {
-        const std::string f = cfg_.trace.file;
-        const size_t slash = f.rfind('/');
-        if (slash != std::string::npos) make_dirs(f.substr(0, slash), "trace.file");
-        AtomicFile probe(f);  // fails now, with the name, if the trace cannot be written
-      }
-      log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl);
-    }
+    prepare_outputs();
   });
   topo_ = std::make_unique<Topology>(comm_, cfg_.grid());
   collective_phase(comm_, [&] { groups_ = std::make_unique<CommGroups>(*topo_, cfg_.parallel.comm, env_.local_size()); });
   collective_phase(comm_, [&] { setup_data(); });
   collective_phase(comm_, [&] { setup_model(); });
-  collective_phase(comm_, [&] { load_initial_state(); });
+  load_initial_state();
   tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, topo_->stage());
   tracer_.sync_clock(*groups_->world);
 }

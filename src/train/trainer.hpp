@@ -15,6 +15,7 @@
 
 #include "core/rng.hpp"
 #include "data/loader.hpp"
+#include "model/checkpoint_dir.hpp"
 #include "model/stage.hpp"
 #include "parallel/gradient_reducer.hpp"
 #include "parallel/pipeline_executor.hpp"
@@ -68,7 +69,9 @@ class Trainer {
  private:
   void setup_data();
   void setup_model();
+  void prepare_outputs();     // every file and folder the run writes: checked, made, locked
   void load_initial_state();
+  std::string pick_resume_checkpoint();  // rank 0; "" to start fresh
   void load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a);
   void sync_tied_embedding();
   // The step's loss and gradient norm stay in device memory until the step's work is all queued:
@@ -112,6 +115,8 @@ class Trainer {
   Rng sample_rng_;
   std::vector<StepMetrics> history_;
   int blas_threads_ = 1;
+  std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while checkpoint.dir is set
+  int64_t saved_step_ = -1;                      // step of the last checkpoint written or loaded
 };
 
 }  // namespace gpt2

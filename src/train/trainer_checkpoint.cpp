@@ -1,10 +1,13 @@
-// Trainer: the initial state (fresh init, our checkpoint, llm.c weights) and checkpoints.
+// Trainer: what the run writes (checked before step 1), the initial state (fresh init, our
+// checkpoint, llm.c weights) and checkpoints.
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/fs.hpp"
 #include "model/checkpoint_dir.hpp"
+#include "runtime/collective.hpp"
 #include "model/model_file.hpp"
 #include "train/trainer.hpp"
 
@@ -19,23 +22,85 @@ void copy_to_device(const Vec<float>& dst, const std::vector<float>& src) {
 }
 }  // namespace
 
+// Runs in the first collective phase, before any other work: a path that cannot be written is
+// an error naming its key now rather than at the first checkpoint or at the end.
+void Trainer::prepare_outputs() {
+  if (rank_ != 0) return;  // rank 0 writes checkpoints and metrics and makes the trace's folder
+  const std::string& dir = cfg_.checkpoint.dir;
+  if (!dir.empty()) {
+    make_dirs(dir, "checkpoint.dir");
+    dir_lock_ = std::make_unique<CheckpointDirLock>(dir, "checkpoint.dir");
+  }
+  prepare_output_file(cfg_.trace.file, "trace.file");
+  if (!cfg_.trace.file.empty()) AtomicFile probe(cfg_.trace.file);  // fails now if it cannot be written
+  prepare_output_file(opts_.metrics_jsonl, "--metrics-jsonl");
+}
+
+namespace {
+std::string broadcast_text(Communicator& world, std::string text) {
+  uint64_t n = text.size();
+  world.host_broadcast(&n, sizeof(n), 0);
+  text.resize(n);
+  world.host_broadcast(&text[0], n, 0);
+  return text;
+}
+}  // namespace
+
+std::string Trainer::pick_resume_checkpoint() {
+  const auto& ck = cfg_.checkpoint;
+  if (ck.resume.is("false")) return "";
+  const std::vector<std::string> candidates = resume_candidates(ck.dir);
+  if (candidates.empty()) {
+    if (ck.resume.is("true"))
+      fail_input("checkpoint.resume", "is true but ", ck.dir, " holds no checkpoint (\"auto\" starts fresh then)");
+    std::printf("checkpoint.resume = \"auto\": no checkpoint in %s yet, starting fresh\n", ck.dir.c_str());
+    return "";
+  }
+  // The newest that verifies: a checkpoint damaged after it was written (a disk, a copy cut short)
+  // costs the steps since the one before it, not the run.
+  std::string newest_error;
+  for (const std::string& path : candidates) {
+    try {
+      ModelFile(path, "checkpoint.resume").verify();
+      if (!newest_error.empty())
+        std::fprintf(stderr, "warning: checkpoint.resume: resuming from %s instead, the newest that verifies\n",
+                     path.c_str());
+      return path;
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "warning: checkpoint.resume: %s\n", e.what());
+      if (newest_error.empty()) newest_error = e.what();
+    }
+  }
+  fail_input("checkpoint.resume", "no checkpoint in ", ck.dir, " verifies (the newest: ", newest_error, ")");
+}
+
 void Trainer::load_initial_state() {
   const auto& ck = cfg_.checkpoint;
-  if (rank_ == 0 && !ck.dir.empty()) remove_dead_temporaries(ck.dir);
-  const std::string resume_from = ck.resume ? latest_checkpoint(ck.dir) : "";
-  if (!resume_from.empty()) {
-    read_checkpoint(resume_from, "checkpoint.resume", true);
-    if (rank_ == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
-  } else if (!ck.init_from.empty()) {
-    read_checkpoint(ck.init_from, "checkpoint.init_from", false);
-    if (rank_ == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
-  } else {
-    stage_->init_params(uint64_t(cfg_.train.seed));
-  }
+  std::string resume_from;
+  collective_phase(comm_, [&] {
+    if (rank_ != 0 || ck.dir.empty()) return;
+    remove_dead_temporaries(ck.dir);
+    resume_from = pick_resume_checkpoint();
+  });
+  resume_from = broadcast_text(*groups_->world, resume_from);
+  collective_phase(comm_, [&] {
+    if (!resume_from.empty()) {
+      read_checkpoint(resume_from, "checkpoint.resume", true);
+      saved_step_ = step_;
+      if (rank_ == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
+    } else if (!ck.init_from.empty()) {
+      read_checkpoint(ck.init_from, "checkpoint.init_from", false);
+      if (rank_ == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
+    } else {
+      stage_->init_params(uint64_t(cfg_.train.seed));
+    }
+    if (rank_ == 0) log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl, step_);
+  });
 }
 
 // Reads this stage's part (its owned range, plus wte into a tied copy) of a native checkpoint or an
-// llm.c model file. Every rank reads the file itself; rank 0 also verifies the checksums.
+// llm.c model file. Every rank reads the file itself; rank 0 also verifies the checksums (a resume's
+// checkpoint has been verified when it was picked).
 void Trainer::read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer) {
   const ModelFile file(path, key);
   if (with_optimizer && !file.native())
@@ -43,7 +108,7 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
   if (!(file.config() == cfg_.model))
     fail_input(file.path(), "model differs from the configuration (", file.native() ? "checkpoint" : "file",
                " vs config): ", file.config().diff(cfg_.model));
-  if (rank_ == 0) file.verify();
+  if (rank_ == 0 && !with_optimizer) file.verify();
   const StageLayout& L = stage_->layout();
   const Range own = L.owned();
   const size_t tied = L.tied_size(), n = L.local_size();
@@ -122,8 +187,10 @@ void Trainer::save_checkpoint() {
     w->commit();
     publish_checkpoint(cfg_.checkpoint.dir, name);
     std::printf("checkpoint: %s\n", path.c_str());
+    prune_checkpoints(cfg_.checkpoint.dir, cfg_.checkpoint.keep, step_);
     std::fflush(stdout);
   }
+  saved_step_ = step_;
 }
 
 }  // namespace gpt2

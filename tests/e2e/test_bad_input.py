@@ -64,6 +64,9 @@ def main():
     absurd["model"] = np.array([1 << 20, 16, 1 << 14, 64, 16], "<i4").tobytes()
     absurd["params"] = absurd["params"][:64]
     gpt2test.write_checkpoint(P("absurd.bin"), list(absurd.items()))
+    os.makedirs(P("empty_ck"))
+    os.makedirs(P("all_corrupt"))
+    shutil.copy(corrupt, P("all_corrupt", "ckpt_00000002.bin"))
     # A minimal byte-level BPE vocabulary (the 256 byte symbols and one merge): enough to reach the
     # UTF-8 check without GPT-2's real files.
     byte_syms = [c for c in range(ord("!"), ord("~") + 1)] + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
@@ -115,6 +118,17 @@ def main():
                                                    "--merges", P("vocab.bpe"), "--out", P("out_utf8"), P("bad_utf8.txt")], 1, "invalid UTF-8 at byte offset 6"),
         ("unknown tokenizer", [args.gpt2, "prepare", "--tokenizer", "wordpiece", "--out", P("o"), P("empty.txt")], 1, "--tokenizer"),
         ("sample from a missing checkpoint", [args.gpt2, "sample", "--checkpoint", P("nope.bin")], 1, "no such checkpoint"),
+        # Every output is checked before step 1, on the ranks that write it.
+        ("checkpoint.dir is a file", train(deck("c25", checkpoint__dir=P("train.bin"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
+        ("checkpoint.dir under a file", train(deck("c26", checkpoint__dir=P("train.bin", "ck"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
+        ("trace.file is a folder", train(deck("c27", trace__file=w)), 2, f"trace.file: {w} is a folder, expected a file name"),
+        ("--metrics-jsonl is a folder", train(deck("c28"), "--metrics-jsonl", w), 2, f"--metrics-jsonl: {w} is a folder, expected a file name"),
+        ("--metrics-jsonl unwritable", train(deck("c29"), "--metrics-jsonl", "/proc/gpt2/m.jsonl"), 2, "--metrics-jsonl: cannot create folder /proc/gpt2"),
+        # Resuming: true needs a checkpoint; only true, false and "auto"; none that verifies.
+        ("resume true on an empty folder", train(deck("c30", checkpoint__dir=P("empty_ck"), checkpoint__resume=True)), 2, "checkpoint.resume: is true but"),
+        ("resume with an unknown word", train(deck("c31"), "--set", "checkpoint.resume=sometimes"), 2, 'checkpoint.resume: expected true, false or "auto", got "sometimes"'),
+        ("no checkpoint verifies", train(deck("c32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
+        ("negative checkpoint.keep", train(deck("c33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
         ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
         ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
         # A shape read from a checkpoint is checked against the file before anything is allocated.
@@ -122,7 +136,8 @@ def main():
         ("absurd checkpoint shape (info)", [args.gpt2, "info", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
         ("absurd checkpoint shape (init_from)", train(deck("c35", checkpoint__init_from=P("absurd.bin"))), 2, "corrupt checkpoint: section params holds 64 bytes"),
     ]
-    exit_two = {"absurd checkpoint shape (sample)", "absurd checkpoint shape (info)", "absurd checkpoint shape (init_from)"}
+    exit_two = {"absurd checkpoint shape (sample)", "absurd checkpoint shape (info)", "absurd checkpoint shape (init_from)",
+                "checkpoint.dir is a file", "trace.file is a folder", "--metrics-jsonl is a folder", "no checkpoint verifies"}
     checks = gpt2test.Checks()
     for name, cmd, ranks, expected in cases:
         r = gpt2test.run(cmd, ranks, args.mpiexec, timeout=30)
