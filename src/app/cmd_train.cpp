@@ -30,7 +30,9 @@ Run add_train(CLI::App& app) {
                 "Stop after this step, checkpointing as at the end (resume later with checkpoint.resume)")
       ->check(CLI::PositiveNumber);
   c->footer("Ranks: parallel.dp * parallel.pp must equal the number of MPI ranks.\n"
-            "See `gpt2 info --keys` for every configuration key.");
+            "See `gpt2 info --keys` for every configuration key.\n"
+            "Exit status: 0 done, 1 failure, 2 bad input, 3 a rank hung (watchdog), 5 a non-finite loss or\n"
+            "gradient norm (train.nonfinite).");
   return [a]() -> int {
     Environment env;
     const bool root = env.rank() == 0;
@@ -42,7 +44,13 @@ Run add_train(CLI::App& app) {
       opts.quiet = a->quiet;
       opts.stop_at = a->stop_at;
       Trainer trainer(cfg, env, opts);
-      trainer.run();
+      const RunEnd end = trainer.run();
+      if (end == RunEnd::completed) return 0;
+      if (root) {
+        std::fprintf(stderr, "error: %s\n", trainer.end_message().c_str());
+        std::fflush(stderr);
+      }
+      return kExitDiverged;
     } catch (const CollectiveError& e) {
       if (root) std::fprintf(stderr, "error: %s\n", e.what());
       return e.input_error() ? 2 : 1;

@@ -175,6 +175,7 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   H5Tinsert(mt, "step_time", HOFFSET(MetricRecord, step_time), H5T_NATIVE_DOUBLE);
   H5Tinsert(mt, "tokens_per_s", HOFFSET(MetricRecord, tokens_per_s), H5T_NATIVE_DOUBLE);
   H5Tinsert(mt, "val_loss", HOFFSET(MetricRecord, val_loss), H5T_NATIVE_DOUBLE);
+  H5Tinsert(mt, "skipped", HOFFSET(MetricRecord, skipped), H5T_NATIVE_INT8);
   dims = hsize_t(msteps);
   fs = H5Screate_simple(1, &dims, nullptr);
   ds = H5Dcreate2(file, "metrics", mt, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -183,7 +184,8 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   if (!n) H5Sselect_none(ms), H5Sselect_none(fs);
   MetricRecord dummy_metric{};
   check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() || rank != 0 ? &dummy_metric : recs.data()), "write of /metrics", path);
-  attr_string(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran");
+  attr_string(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran; skipped 1 where the "
+                          "update was skipped (non-finite loss or gradient norm)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(mt);
 
   H5Pclose(dxpl);

@@ -13,7 +13,8 @@
 //             dropped = events that did not fit. step is 0-based (eval events: the steps completed
 //             so far); microbatch is -1 for whole-step events and the bucket index for
 //             allreduce_issue; bytes: what a communication event moved
-//   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss} (one per step)
+//   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss, skipped} (one
+//             per step; skipped 1: update skipped for a non-finite loss or gradient norm)
 // The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
 // previous version.
 #include <string>
@@ -41,6 +42,7 @@ struct TraceMeta {
 struct StepRecord {
   int32_t step;
   double loss, lr, grad_norm, step_time, tokens_per_s, val_loss;  // step_time in s; val_loss < 0: none
+  int8_t skipped;  // 1: the update was skipped (non-finite loss or gradient norm, train.nonfinite)
 };
 
 // Collective over comm (its control plane, and its MPI communicator for parallel HDF5). `metrics`

@@ -41,6 +41,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.sample_tokens", &train.sample_tokens, "tokens per printed sample"},
       {"train.log_every", &train.log_every, "steps between progress lines"},
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
+      {"train.nonfinite", &train.nonfinite, "non-finite loss or gradient norm: stop | skip (the update)"},
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer"},
@@ -141,6 +142,8 @@ void RunConfig::validate(int world_size) const {
   if (!checkpoint.resume.is("false") && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
+  if (train.nonfinite != "stop" && train.nonfinite != "skip")
+    fail_input("train.nonfinite", "expected stop or skip, got ", train.nonfinite);
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 

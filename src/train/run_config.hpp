@@ -37,6 +37,9 @@ struct TrainConfig {
   int sample_tokens = 64;
   int log_every = 1;     // steps between progress lines
   bool tf32 = false;     // TF32 tensor-core GEMMs (CUDA only)
+  // A step whose loss or gradient norm is not finite: "stop" the run (no checkpoint from that
+  // state) or "skip" its update (the step still counts: data position and lr schedule move on).
+  std::string nonfinite = "stop";
 };
 
 struct ParallelConfig {

@@ -10,6 +10,7 @@
 #include "runtime/collective.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/gemm.hpp"
+#include "train/nonfinite.hpp"
 
 namespace gpt2 {
 
@@ -112,14 +113,22 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   m.step = int(step_ + 1);
   m.lr = learning_rate(lr_, int(step_));
-  {
+  // train.nonfinite = "skip" decides on the update from the step's loss and gradient norm: the host
+  // reads them first. Otherwise they stay on the device until the update is queued (a non-finite
+  // step then stops the run before anything saves its state).
+  const bool skip_mode = nonfinite_policy(cfg_.train.nonfinite) == NonFinitePolicy::skip;
+  StepSums sums;
+  if (skip_mode) sums = read_step_sums(cfg_.parallel.microbatches);
+  m.skipped = skip_mode && !nonfinite_values(sums.loss, sums.grad_norm).empty();
+  skipped_ += m.skipped;
+  if (!m.skipped) {
     Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
     opt_->step(Vec<float>(stage_->params.data(), stage_->params.extent(0)),
                Vec<float>(stage_->grads.data(), stage_->grads.extent(0)), m.lr,
                GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip));
     Kokkos::fence();
   }
-  const StepSums sums = read_step_sums(cfg_.parallel.microbatches);
+  if (!skip_mode) sums = read_step_sums(cfg_.parallel.microbatches);
   m.loss = sums.loss;
   m.grad_norm = sums.grad_norm;
   ++step_;

@@ -29,6 +29,12 @@
 
 namespace gpt2 {
 
+// How run() ended; `gpt2 train` exits 0 or 5 for them (README, Reliability).
+enum class RunEnd {
+  completed,  // every step (or up to --stop-at) done
+  diverged,   // a non-finite loss or gradient norm with train.nonfinite = "stop": nothing saved
+};
+
 struct TrainOptions {
   std::string metrics_jsonl;  // one JSON object per step (rank 0)
   bool quiet = false;         // no progress lines
@@ -42,7 +48,10 @@ class Trainer {
   Trainer(RunConfig cfg, Environment& env, TrainOptions opts = {}, MPI_Comm comm = MPI_COMM_WORLD);
   ~Trainer();
 
-  void run();                // the remaining steps, evaluations, samples, checkpoints, trace
+  // The remaining steps, evaluations, samples, checkpoints, trace; end_message() says why a run
+  // that did not complete ended.
+  RunEnd run();
+  const std::string& end_message() const { return end_message_; }
   StepMetrics train_step();  // one optimizer step
   double evaluate();         // mean validation loss over train.eval_batches batches
   void save_checkpoint();    // collective; into checkpoint.dir
@@ -117,6 +126,8 @@ class Trainer {
   int blas_threads_ = 1;
   std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while checkpoint.dir is set
   int64_t saved_step_ = -1;                      // step of the last checkpoint written or loaded
+  int64_t skipped_ = 0;                          // updates skipped (train.nonfinite = "skip")
+  std::string end_message_;
 };
 
 }  // namespace gpt2

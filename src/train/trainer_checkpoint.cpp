@@ -124,7 +124,7 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
     fail_input(file.path(), "holds no ", opt_->name(), " state (optimizer \"", file.meta().optimizer, "\")");
   for (auto& [name, buf] : opt_->state()) load("opt." + name, buf);
   step_ = file.meta().step;
-  opt_->set_steps_taken(step_);
+  opt_->set_steps_taken(file.meta().updates);
   sample_rng_.set_state(file.meta().rng);
 }
 
@@ -172,6 +172,7 @@ void Trainer::save_checkpoint() {
   meta.rng = sample_rng_.state();
   meta.config_toml = cfg_.toml();
   meta.optimizer = opt_->name();
+  meta.updates = opt_->steps_taken();
   std::vector<std::pair<std::string, Vec<float>>> sections = {
       {"params", Vec<float>(stage_->params.data(), stage_->params.extent(0))}};
   for (auto& s : opt_->state()) sections.push_back({"opt." + s.first, s.second});

@@ -129,6 +129,7 @@ def main():
         ("resume with an unknown word", train(deck("c31"), "--set", "checkpoint.resume=sometimes"), 2, 'checkpoint.resume: expected true, false or "auto", got "sometimes"'),
         ("no checkpoint verifies", train(deck("c32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
         ("negative checkpoint.keep", train(deck("c33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
+        ("unknown train.nonfinite", train(deck("c34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
         ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
         ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
         # A shape read from a checkpoint is checked against the file before anything is allocated.

@@ -1,6 +1,6 @@
-// What keeps a production run safe: the checkpoint folder (its lock, pruning, resume
-// candidates), outputs checked before step 1, shapes checked before any allocation, decks that
-// cannot be their own base, and metrics that continue after a resume.
+// What keeps a production run safe: non-finite steps, the checkpoint folder (its lock, pruning,
+// resume candidates), outputs checked before step 1, shapes checked before any allocation,
+// decks that cannot be their own base, and metrics that continue after a resume.
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include "model/checkpoint_dir.hpp"
 #include "model/model_file.hpp"
 #include "train/metrics.hpp"
+#include "train/nonfinite.hpp"
 #include "train/run_config.hpp"
 
 using namespace gpt2;
@@ -59,6 +60,16 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 }  // namespace
+
+TEST(NonFinite, NamesWhatIsNotFinite) {
+  const double nan = std::nan(""), inf = HUGE_VAL;
+  EXPECT_EQ(nonfinite_values(2.5, 1.0), "");
+  EXPECT_EQ(nonfinite_values(nan, 1.0), "loss (nan)");
+  EXPECT_EQ(nonfinite_values(1.0, inf), "gradient norm (inf)");
+  EXPECT_EQ(nonfinite_values(-inf, nan), "loss (-inf) and gradient norm (nan)");
+  EXPECT_EQ(nonfinite_policy("skip"), NonFinitePolicy::skip);
+  EXPECT_EQ(nonfinite_policy("stop"), NonFinitePolicy::stop);
+}
 
 TEST(InputDeck, ResumeTakesTrueFalseOrAutoAndWritesThemBack) {
   const std::string path = dir() + "/resume.toml";
@@ -188,6 +199,20 @@ TEST(ModelFile, AbsurdShapeIsRefusedBeforeAnythingIsAllocated) {
     w.commit();
   }
   EXPECT_NE(error_of([&] { ModelFile(path, "--checkpoint"); }).find("invalid model shape"), std::string::npos);
+}
+
+TEST(Checkpoint, CountsOptimizerUpdatesApartFromSteps) {
+  CheckpointMeta meta;
+  meta.model.n_layer = 1, meta.model.n_head = 1, meta.model.n_embd = 4, meta.model.vocab_size = 8;
+  meta.model.block_size = 4;
+  meta.step = 9, meta.updates = 7;
+  const std::string path = dir() + "/updates.bin";
+  CheckpointWriter w(path, meta, 2, {"params"});
+  const float two[2] = {1, 2};
+  w.append(two, 2);
+  w.commit();
+  EXPECT_EQ(CheckpointReader(path).meta().updates, 7);
+  EXPECT_EQ(CheckpointReader(path).meta().step, 9);
 }
 
 TEST(Metrics, ResumedRunKeepsTheLinesUpToItsStepAndAppends) {
