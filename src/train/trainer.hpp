@@ -29,9 +29,10 @@
 
 namespace gpt2 {
 
-// How run() ended; `gpt2 train` exits 0 or 5 for them (README, Reliability).
+// How run() ended; `gpt2 train` exits 0, 4 or 5 for them (README, Reliability).
 enum class RunEnd {
   completed,  // every step (or up to --stop-at) done
+  stopped,    // a stop signal (SIGTERM, SIGINT, SIGUSR1): the step in flight finished and was saved
   diverged,   // a non-finite loss or gradient norm with train.nonfinite = "stop": nothing saved
 };
 
@@ -48,8 +49,9 @@ class Trainer {
   Trainer(RunConfig cfg, Environment& env, TrainOptions opts = {}, MPI_Comm comm = MPI_COMM_WORLD);
   ~Trainer();
 
-  // The remaining steps, evaluations, samples, checkpoints, trace; end_message() says why a run
-  // that did not complete ended.
+  // The remaining steps, evaluations, samples, checkpoints, trace. Between steps the ranks agree on
+  // whether to go on (a stop signal on any rank, see runtime/stop_signals.hpp); end_message() says
+  // why a run that did not complete ended.
   RunEnd run();
   const std::string& end_message() const { return end_message_; }
   StepMetrics train_step();  // one optimizer step
@@ -94,6 +96,8 @@ class Trainer {
   std::vector<float> gather_section(const Vec<float>& local);  // owned range -> rank 0
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
+  int stop_signal();                             // collective: a stop signal on any rank, or 0
+  void save_on_stop(int signal, int64_t first);  // checkpoint and end_message_ of a stopped run
   void print_summary(double step_s, double tok_s, double rank_tok_s);
 
   RunConfig cfg_;

@@ -1,14 +1,16 @@
-// What keeps a production run safe: non-finite steps, the checkpoint folder (its lock, pruning,
-// resume candidates), outputs checked before step 1, shapes checked before any allocation,
-// decks that cannot be their own base, and metrics that continue after a resume.
+// What keeps a production run safe: stop signals, non-finite steps, the checkpoint folder (its
+// lock, pruning, resume candidates), outputs checked before step 1, shapes checked before any
+// allocation, decks that cannot be their own base, and metrics that continue after a resume.
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "../common/tiny_data.hpp"
 #include "core/error.hpp"
@@ -16,6 +18,7 @@
 #include "model/checkpoint.hpp"
 #include "model/checkpoint_dir.hpp"
 #include "model/model_file.hpp"
+#include "runtime/stop_signals.hpp"
 #include "train/metrics.hpp"
 #include "train/nonfinite.hpp"
 #include "train/run_config.hpp"
@@ -60,6 +63,45 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 }  // namespace
+
+TEST(StopSignals, FirstSignalOnlyFlagsRepeatsCountOnceALaterOneEndsTheProcess) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // exit codes say how far it got; death by SIGTERM is the pass
+    StopSignals s;
+    if (StopSignals::pending() != 0) ::_exit(10);
+    ::raise(SIGUSR1);
+    if (StopSignals::pending() != SIGUSR1) ::_exit(11);
+    ::raise(SIGTERM);  // the same request by a second path: no effect
+    if (StopSignals::pending() != SIGUSR1) ::_exit(12);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    ::raise(SIGTERM);  // a second request: the default action
+    ::_exit(13);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit code " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_STREQ(StopSignals::name(SIGUSR1), "SIGUSR1");
+  EXPECT_STREQ(StopSignals::name(SIGHUP), "signal 1");
+}
+
+TEST(StopSignals, HandlersAreRestoredAndReclaimed) {
+  struct sigaction before {}, during {};
+  ::sigaction(SIGUSR1, nullptr, &before);
+  {
+    StopSignals s;
+    ::signal(SIGUSR1, SIG_IGN);  // a library taking the signal (MPICH's MPI_Init does)
+    s.reclaim();
+    ::sigaction(SIGUSR1, nullptr, &during);
+    EXPECT_NE(during.sa_handler, SIG_IGN);
+    EXPECT_NE(during.sa_handler, before.sa_handler);
+    EXPECT_THROW(StopSignals(), std::logic_error);  // one at a time
+  }
+  struct sigaction after {};
+  ::sigaction(SIGUSR1, nullptr, &after);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
+}
 
 TEST(NonFinite, NamesWhatIsNotFinite) {
   const double nan = std::nan(""), inf = HUGE_VAL;
