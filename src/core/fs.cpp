@@ -80,11 +80,17 @@ void make_dirs(const std::string& path, const std::string& key) {
     fail_input(key, "folder ", path, " is not writable: ", std::strerror(errno));
 }
 
+std::string parent_folder(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool writable_folder(const std::string& path) { return is_directory(path) && ::access(path.c_str(), W_OK) == 0; }
+
 void prepare_output_file(const std::string& path, const std::string& key) {
   if (path.empty()) return;
   if (is_directory(path) || path.back() == '/') fail_input(key, path, " is a folder, expected a file name");
-  const size_t slash = path.rfind('/');
-  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string folder = parent_folder(path);
   make_dirs(folder, key);
   if (file_exists(path) && ::access(path.c_str(), W_OK) != 0)
     fail_input(key, "cannot write ", path, ": ", std::strerror(errno));

@@ -32,6 +32,8 @@ void make_dirs(const std::string& path, const std::string& key);
 // An output file: its folder made as make_dirs does; InputError naming `key` when the path is a
 // folder, or the folder or an existing file there is not writable. Creates no file.
 void prepare_output_file(const std::string& path, const std::string& key);
+std::string parent_folder(const std::string& path);  // "." when the path names none
+bool writable_folder(const std::string& path);       // an existing folder this process may write in
 std::string read_file(const std::string& path);  // InputError if unreadable
 
 }  // namespace gpt2

@@ -17,10 +17,8 @@ namespace gpt2 {
 Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm comm)
     : cfg_(std::move(cfg)), env_(env), comm_(comm), rank_(rank_in(comm)), size_(size_of(comm)),
       opts_(std::move(opts)) {
-  collective_phase(comm_, [&] {
-    cfg_.validate(size_);
-    prepare_outputs();
-  });
+  collective_phase(comm_, [&] { cfg_.validate(size_); });
+  prepare_outputs();
   topo_ = std::make_unique<Topology>(comm_, cfg_.grid());
   collective_phase(comm_, [&] { groups_ = std::make_unique<CommGroups>(*topo_, cfg_.parallel.comm, env_.local_size()); });
   collective_phase(comm_, [&] { setup_data(); });

@@ -80,7 +80,7 @@ class Trainer {
  private:
   void setup_data();
   void setup_model();
-  void prepare_outputs();     // every file and folder the run writes: checked, made, locked
+  void prepare_outputs();  // collective: every file and folder the run writes checked, made, locked
   void load_initial_state();
   std::string pick_resume_checkpoint();  // rank 0; "" to start fresh
   void load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a);

@@ -22,18 +22,28 @@ void copy_to_device(const Vec<float>& dst, const std::vector<float>& src) {
 }
 }  // namespace
 
-// Runs in the first collective phase, before any other work: a path that cannot be written is
-// an error naming its key now rather than at the first checkpoint or at the end.
+// Before any other work: a path that cannot be written is an error naming its key now rather than
+// at the first checkpoint or at the end. Rank 0 writes checkpoints and metrics and makes the
+// trace's folder; every rank writes its part of the trace, so each checks that it sees that folder
+// (a node-local path on a multi-node run does not do).
 void Trainer::prepare_outputs() {
-  if (rank_ != 0) return;  // rank 0 writes checkpoints and metrics and makes the trace's folder
   const std::string& dir = cfg_.checkpoint.dir;
-  if (!dir.empty()) {
-    make_dirs(dir, "checkpoint.dir");
-    dir_lock_ = std::make_unique<CheckpointDirLock>(dir, "checkpoint.dir");
-  }
-  prepare_output_file(cfg_.trace.file, "trace.file");
-  if (!cfg_.trace.file.empty()) AtomicFile probe(cfg_.trace.file);  // fails now if it cannot be written
-  prepare_output_file(opts_.metrics_jsonl, "--metrics-jsonl");
+  const std::string& trace = cfg_.trace.file;
+  collective_phase(comm_, [&] {
+    if (rank_ != 0) return;
+    if (!dir.empty()) {
+      make_dirs(dir, "checkpoint.dir");
+      dir_lock_ = std::make_unique<CheckpointDirLock>(dir, "checkpoint.dir");
+    }
+    prepare_output_file(trace, "trace.file");
+    if (!trace.empty()) AtomicFile probe(trace);  // fails now if it cannot be written
+    prepare_output_file(opts_.metrics_jsonl, "--metrics-jsonl");
+  });
+  collective_phase(comm_, [&] {
+    if (!trace.empty() && !writable_folder(parent_folder(trace)))
+      fail_input("trace.file", "rank ", rank_, " cannot write in ", parent_folder(trace),
+                 " (every rank writes its part of the trace: the folder must be shared and writable)");
+  });
 }
 
 namespace {

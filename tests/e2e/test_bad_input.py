@@ -108,6 +108,8 @@ def main():
         ("unknown schedule", train(deck("c19", parallel__schedule="zigzag")), 2, "parallel.schedule: expected naive, gpipe or 1f1b"),
         ("unwritable trace folder", train(deck("c20", trace__file="/proc/gpt2/trace.h5")), 2, "trace.file: cannot create folder"),
         ("unwritable checkpoint folder", train(deck("c21", checkpoint__dir="/proc/gpt2-ckpt")), 2, "checkpoint.dir: cannot create folder"),
+        ("unwritable trace folder, 1 rank", train(deck("c20b", parallel__dp=1, trace__file="/proc/gpt2/trace.h5")), 1, "trace.file: cannot create folder"),
+        ("unwritable checkpoint folder, 1 rank", train(deck("c21b", parallel__dp=1, checkpoint__dir="/proc/gpt2-ckpt")), 1, "checkpoint.dir: cannot create folder"),
         ("stage_layers not summing", train(deck("c22", parallel__dp=1, parallel__pp=2, parallel__stage_layers=[1, 2])), 2, "entries must sum to model.n_layer (2)"),
         ("missing input deck", train(P("nope.toml")), 2, "cannot open the input deck"),
         ("TOML syntax error", train(P("syntax.toml")), 2, "(line 2)"),

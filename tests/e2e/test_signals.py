@@ -3,7 +3,8 @@
 
 A long training run (checkpoint.dir set, checkpoint.every = 0: nothing saved until the end) gets a
 signal once it has logged some steps:
-  1 rank, no launcher: SIGTERM, SIGINT, SIGUSR1 to the process;
+  1 rank, no launcher: SIGTERM, SIGINT, SIGUSR1 to the process; 1 rank under mpiexec: SIGTERM to
+  mpiexec;
   2 ranks under mpiexec: SIGTERM to rank 1, SIGUSR1 to rank 0, SIGTERM to rank 1 of a pipeline
   (pp = 2: ranks wait on each other inside the step), SIGTERM and SIGUSR1 to mpiexec (which passes
   them on to every rank).
@@ -51,13 +52,13 @@ def losses(path):
     return [m["loss"] for m in gpt2test.read_jsonl(path) if "loss" in m]
 
 
-def stop_case(args, checks, name, ranks, target, sig, pp=False):
-    """Starts a long run, signals `target` ("launcher", or a world rank), checks the stop. Returns
-    (the step it stopped after, its metrics file) or None."""
+def stop_case(args, checks, name, ranks, target, sig, pp=False, launcher=False):
+    """Starts a long run (under mpiexec when ranks > 1 or `launcher`), signals `target` ("launcher",
+    or a world rank), checks the stop. Returns (the step it stopped after, its metrics file) or None."""
     cfg = deck(args, name, ranks, 1000000, pp=pp)
     metrics = os.path.join(args.workdir, name + ".jsonl")
-    job = Job(args, name, [args.gpt2, "train", cfg, "-q", "--metrics-jsonl", metrics], ranks if ranks > 1 else 0,
-              {"GPT2_COMM_TIMEOUT": "60"})
+    job = Job(args, name, [args.gpt2, "train", cfg, "-q", "--metrics-jsonl", metrics],
+              ranks if ranks > 1 or launcher else 0, {"GPT2_COMM_TIMEOUT": "60"})
     try:
         found = job.find_ranks(ranks)
         if not checks.check(found is not None and wait_for_lines(metrics, 5, job),
@@ -166,6 +167,7 @@ def main():
     one = stop_case(args, checks, "term_1", 1, 0, signal.SIGTERM)
     stop_case(args, checks, "int_1", 1, 0, signal.SIGINT)
     stop_case(args, checks, "usr1_1", 1, 0, signal.SIGUSR1)
+    stop_case(args, checks, "term_mpiexec_1", 1, "launcher", signal.SIGTERM, launcher=True)
     two = stop_case(args, checks, "term_rank1_dp2", 2, 1, signal.SIGTERM)
     stop_case(args, checks, "usr1_rank0_dp2", 2, 0, signal.SIGUSR1)
     stop_case(args, checks, "term_rank1_pp2", 2, 1, signal.SIGTERM, pp=True)
