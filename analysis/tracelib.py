@@ -10,8 +10,9 @@ it is copied here:
   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}; attribute kind_names
             maps kind codes to names; times in seconds on a common clock; bytes moved by
             communication events
-  /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss}, one row per
-            optimizer step (rank 0's view); val_loss < 0 where no evaluation ran
+  /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss, skipped}, one row
+            per optimizer step (rank 0's view); val_loss < 0 where no evaluation ran; skipped 1 where
+            the update was skipped (non-finite loss or gradient norm)
 
 Conventions used here:
   * Step indices in /events are 0-based; in /metrics they are 1-based (metrics step k = event step k-1).
@@ -228,7 +229,8 @@ _EVENT_DTYPE = np.dtype([("rank", "<i4"), ("kind", "<i4"), ("step", "<i4"), ("mi
                          ("stage", "<i4"), ("start", "<f8"), ("end", "<f8"), ("bytes", "<i8"),
                          ("chunk", "<i4"), ("unit", "<i4")])
 _METRIC_DTYPE = np.dtype([("step", "<i4"), ("loss", "<f8"), ("lr", "<f8"), ("grad_norm", "<f8"),
-                          ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8")])
+                          ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8"),
+                          ("skipped", "i1")])
 
 
 def as_list(value):

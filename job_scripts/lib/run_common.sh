@@ -17,8 +17,14 @@
 #     metrics.jsonl            one JSON object per step (--metrics-jsonl)
 #     trace.h5                 HDF5 trace (trace.file)
 #     plots/                   PNGs and report from analysis/*.py, made at the end (plots.log)
+#     checkpoints/             checkpoints, in a Slurm job whose deck sets no checkpoint.dir
 #     exit_code                the exit status of the training
 #
+# Stopping early: SIGUSR1 to the batch shell (the scripts' `#SBATCH --signal=B:USR1@N`, sent N
+# seconds before the time limit), and outside Slurm SIGTERM or SIGUSR1 to this script, are passed
+# to the launcher, which passes them to every rank: the run finishes its step, checkpoints and exits
+# with status 4. A Slurm job stopped that way by SIGUSR1 requeues itself (scontrol requeue); the
+# requeued run (same job id, same run folder) resumes with checkpoint.resume = "auto".
 # Environment (all optional; sbatch passes the submitting shell's environment to the job):
 #   GPT2_ROOT        the repository (found automatically)
 #   GPT2_SITE        env file in job_scripts/env/ to source (default: by hostname, see gpt2_load_site)
@@ -32,8 +38,10 @@
 #   GPT2_BLAS_THREADS host BLAS threads per rank (default: Slurm's cpus per task, else cores / ranks)
 #   GPT2_PLOTS       0: make no plots at the end
 #   GPT2_PYTHON      python with numpy, h5py, matplotlib (default: the first python3 that has them)
-# Exit status: that of `gpt2 train`; 2 when the run was refused before launching (bad configuration,
-# ranks that do not match the allocation, missing executable).
+#   GPT2_REQUEUE     0: a Slurm job stopped by SIGUSR1 does not requeue itself (default 1)
+# Exit status: that of `gpt2 train` (4: stopped by a signal, checkpoint written); 2 when the run was
+# refused before launching (bad configuration, ranks that do not match the allocation, missing
+# executable).
 
 # ---- locating the repository ------------------------------------------------------------------
 # A batch script runs from a copy in Slurm's spool folder, so its own path says nothing. This file
@@ -57,11 +65,13 @@ gpt2_die() { # gpt2_die STATUS MESSAGE...
 # gpt2_untee puts the original streams back and waits for the tees to drain: Slurm ends a job's
 # left-over processes as soon as the batch script exits, which would lose the last lines.
 GPT2_TEE_PIDS=()
+# The tees ignore SIGINT and SIGTERM, which reach the whole process group (Ctrl-C, a stop), so that
+# the last lines of a stopped run still get written.
 gpt2_tee() {
   exec 3>&1 4>&2
-  exec 1> >(tee -a "$1" >&3)
+  exec 1> >(trap '' INT TERM; exec tee -a "$1" >&3)
   GPT2_TEE_PIDS+=($!)
-  exec 2> >(tee -a "$1" >&4)
+  exec 2> >(trap '' INT TERM; exec tee -a "$1" >&4)
   GPT2_TEE_PIDS+=($!)
 }
 gpt2_untee() {
@@ -187,11 +197,46 @@ print("\n".join(map(str, v)) if isinstance(v, list) else v)' "$1"
 
 gpt2_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
+# ---- launching ----------------------------------------------------------------------------------
+# gpt2_launch IN_SLURM CMD...: runs the launcher in the background and waits for it, so that this
+# shell can pass signals on (bash runs a trap only between commands, never during a foreground
+# one). SIGUSR1 goes to the launcher (Slurm's `--signal=B:USR1@N` reaches only the batch shell);
+# outside Slurm SIGTERM does too. In a job Slurm signals the job steps itself (scancel, time limit),
+# so passing SIGTERM on there would reach each rank twice. SIGINT from a terminal reaches the
+# launcher directly. Returns the launcher's exit status.
+gpt2_launch() {
+  local in_slurm=$1 pid rc
+  shift
+  # stdin from /dev/null: srun and mpiexec would forward the terminal's input to rank 0.
+  "$@" </dev/null &
+  pid=$!
+  trap 'GPT2_STOP_SIGNAL=USR1; kill -USR1 '"$pid"' 2>/dev/null' USR1
+  if ((in_slurm)); then
+    trap 'GPT2_STOP_SIGNAL=TERM' TERM
+  else
+    trap 'GPT2_STOP_SIGNAL=TERM; kill -TERM '"$pid"' 2>/dev/null' TERM
+  fi
+  trap 'GPT2_STOP_SIGNAL=INT' INT
+  while :; do
+    rc=0
+    wait "$pid" || rc=$?
+    # A trapped signal ends `wait` early (status > 128) while the launcher still runs: wait again.
+    ((rc > 128)) && kill -0 "$pid" 2>/dev/null && continue
+    break
+  done
+  trap - TERM INT
+  return "$rc"
+}
+
 # ---- the job --------------------------------------------------------------------------------------
 gpt2_job() {
   local mode=$1
   shift
   local caller=${BASH_SOURCE[1]:-$0}
+  # A time-limit warning (SIGUSR1) may come before the launch: remember it (its default would end
+  # this shell).
+  GPT2_STOP_SIGNAL=""
+  trap 'GPT2_STOP_SIGNAL=USR1' USR1
   case ${1:-} in
     -h | --help) gpt2_usage "$caller"; exit 0 ;;
     '') gpt2_usage "$caller" >&2; gpt2_die 2 "no CONFIG given" ;;
@@ -295,17 +340,30 @@ gpt2_job() {
     esac
     i=$((i + 1))
   done
-  local train_args=("${sets[@]}" "${user_args[@]}")
-  ((metrics_given)) || train_args+=(--metrics-jsonl "$run_dir/metrics.jsonl")
+  local train_args
 
   # -- check before launching anything
   [[ -x $GPT2_BIN ]] ||
     gpt2_die 2 "gpt2 executable not found: $GPT2_BIN (build it: cmake --build build, or set GPT2_BIN)"
-  local info
+  local info n_sets=${#sets[@]}
   if ! info=$("$GPT2_BIN" info "$config" "${sets[@]}" "${user_sets[@]}" --json 2>&1); then
     echo "$info" >&2
     gpt2_die 2 "the configuration $config (with the options above) is not valid; nothing was launched"
   fi
+  # In Slurm a deck without checkpoint.dir gets the run folder's, so that a stop before the time
+  # limit saves; a requeued job (same id, same run folder) continues from its checkpoints.
+  local restarts=${SLURM_RESTART_COUNT:-0}
+  gpt2_is_uint "$restarts" || restarts=0
+  if ((in_slurm)) && [[ -z $(gpt2_info_get config.checkpoint.dir <<<"$info") ]]; then
+    sets+=(--set "checkpoint.dir=$run_dir/checkpoints")
+  fi
+  ((in_slurm && restarts > 0)) && sets+=(--set checkpoint.resume=auto)
+  if ((${#sets[@]} != n_sets)) && ! info=$("$GPT2_BIN" info "$config" "${sets[@]}" "${user_sets[@]}" --json 2>&1); then
+    echo "$info" >&2
+    gpt2_die 2 "the configuration $config (with the options above) is not valid; nothing was launched"
+  fi
+  train_args=("${sets[@]}" "${user_args[@]}")
+  ((metrics_given)) || train_args+=(--metrics-jsonl "$run_dir/metrics.jsonl")
   printf '%s\n' "$info" >"$run_dir/info.json"
   gpt2_info_get config_toml <<<"$info" >"$run_dir/config.effective.toml"
   local eff_dp eff_pp eff_tp trace nranks
@@ -359,6 +417,7 @@ gpt2_job() {
     echo "gpus_on_node=${SLURM_GPUS_ON_NODE:-}"
     echo "cpus_per_task=${SLURM_CPUS_PER_TASK:-}"
     echo "blas_threads=$threads"
+    echo "restarts=$restarts"
     echo "workdir=$PWD"
     echo "gpt2=$GPT2_BIN"
     echo "version=$("$GPT2_BIN" --version 2>/dev/null)"
@@ -369,9 +428,25 @@ gpt2_job() {
   gpt2_log "run folder: $run_dir"
   gpt2_log "$mode on $ntasks tasks (${SLURM_JOB_NUM_NODES:-1} node(s)): parallel.dp=$eff_dp parallel.pp=$eff_pp, site $(basename "$GPT2_SITE_FILE"), launcher $launcher"
   gpt2_log "${cmd[*]}"
-  local rc=0 t0=$SECONDS
-  # stdin from /dev/null: srun and mpiexec would forward the terminal's input to rank 0.
-  "${cmd[@]}" </dev/null || rc=$?
+  local rc=0 t0=$SECONDS log_at stopped_by="" i
+  log_at=$(($(stat -c %s "$run_dir/stdout.log" 2>/dev/null || echo 0) + 1))
+  if [[ $GPT2_STOP_SIGNAL == USR1 ]]; then
+    gpt2_log "SIGUSR1 came before the launch: nothing ran"
+    rc=4 stopped_by=SIGUSR1
+  else
+    gpt2_launch "$in_slurm" "${cmd[@]}" || rc=$?
+    # How a stop ended, from the run's own last line (rank 0: "gpt2 train: stopped by SIGxxx ...";
+    # the tee may still be writing it). MPICH's mpiexec (hydra 4.0) reports 0 for ranks that exit
+    # after it passed a signal on to them (its proxy counts them as cleaned up): that line decides.
+    for i in $(seq 20); do
+      stopped_by=$(tail -c "+$log_at" "$run_dir/stdout.log" 2>/dev/null |
+        sed -n 's/^gpt2 train: stopped by \(SIG[A-Z0-9]*\).*/\1/p' | tail -n1)
+      [[ -n $stopped_by ]] && break
+      ((rc == 4)) || [[ -n $GPT2_STOP_SIGNAL ]] || break  # only a stopped run has that line
+      sleep 0.1
+    done
+    if ((rc == 0)) && [[ -n $stopped_by ]]; then rc=4; fi
+  fi
   echo "$rc" >"$run_dir/exit_code"
   {
     echo "end=$(date -Is)"
@@ -380,8 +455,19 @@ gpt2_job() {
   } >>"$run_dir/job.txt"
   if ((rc == 0)); then
     gpt2_log "training finished in $((SECONDS - t0)) s"
+  elif ((rc == 4)); then
+    gpt2_log "training stopped by ${stopped_by:-a signal} after $((SECONDS - t0)) s (status 4; its last line says what it saved)"
   else
     gpt2_warn "training failed with status $rc after $((SECONDS - t0)) s"
+  fi
+
+  # -- requeue: the time-limit warning stopped the run; the requeued job resumes from its checkpoint
+  if ((rc == 4 && in_slurm)) && [[ $stopped_by == SIGUSR1 && ${GPT2_REQUEUE:-1} != 0 ]]; then
+    gpt2_log "requeueing job $SLURM_JOB_ID (restart $((restarts + 1))): it will resume from its newest checkpoint"
+    gpt2_untee
+    scontrol requeue "$SLURM_JOB_ID" ||
+      echo "[gpt2-job] WARNING: scontrol requeue $SLURM_JOB_ID failed (submit with --requeue; GPT2_REQUEUE=0 turns this off)" >&2
+    return 4
   fi
 
   # -- plots

@@ -51,7 +51,17 @@ std::string field_toml(const DeckField& f) {
 }
 
 void json_field(Json& j, const DeckField& f) {
-  std::visit([&](auto* p) { j.value(*p); }, f.dst);
+  std::visit(
+      [&](auto* p) {
+        using D = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<D, BoolOrWord>) {
+          if (p->is("true") || p->is("false")) j.value(p->is("true"));
+          else j.value(p->text);
+        } else {
+          j.value(*p);
+        }
+      },
+      f.dst);
 }
 
 void json_model(Json& j, const ModelConfig& c) {

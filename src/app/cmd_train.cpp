@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "runtime/collective.hpp"
 #include "runtime/environment.hpp"
+#include "runtime/stop_signals.hpp"
 #include "train/trainer.hpp"
 
 namespace gpt2::app {
@@ -29,21 +30,37 @@ Run add_train(CLI::App& app) {
   c->add_option("--stop-at", a->stop_at,
                 "Stop after this step, checkpointing as at the end (resume later with checkpoint.resume)")
       ->check(CLI::PositiveNumber);
-  c->footer("Ranks: parallel.dp * parallel.pp must equal the number of MPI ranks.\n"
-            "See `gpt2 info --keys` for every configuration key.");
+  c->footer("Ranks: parallel.dp * parallel.tp * parallel.pp must equal the number of MPI ranks.\n"
+            "See `gpt2 info --keys` for every configuration key.\n"
+            "SIGTERM, SIGINT or SIGUSR1 (to any rank, or to mpiexec / srun, which pass them on): every rank\n"
+            "finishes its step, a checkpoint is written (checkpoint.dir), the trace and metrics are flushed;\n"
+            "a second signal ends the run at once.\n"
+            "Exit status: 0 done, 1 failure, 2 bad input, 3 a rank hung (watchdog), 4 stopped by a signal\n"
+            "(resume with checkpoint.resume = \"auto\"), 5 a non-finite loss or gradient norm (train.nonfinite).");
   return [a]() -> int {
+    // From here on a stop signal only sets a flag (MPI and Kokkos start up below; a run asked to
+    // stop by then ends before its first step).
+    StopSignals stop_signals;
     Environment env{Environment::MpiOnly{}};
+    stop_signals.reclaim();
     const bool root = env.rank() == 0;
     try {
       RunConfig cfg;
       collective_phase(MPI_COMM_WORLD, [&] { cfg = RunConfig::load(a->config, a->sets); });
       env.start_kokkos(cfg.parallel.host_threads);  // its threads per rank come from the deck
+      stop_signals.reclaim();
       TrainOptions opts;
       opts.metrics_jsonl = a->metrics;
       opts.quiet = a->quiet;
       opts.stop_at = a->stop_at;
       Trainer trainer(cfg, env, opts);
-      trainer.run();
+      const RunEnd end = trainer.run();
+      if (end == RunEnd::completed) return 0;
+      if (root) {
+        std::fprintf(stderr, "%s%s\n", end == RunEnd::diverged ? "error: " : "gpt2 train: ", trainer.end_message().c_str());
+        std::fflush(stderr);
+      }
+      return end == RunEnd::stopped ? kExitStopped : kExitDiverged;
     } catch (const CollectiveError& e) {
       if (root) std::fprintf(stderr, "error: %s\n", e.what());
       return e.input_error() ? 2 : 1;

@@ -7,6 +7,11 @@
 namespace gpt2::app {
 
 using Run = std::function<int()>;
+
+// Exit statuses besides 0 (done), 1 (failure), 2 (bad input) and 3 (a rank hung: the watchdog).
+constexpr int kExitStopped = 4;   // gpt2 train: stopped by a signal, the steps done saved
+constexpr int kExitDiverged = 5;  // gpt2 train: a non-finite loss or gradient norm (train.nonfinite)
+
 Run add_train(CLI::App& app);
 Run add_prepare(CLI::App& app);
 Run add_sample(CLI::App& app);

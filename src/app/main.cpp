@@ -1,5 +1,6 @@
 // gpt2: train, prepare data, sample, convert and inspect GPT-2 models.
-// Exit status: 0 success, 1 failure, 2 bad input (config, files, flags), 3 a rank died or hung.
+// Exit status: 0 success, 1 failure, 2 bad input (config, files, flags), 3 a rank died or hung,
+// 4 training stopped by a signal (its steps saved), 5 training diverged (non-finite values).
 #include <cstdio>
 #include <cstdlib>
 

@@ -68,14 +68,32 @@ void make_dirs(const std::string& path, const std::string& key) {
   if (path.empty()) return;
   std::string cur;
   for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!cur.empty() && !is_directory(cur) && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+    if ((i == path.size() || path[i] == '/') && !cur.empty()) {
+      if (file_exists(cur) && !is_directory(cur))
+        fail_input(key, cur, " is a file, expected a folder");
+      if (!is_directory(cur) && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
         fail_input(key, "cannot create folder ", cur, ": ", std::strerror(errno));
     }
     if (i < path.size()) cur += path[i];
   }
   if (::access(path.c_str(), W_OK) != 0)
     fail_input(key, "folder ", path, " is not writable: ", std::strerror(errno));
+}
+
+std::string parent_folder(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+bool writable_folder(const std::string& path) { return is_directory(path) && ::access(path.c_str(), W_OK) == 0; }
+
+void prepare_output_file(const std::string& path, const std::string& key) {
+  if (path.empty()) return;
+  if (is_directory(path) || path.back() == '/') fail_input(key, path, " is a folder, expected a file name");
+  const std::string folder = parent_folder(path);
+  make_dirs(folder, key);
+  if (file_exists(path) && ::access(path.c_str(), W_OK) != 0)
+    fail_input(key, "cannot write ", path, ": ", std::strerror(errno));
 }
 
 std::string read_file(const std::string& path) {

@@ -26,8 +26,14 @@ class AtomicFile {
 bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 size_t file_size(const std::string& path);  // 0 when missing
-// mkdir -p; InputError naming `key` when it cannot be created or written.
+// An output folder, made (mkdir -p) when missing; InputError naming `key` when it or a parent is
+// a file, or it cannot be created or written.
 void make_dirs(const std::string& path, const std::string& key);
+// An output file: its folder made as make_dirs does; InputError naming `key` when the path is a
+// folder, or the folder or an existing file there is not writable. Creates no file.
+void prepare_output_file(const std::string& path, const std::string& key);
+std::string parent_folder(const std::string& path);  // "." when the path names none
+bool writable_folder(const std::string& path);       // an existing folder this process may write in
 std::string read_file(const std::string& path);  // InputError if unreadable
 
 }  // namespace gpt2

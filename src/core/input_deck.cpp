@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include "core/error.hpp"
@@ -152,21 +153,41 @@ void merge_sections(toml::table& into, const toml::table& from, const std::strin
   }
 }
 
+// The canonical path of an existing file (symbolic links and ".." resolved), else the path as given.
+std::string canonical(const std::string& path) {
+  char* r = ::realpath(path.c_str(), nullptr);
+  if (!r) return path;
+  std::string s(r);
+  std::free(r);
+  return s;
+}
+
 // A deck may start from another: `base = "shakespeare.toml"` (relative to the deck's folder) at
-// the top, then override what differs. Bases may chain (up to 8 deep).
-toml::table resolve_base(toml::table deck, const std::string& source, int depth = 0) {
+// the top, then override what differs. Bases may chain (up to 8 deep); `chain` holds the decks
+// that led here, so a deck that is its own base (directly or further up) is named as such.
+toml::table resolve_base(toml::table deck, const std::string& source, std::vector<std::string> chain = {}) {
   const toml::node* b = deck.get("base");
   if (!b) return deck;
   if (!b->is_string()) fail_input(source, "base: expected the path of another deck, got ", type_name(*b));
-  if (depth >= 8) fail_input(source, "base: decks chained more than 8 deep (a cycle?)");
+  if (chain.size() >= 8) fail_input(source, "base: decks chained more than 8 deep");
   std::string path = *b->value<std::string>();
+  if (path.empty()) fail_input(source, "base: is empty, expected the path of another deck");
   const size_t slash = source.rfind('/');
   if (!path.empty() && path[0] != '/' && slash != std::string::npos) path = source.substr(0, slash + 1) + path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    fail_input(source, "base: ", path, " is a folder, expected another deck (a TOML file)");
+  chain.push_back(canonical(source));
+  const std::string target = canonical(path);
+  for (size_t i = 0; i < chain.size(); ++i)
+    if (chain[i] == target)
+      fail_input(source, "base: ", path, i + 1 == chain.size() ? " is this deck itself" : " is a deck that leads here (a cycle)",
+                 ", expected another deck");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_input(source, "base: cannot open ", path);
   std::ostringstream text;
   text << in.rdbuf();
-  toml::table root = resolve_base(parse(text.str(), path), path, depth + 1);
+  toml::table root = resolve_base(parse(text.str(), path), path, chain);
   deck.erase("base");
   merge_sections(root, deck, source);
   return root;
@@ -211,6 +232,10 @@ void InputDeck::bind(const std::vector<DeckField>& fields) const {
             } else if constexpr (std::is_same_v<D, std::string>) {
               if (!v.is_string()) wrong("a string");
               *dst = *v.value<std::string>();
+            } else if constexpr (std::is_same_v<D, BoolOrWord>) {
+              if (v.is_boolean()) dst->text = *v.value<bool>() ? "true" : "false";
+              else if (v.is_string()) dst->text = *v.value<std::string>();
+              else wrong("true, false or a string");
             } else {
               const toml::array* arr = v.as_array();
               if (!arr) wrong("an array of integers");
@@ -240,6 +265,8 @@ std::string InputDeck::to_toml(const std::vector<DeckField>& fields) {
           using D = std::remove_pointer_t<decltype(v)>;
           if constexpr (std::is_same_v<D, bool>) os << (*v ? "true" : "false");
           else if constexpr (std::is_same_v<D, std::string>) os << quoted(*v);
+          else if constexpr (std::is_same_v<D, BoolOrWord>)
+            os << (v->is("true") || v->is("false") ? v->text : quoted(v->text));
           else if constexpr (std::is_same_v<D, double>) {
             std::string s;
             for (int prec = 6; prec <= 17; ++prec) {  // shortest text that reads back exactly

@@ -46,11 +46,13 @@ struct CheckpointWriter::Impl {
 CheckpointWriter::CheckpointWriter(const std::string& path, const CheckpointMeta& meta,
                                    size_t num_params, const std::vector<std::string>& floats)
     : impl_(new Impl(path, num_params)) {
+  const int64_t updates = meta.updates >= 0 ? meta.updates : meta.step;
   std::vector<std::pair<std::string, std::string>> small = {
       {"model", model_bytes(meta.model)},
       {"meta", meta_bytes(meta)},
       {"config", meta.config_toml},
-      {"optimizer", meta.optimizer}};
+      {"optimizer", meta.optimizer},
+      {"updates", std::string(reinterpret_cast<const char*>(&updates), sizeof(updates))}};
   const uint32_t nsec = uint32_t(small.size() + floats.size());
   uint64_t offset = 16 + nsec * sizeof(Entry);
   for (const auto& [name, bytes] : small) {
@@ -154,11 +156,22 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   std::memcpy(meta_.rng.data(), meta.data() + 8, 32);
   meta_.config_toml = small("config");
   meta_.optimizer = small("optimizer");
+  meta_.updates = meta_.step;
+  if (has("updates")) {
+    const std::string u = small("updates");
+    if (u.size() != sizeof(int64_t)) fail_input(path, "corrupt checkpoint metadata (updates)");
+    std::memcpy(&meta_.updates, u.data(), sizeof(int64_t));
+  }
   close_on_error.armed = false;
 }
 
 CheckpointReader::~CheckpointReader() {
   if (f_) std::fclose(f_);
+}
+
+uint64_t CheckpointReader::bytes(const std::string& section) const {
+  auto it = sections_.find(section);
+  return it == sections_.end() ? 0 : it->second.bytes;
 }
 
 void CheckpointReader::read(const std::string& section, size_t begin, size_t n, float* dst) const {

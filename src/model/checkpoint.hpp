@@ -3,7 +3,9 @@
 // and optimizer moments in the global flat layout), so a run can resume on a different grid.
 //   "GPT2KCKP" | u32 version | u32 sections | sections x {name[24], u64 offset, u64 bytes, u64 hash}
 //   then the section bytes. Sections: model (5 x i32), meta (i64 step, 4 x u64 rng), config (TOML
-//   text), optimizer (name), params, opt.m, opt.v (f32, global layout).
+//   text), optimizer (name), updates (i64: optimizer updates applied, fewer than the steps when
+//   train.nonfinite = "skip" skipped some; absent in older files: as many as the steps), params,
+//   opt.m, opt.v (f32, global layout).
 // Written to a temporary file and renamed; every section carries a checksum verified on load.
 #include <array>
 #include <cstdint>
@@ -23,6 +25,7 @@ struct CheckpointMeta {
   std::array<uint64_t, 4> rng{};
   std::string config_toml;
   std::string optimizer;  // "adamw" or empty (weights only)
+  int64_t updates = -1;   // optimizer updates applied; -1: as many as steps
 };
 
 // Streams a checkpoint out: the caller hands over each float section in order of the global layout.
@@ -45,6 +48,7 @@ class CheckpointReader {
   ~CheckpointReader();
   const CheckpointMeta& meta() const { return meta_; }
   bool has(const std::string& section) const { return sections_.count(section) > 0; }
+  uint64_t bytes(const std::string& section) const;  // 0 when absent
   // Reads floats [begin, begin + n) of a float section.
   void read(const std::string& section, size_t begin, size_t n, float* dst) const;
   // Recomputes every section's checksum; InputError naming the file and section on mismatch.

@@ -14,6 +14,12 @@ struct ModelConfig {
 
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
   int head_size() const { return n_embd / n_head; }
+  // ParamLayout(*this).total() without building it, in double: no shape read from a damaged file
+  // can overflow it, and it is exact below 2^53. Check it before allocating for a shape.
+  double param_count() const {
+    const double C = n_embd;
+    return (double(padded_vocab()) + block_size) * C + n_layer * (12 * C * C + 13 * C) + 2 * C;
+  }
   // Throws InputError naming the offending model.* key.
   void validate() const;
   bool operator==(const ModelConfig& o) const {

@@ -25,6 +25,16 @@ ModelFile::ModelFile(const std::string& path, const std::string& key) : path_(pa
     fail_input(path_, "is neither a gpt2-kokkos checkpoint nor an llm.c model file (bad magic)");
   ckpt_ = std::make_unique<CheckpointReader>(path_);
   meta_ = ckpt_->meta();
+  // Readers allocate for the shape the file claims: it must be valid and match the parameters held.
+  try {
+    meta_.model.validate();
+  } catch (const InputError& e) {
+    fail_input(path_, "corrupt checkpoint: invalid model shape (", e.what(), ")");
+  }
+  const double want = meta_.model.param_count() * sizeof(float);
+  if (ckpt_->has("params") && double(ckpt_->bytes("params")) != want)
+    fail_input(path_, "corrupt checkpoint: section params holds ", ckpt_->bytes("params"), " bytes, the model ",
+               "shape (", meta_.model.describe(), ") needs ", want < 1e15 ? std::to_string(uint64_t(want)) : std::to_string(want));
 }
 
 ModelFile::~ModelFile() = default;

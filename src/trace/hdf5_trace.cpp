@@ -175,7 +175,8 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   hid_t ms = H5Screate_simple(1, &n, nullptr);
   if (!n) H5Sselect_none(ms);
   EventRecord dummy_event{};  // HDF5 wants a buffer even for an empty selection
-  check(H5Dwrite(ds, et, ms, fs, dxpl, mine.empty() ? &dummy_event : mine.data()), "write of /events", path);
+  if (total > 0)  // (a run stopped before its first step has none: HDF5 refuses to write nothing)
+    check(H5Dwrite(ds, et, ms, fs, dxpl, mine.empty() ? &dummy_event : mine.data()), "write of /events", path);
   attr_string(ds, "kind_names", kind_list(nullptr));
   attr_int(ds, "dropped", all_dropped);
   attr_string(ds, "time_unit", "seconds on a clock shared by all ranks (offsets measured at start-up)");
@@ -194,6 +195,7 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   H5Tinsert(mt, "step_time", HOFFSET(MetricRecord, step_time), H5T_NATIVE_DOUBLE);
   H5Tinsert(mt, "tokens_per_s", HOFFSET(MetricRecord, tokens_per_s), H5T_NATIVE_DOUBLE);
   H5Tinsert(mt, "val_loss", HOFFSET(MetricRecord, val_loss), H5T_NATIVE_DOUBLE);
+  H5Tinsert(mt, "skipped", HOFFSET(MetricRecord, skipped), H5T_NATIVE_INT8);
   dims = hsize_t(msteps);
   fs = H5Screate_simple(1, &dims, nullptr);
   ds = H5Dcreate2(file, "metrics", mt, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -201,8 +203,10 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   ms = H5Screate_simple(1, &n, nullptr);
   if (!n) H5Sselect_none(ms), H5Sselect_none(fs);
   MetricRecord dummy_metric{};
-  check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() || rank != 0 ? &dummy_metric : recs.data()), "write of /metrics", path);
-  attr_string(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran");
+  if (msteps > 0)
+    check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() || rank != 0 ? &dummy_metric : recs.data()), "write of /metrics", path);
+  attr_string(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran; skipped 1 where the "
+                          "update was skipped (non-finite loss or gradient norm)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(mt);
 
   H5Pclose(dxpl);

@@ -18,7 +18,8 @@
 //             allreduce_issue; bytes: what a communication event moved (the collective's data volume
 //             as the ZeRO paper counts it); chunk: the pipeline chunk of a compute event; unit
 //             (trace.units): 0 embedding, 1 + l block l, n_layer + 1 the head and loss, else -1
-//   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss} (one per step)
+//   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss, skipped} (one
+//             per step; skipped 1: update skipped for a non-finite loss or gradient norm)
 // The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
 // previous version.
 #include <string>
@@ -50,6 +51,7 @@ struct TraceMeta {
 struct StepRecord {
   int32_t step;
   double loss, lr, grad_norm, step_time, tokens_per_s, val_loss;  // step_time in s; val_loss < 0: none
+  int8_t skipped;  // 1: the update was skipped (non-finite loss or gradient norm, train.nonfinite)
 };
 
 // Collective over comm (its control plane, and its MPI communicator for parallel HDF5). `metrics`

@@ -2,15 +2,53 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/fs.hpp"
 
 namespace gpt2 {
 
-MetricsLog::MetricsLog(const std::string& path) {
+namespace {
+// The step a metrics line is about ({"step": N, ...}), or -1.
+long long line_step(const std::string& line) {
+  const size_t at = line.find("\"step\": ");
+  return at == std::string::npos ? -1 : std::atoll(line.c_str() + at + 8);
+}
+
+// JSON has no NaN or infinity: a non-finite value is written as null.
+std::string number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", x);
+  return buf;
+}
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, long long resumed) {
   if (path.empty()) return;
-  f_ = std::fopen(path.c_str(), "w");
+  std::string kept;
+  if (resumed > 0) {
+    if (std::FILE* in = std::fopen(path.c_str(), "r")) {
+      char buf[4096];
+      std::string line;
+      while (std::fgets(buf, sizeof(buf), in)) {
+        line += buf;
+        if (line.back() != '\n') continue;
+        const long long s = line_step(line);
+        if (s >= 0 && s <= resumed) kept += line;
+        line.clear();
+      }
+      std::fclose(in);
+    }
+  }
+  if (resumed > 0) {  // the kept lines replace the file at once: a crash now loses none of them
+    AtomicFile out(path);
+    out.write(kept.data(), kept.size());
+    out.commit();
+  }
+  f_ = std::fopen(path.c_str(), resumed > 0 ? "a" : "w");
   if (!f_) fail_input(path, "cannot write the metrics file: ", std::strerror(errno));
 }
 
@@ -21,15 +59,16 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::step(const StepMetrics& m) {
   if (!f_) return;
   std::fprintf(f_,
-               "{\"step\": %d, \"loss\": %.17g, \"lr\": %.17g, \"grad_norm\": %.17g, \"step_ms\": %.6g, "
-               "\"tokens_per_s\": %.6g}\n",
-               m.step, m.loss, m.lr, m.grad_norm, m.step_ms, m.tokens_per_s);
+               "{\"step\": %d, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, \"step_ms\": %.6g, "
+               "\"tokens_per_s\": %.6g, \"skipped\": %s}\n",
+               m.step, number(m.loss).c_str(), m.lr, number(m.grad_norm).c_str(), m.step_ms, m.tokens_per_s,
+               m.skipped ? "true" : "false");
   std::fflush(f_);
 }
 
 void MetricsLog::eval(int step, double val_loss) {
   if (!f_) return;
-  std::fprintf(f_, "{\"step\": %d, \"val_loss\": %.17g}\n", step, val_loss);
+  std::fprintf(f_, "{\"step\": %d, \"val_loss\": %s}\n", step, number(val_loss).c_str());
   std::fflush(f_);
 }
 

@@ -14,12 +14,15 @@ struct StepMetrics {
   double tokens_per_s = 0;      // whole job
   double rank_tokens_per_s = 0; // this rank's share (its dp slice)
   double val_loss = -1;         // < 0: not evaluated at this step
+  bool skipped = false;         // update skipped: loss or gradient norm not finite (train.nonfinite)
 };
 
 class MetricsLog {
  public:
-  // path empty: no JSONL file. InputError naming the path if it cannot be written.
-  explicit MetricsLog(const std::string& jsonl_path);
+  // path empty: no JSONL file. InputError naming the path if it cannot be written. A run that
+  // resumed after step `resumed` keeps the file's lines up to that step and appends to them (the
+  // lines of steps it repeats go); a fresh run (0) starts the file anew.
+  explicit MetricsLog(const std::string& jsonl_path, long long resumed = 0);
   ~MetricsLog();
   void step(const StepMetrics& m);
   void eval(int step, double val_loss);

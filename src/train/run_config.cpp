@@ -42,6 +42,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.sample_tokens", &train.sample_tokens, "tokens per printed sample"},
       {"train.log_every", &train.log_every, "steps between progress lines"},
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
+      {"train.nonfinite", &train.nonfinite, "non-finite loss or gradient norm: stop | skip (the update)"},
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer (heads and MLP columns split; vocabulary-parallel loss)"},
@@ -58,7 +59,9 @@ std::vector<DeckField> RunConfig::fields() {
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
-      {"checkpoint.resume", &checkpoint.resume, "continue from the newest checkpoint in dir"},
+      {"checkpoint.keep", &checkpoint.keep, "newest checkpoints kept in dir (0: all)"},
+      {"checkpoint.resume", &checkpoint.resume,
+       "true: continue from the newest checkpoint in dir | \"auto\": the same if there is one | false"},
       {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
       {"trace.sync", &trace.sync, "fence device work around traced events"},
       {"trace.units", &trace.units, "also time each unit (embedding, block, head) in forward and backward"},
@@ -156,8 +159,13 @@ void RunConfig::validate(int world_size) const {
     fail_input(parallel.tp > 1 ? "parallel.dp * parallel.pp * parallel.tp" : "parallel.dp * parallel.pp",
                "must equal the number of MPI ranks (", world_size, "), got ", parallel.dp, " * ", parallel.pp,
                parallel.tp > 1 ? " * " + std::to_string(parallel.tp) : std::string(), " = ", grid);
-  if (checkpoint.resume && checkpoint.dir.empty())
+  if (!checkpoint.resume.is("true") && !checkpoint.resume.is("false") && !checkpoint.resume.is("auto"))
+    fail_input("checkpoint.resume", "expected true, false or \"auto\", got \"", checkpoint.resume.text, "\"");
+  if (!checkpoint.resume.is("false") && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
+  if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
+  if (train.nonfinite != "stop" && train.nonfinite != "skip")
+    fail_input("train.nonfinite", "expected stop or skip, got ", train.nonfinite);
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 

@@ -37,6 +37,9 @@ struct TrainConfig {
   int sample_tokens = 64;
   int log_every = 1;     // steps between progress lines
   bool tf32 = false;     // TF32 tensor-core GEMMs (CUDA only)
+  // A step whose loss or gradient norm is not finite: "stop" the run (no checkpoint from that
+  // state) or "skip" its update (the step still counts: data position and lr schedule move on).
+  std::string nonfinite = "stop";
 };
 
 struct ParallelConfig {
@@ -59,7 +62,10 @@ struct CheckpointConfig {
   std::string init_from;  // our checkpoint or an llm.c model file to start from
   std::string dir;        // where checkpoints go; empty: none written
   int every = 0;          // steps between checkpoints (0: only at the end when dir is set)
-  bool resume = false;    // continue from dir/latest if it exists
+  int keep = 0;           // newest checkpoints kept in dir (0: all)
+  // true: continue from the newest checkpoint in dir that verifies (it must have one); "auto": the
+  // same when dir holds a checkpoint, else start fresh; false: start fresh.
+  BoolOrWord resume;
 };
 
 struct TraceConfig {

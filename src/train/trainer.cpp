@@ -10,30 +10,20 @@
 #include "runtime/collective.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/gemm.hpp"
+#include "train/nonfinite.hpp"
 
 namespace gpt2 {
 
 Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm comm)
     : cfg_(std::move(cfg)), env_(env), comm_(comm), rank_(rank_in(comm)), size_(size_of(comm)),
       opts_(std::move(opts)) {
-  collective_phase(comm_, [&] {
-    cfg_.validate(size_);
-    if (rank_ == 0) {
-      if (!cfg_.checkpoint.dir.empty()) make_dirs(cfg_.checkpoint.dir, "checkpoint.dir");
-      if (!cfg_.trace.file.empty()) {
-        const std::string f = cfg_.trace.file;
-        const size_t slash = f.rfind('/');
-        if (slash != std::string::npos) make_dirs(f.substr(0, slash), "trace.file");
-        AtomicFile probe(f);  // fails now, with the name, if the trace cannot be written
-      }
-      log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl);
-    }
-  });
+  collective_phase(comm_, [&] { cfg_.validate(size_); });
+  prepare_outputs();
   topo_ = std::make_unique<Topology>(comm_, cfg_.grid());
   collective_phase(comm_, [&] { groups_ = std::make_unique<CommGroups>(*topo_, cfg_.parallel.comm, env_.local_size()); });
   collective_phase(comm_, [&] { setup_data(); });
   collective_phase(comm_, [&] { setup_model(); });
-  collective_phase(comm_, [&] { load_initial_state(); });
+  load_initial_state();
   tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, topo_->stage());
   tracer_.sync_clock(*groups_->world);
 }
@@ -162,12 +152,20 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   m.step = int(step_ + 1);
   m.lr = learning_rate(lr_, int(step_));
-  {
+  // train.nonfinite = "skip" decides on the update from the step's loss and gradient norm: the host
+  // reads them first. Otherwise they stay on the device until the update is queued (a non-finite
+  // step then stops the run before anything saves its state).
+  const bool skip_mode = nonfinite_policy(cfg_.train.nonfinite) == NonFinitePolicy::skip;
+  StepSums sums;
+  if (skip_mode) sums = read_step_sums(cfg_.parallel.microbatches);
+  m.skipped = skip_mode && !nonfinite_values(sums.loss, sums.grad_norm).empty();
+  skipped_ += m.skipped;
+  if (!m.skipped) {
     Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
     store_->optimizer_step(m.lr, GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip));
     Kokkos::fence();
   }
-  const StepSums sums = read_step_sums(cfg_.parallel.microbatches);
+  if (!skip_mode) sums = read_step_sums(cfg_.parallel.microbatches);
   m.loss = sums.loss;
   m.grad_norm = sums.grad_norm;
   ++step_;

@@ -16,6 +16,7 @@
 
 #include "core/rng.hpp"
 #include "data/loader.hpp"
+#include "model/checkpoint_dir.hpp"
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "parallel/pipeline_executor.hpp"
@@ -30,6 +31,13 @@
 
 namespace gpt2 {
 
+// How run() ended; `gpt2 train` exits 0, 4 or 5 for them (README, Reliability).
+enum class RunEnd {
+  completed,  // every step (or up to --stop-at) done
+  stopped,    // a stop signal (SIGTERM, SIGINT, SIGUSR1): the step in flight finished and was saved
+  diverged,   // a non-finite loss or gradient norm with train.nonfinite = "stop": nothing saved
+};
+
 struct TrainOptions {
   std::string metrics_jsonl;  // one JSON object per step (rank 0)
   bool quiet = false;         // no progress lines
@@ -43,7 +51,11 @@ class Trainer {
   Trainer(RunConfig cfg, Environment& env, TrainOptions opts = {}, MPI_Comm comm = MPI_COMM_WORLD);
   ~Trainer();
 
-  void run();                // the remaining steps, evaluations, samples, checkpoints, trace
+  // The remaining steps, evaluations, samples, checkpoints, trace. Between steps the ranks agree on
+  // whether to go on (a stop signal on any rank, see runtime/stop_signals.hpp); end_message() says
+  // why a run that did not complete ended.
+  RunEnd run();
+  const std::string& end_message() const { return end_message_; }
   StepMetrics train_step();  // one optimizer step
   double evaluate();         // mean validation loss over train.eval_batches batches
   void save_checkpoint();    // collective; into checkpoint.dir
@@ -73,7 +85,9 @@ class Trainer {
  private:
   void setup_data();
   void setup_model();
+  void prepare_outputs();  // collective: every file and folder the run writes checked, made, locked
   void load_initial_state();
+  std::string pick_resume_checkpoint();  // rank 0; "" to start fresh
   void load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a);
   // The step's loss and gradient norm stay in device memory until the step's work is all queued:
   // reduce_step_sums queues the local sums and their all-reduces (later kernels, the optimizer's
@@ -86,6 +100,8 @@ class Trainer {
   std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
+  int stop_signal();                             // collective: a stop signal on any rank, or 0
+  void save_on_stop(int signal, int64_t first);  // checkpoint and end_message_ of a stopped run
   void print_summary(double step_s, double tok_s, double rank_tok_s);
   StageLayout layout_of(const GridCoords& c) const;  // the local layout of the rank at c
 
@@ -119,6 +135,10 @@ class Trainer {
   Rng sample_rng_;
   std::vector<StepMetrics> history_;
   int blas_threads_ = 1;
+  std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while checkpoint.dir is set
+  int64_t saved_step_ = -1;                      // step of the last checkpoint written or loaded
+  int64_t skipped_ = 0;                          // updates skipped (train.nonfinite = "skip")
+  std::string end_message_;
 };
 
 }  // namespace gpt2

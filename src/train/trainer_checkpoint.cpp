@@ -1,12 +1,15 @@
-// Trainer: the initial state (fresh init, our checkpoint, llm.c weights) and checkpoints. Files hold
-// the global layout whatever the grid and ZeRO level that wrote them: each rank reads its own
-// tensors, and a checkpoint is assembled on world rank 0 from dp replica 0's ranks.
+// Trainer: what the run writes (checked before step 1), the initial state (fresh init, our
+// checkpoint, llm.c weights) and checkpoints. Files hold the global layout whatever the grid and ZeRO
+// level that wrote them: each rank reads its own tensors, and a checkpoint is assembled on world
+// rank 0 from dp replica 0's ranks.
 #include <cstdio>
 #include <cstring>
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/fs.hpp"
 #include "model/checkpoint_dir.hpp"
+#include "runtime/collective.hpp"
 #include "model/model_file.hpp"
 #include "train/trainer.hpp"
 
@@ -16,23 +19,95 @@ namespace {
 constexpr int kTagParams = 900;
 }  // namespace
 
+// Before any other work: a path that cannot be written is an error naming its key now rather than
+// at the first checkpoint or at the end. Rank 0 writes checkpoints and metrics and makes the
+// trace's folder; every rank writes its part of the trace, so each checks that it sees that folder
+// (a node-local path on a multi-node run does not do).
+void Trainer::prepare_outputs() {
+  const std::string& dir = cfg_.checkpoint.dir;
+  const std::string& trace = cfg_.trace.file;
+  collective_phase(comm_, [&] {
+    if (rank_ != 0) return;
+    if (!dir.empty()) {
+      make_dirs(dir, "checkpoint.dir");
+      dir_lock_ = std::make_unique<CheckpointDirLock>(dir, "checkpoint.dir");
+    }
+    prepare_output_file(trace, "trace.file");
+    if (!trace.empty()) AtomicFile probe(trace);  // fails now if it cannot be written
+    prepare_output_file(opts_.metrics_jsonl, "--metrics-jsonl");
+  });
+  collective_phase(comm_, [&] {
+    if (!trace.empty() && !writable_folder(parent_folder(trace)))
+      fail_input("trace.file", "rank ", rank_, " cannot write in ", parent_folder(trace),
+                 " (every rank writes its part of the trace: the folder must be shared and writable)");
+  });
+}
+
+namespace {
+std::string broadcast_text(Communicator& world, std::string text) {
+  uint64_t n = text.size();
+  world.host_broadcast(&n, sizeof(n), 0);
+  text.resize(n);
+  world.host_broadcast(&text[0], n, 0);
+  return text;
+}
+}  // namespace
+
+std::string Trainer::pick_resume_checkpoint() {
+  const auto& ck = cfg_.checkpoint;
+  if (ck.resume.is("false")) return "";
+  const std::vector<std::string> candidates = resume_candidates(ck.dir);
+  if (candidates.empty()) {
+    if (ck.resume.is("true"))
+      fail_input("checkpoint.resume", "is true but ", ck.dir, " holds no checkpoint (\"auto\" starts fresh then)");
+    std::printf("checkpoint.resume = \"auto\": no checkpoint in %s yet, starting fresh\n", ck.dir.c_str());
+    return "";
+  }
+  // The newest that verifies: a checkpoint damaged after it was written (a disk, a copy cut short)
+  // costs the steps since the one before it, not the run.
+  std::string newest_error;
+  for (const std::string& path : candidates) {
+    try {
+      ModelFile(path, "checkpoint.resume").verify();
+      if (!newest_error.empty())
+        std::fprintf(stderr, "warning: checkpoint.resume: resuming from %s instead, the newest that verifies\n",
+                     path.c_str());
+      return path;
+    } catch (const InputError& e) {
+      std::fprintf(stderr, "warning: checkpoint.resume: %s\n", e.what());
+      if (newest_error.empty()) newest_error = e.what();
+    }
+  }
+  fail_input("checkpoint.resume", "no checkpoint in ", ck.dir, " verifies (the newest: ", newest_error, ")");
+}
+
 void Trainer::load_initial_state() {
   const auto& ck = cfg_.checkpoint;
-  if (rank_ == 0 && !ck.dir.empty()) remove_dead_temporaries(ck.dir);
-  const std::string resume_from = ck.resume ? latest_checkpoint(ck.dir) : "";
-  if (!resume_from.empty()) {
-    read_checkpoint(resume_from, "checkpoint.resume", true);
-    if (rank_ == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
-  } else if (!ck.init_from.empty()) {
-    read_checkpoint(ck.init_from, "checkpoint.init_from", false);
-    if (rank_ == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
-  } else {
-    store_->init(uint64_t(cfg_.train.seed));
-  }
+  std::string resume_from;
+  collective_phase(comm_, [&] {
+    if (rank_ != 0 || ck.dir.empty()) return;
+    remove_dead_temporaries(ck.dir);
+    resume_from = pick_resume_checkpoint();
+  });
+  resume_from = broadcast_text(*groups_->world, resume_from);
+  collective_phase(comm_, [&] {
+    if (!resume_from.empty()) {
+      read_checkpoint(resume_from, "checkpoint.resume", true);
+      saved_step_ = step_;
+      if (rank_ == 0) std::printf("resuming from %s at step %lld\n", resume_from.c_str(), (long long)step_);
+    } else if (!ck.init_from.empty()) {
+      read_checkpoint(ck.init_from, "checkpoint.init_from", false);
+      if (rank_ == 0) std::printf("initialised from %s\n", ck.init_from.c_str());
+    } else {
+      store_->init(uint64_t(cfg_.train.seed));
+    }
+    if (rank_ == 0) log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl, step_);
+  });
 }
 
 // Reads this rank's tensors of a native checkpoint or an llm.c model file. Every rank reads the
-// file itself; rank 0 also verifies the checksums.
+// file itself; rank 0 also verifies the checksums (a resume's checkpoint has been verified when it
+// was picked).
 void Trainer::read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer) {
   const ModelFile file(path, key);
   if (with_optimizer && !file.native())
@@ -40,7 +115,7 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
   if (!(file.config() == cfg_.model))
     fail_input(file.path(), "model differs from the configuration (", file.native() ? "checkpoint" : "file",
                " vs config): ", file.config().diff(cfg_.model));
-  if (rank_ == 0) file.verify();
+  if (rank_ == 0 && !with_optimizer) file.verify();
   Optimizer& opt = store_->optimizer();
   if (with_optimizer && file.meta().optimizer != opt.name())
     fail_input(file.path(), "holds no ", opt.name(), " state (optimizer \"", file.meta().optimizer, "\")");
@@ -53,7 +128,7 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
   }
   if (!with_optimizer) return;
   step_ = file.meta().step;
-  opt.set_steps_taken(step_);
+  opt.set_steps_taken(file.meta().updates);
   sample_rng_.set_state(file.meta().rng);
 }
 
@@ -95,6 +170,7 @@ void Trainer::save_checkpoint() {
   meta.rng = sample_rng_.state();
   meta.config_toml = cfg_.toml();
   meta.optimizer = store_->optimizer().name();
+  meta.updates = store_->optimizer().steps_taken();
   const std::vector<std::string> sections = store_->sections();
   std::unique_ptr<CheckpointWriter> w;
   if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), sections);
@@ -106,8 +182,10 @@ void Trainer::save_checkpoint() {
     w->commit();
     publish_checkpoint(cfg_.checkpoint.dir, name);
     std::printf("checkpoint: %s\n", path.c_str());
+    prune_checkpoints(cfg_.checkpoint.dir, cfg_.checkpoint.keep, step_);
     std::fflush(stdout);
   }
+  saved_step_ = step_;
 }
 
 }  // namespace gpt2

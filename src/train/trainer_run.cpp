@@ -1,8 +1,11 @@
-// Trainer: the run loop (steps, evaluations, samples, checkpoints) and the trace.
+// Trainer: the run loop (steps, evaluations, samples, checkpoints; stop signals and non-finite
+// steps end it early) and the trace.
 #include <cstdio>
 
 #include "perf/simulator.hpp"
+#include "runtime/stop_signals.hpp"
 #include "trace/hdf5_trace.hpp"
+#include "train/nonfinite.hpp"
 #include "train/trainer.hpp"
 
 namespace gpt2 {
@@ -44,11 +47,26 @@ void Trainer::write_trace() {
   meta.train_tokens = int64_t(train_data_->num_tokens());
   std::vector<StepRecord> records;
   for (const StepMetrics& m : history_)
-    records.push_back({m.step, m.loss, m.lr, m.grad_norm, m.step_ms / 1e3, m.tokens_per_s, m.val_loss});
+    records.push_back({m.step, m.loss, m.lr, m.grad_norm, m.step_ms / 1e3, m.tokens_per_s, m.val_loss, m.skipped});
   write_hdf5_trace(cfg_.trace.file, *groups_->world, meta, tracer_, records);
 }
 
-void Trainer::run() {
+// Did any rank get a stop signal? One int all-reduced per step (about 7 us on 2 ranks of one node):
+// every rank leaves after the same step.
+int Trainer::stop_signal() { return groups_->world->host_max(int32_t(StopSignals::pending())); }
+
+// The steps since the last checkpoint are saved: this is what the signal's grace is for.
+void Trainer::save_on_stop(int signal, int64_t first) {
+  const std::string& dir = cfg_.checkpoint.dir;
+  if (!dir.empty() && step_ > first && step_ != saved_step_) save_checkpoint();
+  end_message_ = std::string("stopped by ") + StopSignals::name(signal) + " after step " + std::to_string(step_) + ": " +
+                 (dir.empty()         ? std::string("no checkpoint.dir, nothing saved")
+                  : saved_step_ >= 0 ? "resume from " + dir + "/" + checkpoint_name(saved_step_) +
+                                           " with checkpoint.resume = \"auto\""
+                                     : std::string("no step done, nothing to save"));
+}
+
+RunEnd Trainer::run() {
   const auto& t = cfg_.train;
   const bool root = rank_ == 0;
   if (root && !opts_.quiet) {
@@ -65,14 +83,29 @@ void Trainer::run() {
   int timed = 0;
   const int64_t first = step_;
   const int64_t end = opts_.stop_at > 0 ? std::min<int64_t>(opts_.stop_at, t.steps) : t.steps;
+  RunEnd how = RunEnd::completed;
+  int signal = stop_signal();  // (one that came during the set-up: no step at all)
   while (step_ < end) {
+    if (signal != 0) {
+      how = RunEnd::stopped;
+      break;
+    }
     StepMetrics m = train_step();
+    signal = stop_signal();  // here the ranks are together (the step's sums were just all-reduced)
     if (step_ > first + 1 || t.steps - first == 1) {  // the first step includes warm-up costs
       time_sum += m.step_ms / 1e3, tok_sum += m.tokens_per_s, rank_tok_sum += m.rank_tokens_per_s;
       ++timed;
     }
+    // The loss and gradient norm are global (all-reduced): every rank sees the same values.
+    const std::string bad = nonfinite_values(m.loss, m.grad_norm);
+    if (!bad.empty() && !m.skipped) {
+      how = RunEnd::diverged;
+      end_message_ = "step " + std::to_string(m.step) + ": non-finite " + bad + ": the run diverged; stopped " +
+                     "without saving this state (train.nonfinite = \"stop\"; \"skip\" skips such updates)";
+    }
     const bool last = step_ == end;
-    if (val_loader_ && ((t.eval_every > 0 && step_ % t.eval_every == 0) || last)) m.val_loss = evaluate();
+    if (val_loader_ && how != RunEnd::diverged && ((t.eval_every > 0 && step_ % t.eval_every == 0) || last))
+      m.val_loss = evaluate();
     // The trace's /metrics needs every step; without a trace only the last one is used (the final
     // loss), and keeping them all grew every rank's memory by 64 bytes a step without end.
     if (cfg_.trace.file.empty() && !history_.empty())
@@ -82,13 +115,15 @@ void Trainer::run() {
     if (root) {
       log_->step(m);
       if (m.val_loss >= 0) log_->eval(m.step, m.val_loss);
-      if (!opts_.quiet && (step_ % t.log_every == 0 || last || step_ == first + 1)) {
+      if (!opts_.quiet && (step_ % t.log_every == 0 || last || step_ == first + 1 || !bad.empty())) {
         const double mean = timed ? time_sum / timed : m.step_ms / 1e3;
         std::printf("%s\n", progress_line(m, t.steps, mean * double(t.steps - step_)).c_str());
         if (m.val_loss >= 0) std::printf("step %d | val loss %.4f\n", m.step, m.val_loss);
-        std::fflush(stdout);
       }
+      if (m.skipped) std::printf("step %d: non-finite %s: update skipped (train.nonfinite = \"skip\")\n", m.step, bad.c_str());
+      std::fflush(stdout);
     }
+    if (how == RunEnd::diverged) break;
     maybe_sample();
     const bool ckpt = !cfg_.checkpoint.dir.empty() &&
                       ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last);
@@ -97,8 +132,13 @@ void Trainer::run() {
       write_trace();
     }
   }
-  if (cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
+  if (how == RunEnd::stopped) save_on_stop(signal, first);
+  if (how != RunEnd::completed || cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
   print_summary(timed ? time_sum / timed : 0, timed ? tok_sum / timed : 0, timed ? rank_tok_sum / timed : 0);
+  if (root && skipped_ > 0)
+    std::printf("%lld update(s) skipped for non-finite values (train.nonfinite = \"skip\")\n", (long long)skipped_);
+  std::fflush(stdout);
+  return how;
 }
 
 }  // namespace gpt2

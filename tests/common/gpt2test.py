@@ -129,3 +129,51 @@ class Checks:
             print(f"{name}: {len(self.failures)} failure(s)")
             raise SystemExit(1)
         print(f"{name}: all checks passed")
+
+
+# ---- our checkpoint format (model/checkpoint.hpp), for tests that look inside or craft one ----
+CKPT_MAGIC = b"GPT2KCKP"
+_M64 = (1 << 64) - 1
+
+
+def checksum(data, seed=0x243F6A8885A308D3):
+    """The format's 64-bit section checksum (ChecksumStream): 8-byte words, then the tail."""
+    h, n = seed, len(data)
+
+    def mix(h, w):
+        h ^= (w * 0x9E3779B97F4A7C15) & _M64
+        h = ((h << 27 | h >> 37) & _M64) * 0xC2B2AE3D27D4EB4F & _M64
+        return h
+    for i in range(0, n - n % 8, 8):
+        h = mix(h, int.from_bytes(data[i:i + 8], "little"))
+    tail = int.from_bytes(data[n - n % 8:].ljust(8, b"\0"), "little")
+    h = mix(h, tail ^ ((n << 3) & _M64))
+    return h ^ (h >> 31)
+
+
+def read_checkpoint(path):
+    """{section name: bytes} of one of our checkpoints (checksums not verified)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:8] == CKPT_MAGIC, f"{path}: not a gpt2-kokkos checkpoint"
+    nsec = int.from_bytes(data[12:16], "little")
+    out = {}
+    for k in range(nsec):
+        e = data[16 + 48 * k:16 + 48 * (k + 1)]
+        name = e[:24].split(b"\0")[0].decode()
+        off, size = int.from_bytes(e[24:32], "little"), int.from_bytes(e[32:40], "little")
+        out[name] = data[off:off + size]
+    return out
+
+
+def write_checkpoint(path, sections):
+    """A checkpoint of the given [(name, bytes)] sections, with correct checksums."""
+    header = CKPT_MAGIC + (1).to_bytes(4, "little") + len(sections).to_bytes(4, "little")
+    offset, table, body = 16 + 48 * len(sections), b"", b""
+    for name, data in sections:
+        table += name.encode().ljust(24, b"\0") + offset.to_bytes(8, "little") + len(data).to_bytes(8, "little")
+        table += checksum(data).to_bytes(8, "little")
+        offset += len(data)
+        body += data
+    with open(path, "wb") as f:
+        f.write(header + table + body)

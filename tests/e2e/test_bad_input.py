@@ -54,6 +54,19 @@ def main():
         f.write(b"hello \xff\xfe world")
     with open(P("syntax.toml"), "w") as f:
         f.write("[model]\nn_layer = = 2\n")
+    with open(P("base_dot.toml"), "w") as f:
+        f.write('base = "."\n')
+    with open(P("base_self.toml"), "w") as f:
+        f.write('base = "base_self.toml"\n')
+    # Our checkpoint claiming a model of 2^20 layers of width 2^14 (~3e15 parameters) over a few
+    # bytes of parameters: refused before anything is allocated for that shape.
+    absurd = dict(gpt2test.read_checkpoint(ckpt))
+    absurd["model"] = np.array([1 << 20, 16, 1 << 14, 64, 16], "<i4").tobytes()
+    absurd["params"] = absurd["params"][:64]
+    gpt2test.write_checkpoint(P("absurd.bin"), list(absurd.items()))
+    os.makedirs(P("empty_ck"))
+    os.makedirs(P("all_corrupt"))
+    shutil.copy(corrupt, P("all_corrupt", "ckpt_00000002.bin"))
     # A minimal byte-level BPE vocabulary (the 256 byte symbols and one merge): enough to reach the
     # UTF-8 check without GPT-2's real files.
     byte_syms = [c for c in range(ord("!"), ord("~") + 1)] + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
@@ -108,6 +121,8 @@ def main():
          "parallel.virtual_stages: is for the interleaved schedule"),
         ("unwritable trace folder", train(deck("c20", trace__file="/proc/gpt2/trace.h5")), 2, "trace.file: cannot create folder"),
         ("unwritable checkpoint folder", train(deck("c21", checkpoint__dir="/proc/gpt2-ckpt")), 2, "checkpoint.dir: cannot create folder"),
+        ("unwritable trace folder, 1 rank", train(deck("c20b", parallel__dp=1, trace__file="/proc/gpt2/trace.h5")), 1, "trace.file: cannot create folder"),
+        ("unwritable checkpoint folder, 1 rank", train(deck("c21b", parallel__dp=1, checkpoint__dir="/proc/gpt2-ckpt")), 1, "checkpoint.dir: cannot create folder"),
         ("stage_layers not summing", train(deck("c22", parallel__dp=1, parallel__pp=2, parallel__stage_layers=[1, 2])), 2, "entries must sum to model.n_layer (2)"),
         ("missing input deck", train(P("nope.toml")), 2, "cannot open the input deck"),
         ("TOML syntax error", train(P("syntax.toml")), 2, "(line 2)"),
@@ -128,13 +143,33 @@ def main():
                                                    "--merges", P("vocab.bpe"), "--out", P("out_utf8"), P("bad_utf8.txt")], 1, "invalid UTF-8 at byte offset 6"),
         ("unknown tokenizer", [args.gpt2, "prepare", "--tokenizer", "wordpiece", "--out", P("o"), P("empty.txt")], 1, "--tokenizer"),
         ("sample from a missing checkpoint", [args.gpt2, "sample", "--checkpoint", P("nope.bin")], 1, "no such checkpoint"),
+        # Every output is checked before step 1, on the ranks that write it.
+        ("checkpoint.dir is a file", train(deck("c25", checkpoint__dir=P("train.bin"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
+        ("checkpoint.dir under a file", train(deck("c26", checkpoint__dir=P("train.bin", "ck"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
+        ("trace.file is a folder", train(deck("c27", trace__file=w)), 2, f"trace.file: {w} is a folder, expected a file name"),
+        ("--metrics-jsonl is a folder", train(deck("c28"), "--metrics-jsonl", w), 2, f"--metrics-jsonl: {w} is a folder, expected a file name"),
+        ("--metrics-jsonl unwritable", train(deck("c29"), "--metrics-jsonl", "/proc/gpt2/m.jsonl"), 2, "--metrics-jsonl: cannot create folder /proc/gpt2"),
+        # Resuming: true needs a checkpoint; only true, false and "auto"; none that verifies.
+        ("resume true on an empty folder", train(deck("c30", checkpoint__dir=P("empty_ck"), checkpoint__resume=True)), 2, "checkpoint.resume: is true but"),
+        ("resume with an unknown word", train(deck("c31"), "--set", "checkpoint.resume=sometimes"), 2, 'checkpoint.resume: expected true, false or "auto", got "sometimes"'),
+        ("no checkpoint verifies", train(deck("c32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
+        ("negative checkpoint.keep", train(deck("c33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
+        ("unknown train.nonfinite", train(deck("c34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
+        ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
+        ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
+        # A shape read from a checkpoint is checked against the file before anything is allocated.
+        ("absurd checkpoint shape (sample)", [args.gpt2, "sample", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
+        ("absurd checkpoint shape (info)", [args.gpt2, "info", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
+        ("absurd checkpoint shape (init_from)", train(deck("c35", checkpoint__init_from=P("absurd.bin"))), 2, "corrupt checkpoint: section params holds 64 bytes"),
     ]
+    exit_two = {"absurd checkpoint shape (sample)", "absurd checkpoint shape (info)", "absurd checkpoint shape (init_from)",
+                "checkpoint.dir is a file", "trace.file is a folder", "--metrics-jsonl is a folder", "no checkpoint verifies"}
     checks = gpt2test.Checks()
     for name, cmd, ranks, expected in cases:
         r = gpt2test.run(cmd, ranks, args.mpiexec, timeout=30)
         text = r.out + r.err
         lines = [l for l in text.splitlines() if l.startswith("error")]
-        ok = checks.check(r.rc not in (0, 124), f"{name}: exit status {r.rc}")
+        ok = checks.check(r.rc not in (0, 124) and (r.rc == 2 or name not in exit_two), f"{name}: exit status {r.rc}")
         ok &= checks.check(r.seconds < 10, f"{name}: took {r.seconds:.1f} s (limit 10)")
         ok &= checks.check(expected in text, f"{name}: expected {expected!r} in:\n{text.strip()[-600:]}")
         ok &= checks.check(len(lines) == 1, f"{name}: {len(lines)} error lines (want 1):\n{text.strip()[-600:]}")

@@ -19,161 +19,18 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import gpt2test  # noqa: E402
+from rankprocs import Job, alive, gone_within, wait_for_lines  # noqa: E402
 
-RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 TMP_RE = re.compile(r"^ckpt_(\d+)\.bin\.tmp\.(\d+)$")
 
 
 def log(*a):
     print(*a, flush=True)
-
-
-def proc_stat(pid):
-    """(state, ppid, session) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            s = f.read()
-    except OSError:
-        return None
-    fields = s[s.rindex(")") + 2:].split()
-    return fields[0], int(fields[1]), int(fields[3])
-
-
-def proc_cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def proc_rank(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
-    except OSError:
-        return None
-    for v in RANK_VARS:
-        if v.encode() in env:
-            return int(env[v.encode()])
-    return None
-
-
-def all_pids():
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-def alive(pid):
-    """Exists and is not a zombie."""
-    st = proc_stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-class Job:
-    """One `mpiexec -n N gpt2 ...` in a session of its own, stdout/stderr into files."""
-
-    def __init__(self, args, name, cmd, ranks, env):
-        self.name, self.workdir = name, args.workdir
-        self.out_path = os.path.join(args.workdir, name + ".out")
-        self.err_path = os.path.join(args.workdir, name + ".err")
-        e = dict(os.environ, OPENBLAS_NUM_THREADS="1", **env)
-        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([args.mpiexec, "-n", str(ranks)] + cmd, stdout=out, stderr=err,
-                                         env=e, cwd=args.workdir, start_new_session=True)
-        self.t_start = time.time()
-        self.ranks = {}  # world rank -> pid, remembered (they outlive the launcher's tree when orphaned)
-
-    def find_ranks(self, n, timeout=60):
-        """Waits until n rank processes (descendants of the launcher naming our workdir) exist."""
-        deadline = time.time() + timeout
-        while time.time() < deadline and self.proc.poll() is None:
-            parent = {}
-            for pid in all_pids():
-                st = proc_stat(pid)
-                if st:
-                    parent[pid] = st[1]
-            found = {}
-            for pid in parent:
-                p, depth = parent.get(pid), 0
-                while p and p != self.proc.pid and depth < 16:
-                    p, depth = parent.get(p), depth + 1
-                if p == self.proc.pid and self.workdir in proc_cmdline(pid) and "hydra_pmi_proxy" not in proc_cmdline(pid):
-                    rank = proc_rank(pid)
-                    if rank is not None:
-                        found[rank] = pid
-            if len(found) == n:
-                self.ranks = found
-                return found
-            time.sleep(0.05)
-        return None
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def output(self):
-        with open(self.out_path, errors="replace") as f:
-            out = f.read()
-        with open(self.err_path, errors="replace") as f:
-            err = f.read()
-        return out, err
-
-    def leftovers(self):
-        """Live processes of this launch: its session, and the rank pids seen (if still ours)."""
-        pids = set()
-        for pid in all_pids():
-            st = proc_stat(pid)
-            if st and st[2] == self.proc.pid and st[0] not in ("Z", "X"):
-                pids.add(pid)
-        for pid in self.ranks.values():
-            if alive(pid) and self.workdir in proc_cmdline(pid):
-                pids.add(pid)
-        return sorted(pids)
-
-    def cleanup(self):
-        for pid in self.leftovers():
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            log(f"{self.name}: the launcher {self.proc.pid} did not die after SIGKILL")
-
-
-def wait_for_lines(path, n, job, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline and job.proc.poll() is None:
-        try:
-            with open(path) as f:
-                if sum(1 for line in f if line.strip()) >= n:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.05)
-    return False
-
-
-def gone_within(job, pids, seconds):
-    """True once the launcher has exited and every pid is gone (dead or zombie), within `seconds`."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if job.proc.poll() is not None and not any(alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def fault_case(args, checks, name, deck_overrides, victim, sig, env, limit, message_re):

@@ -80,7 +80,7 @@ TEST(Zero, CheckpointsMoveBetweenZero3AndOneRank) {
   auto half = [&](const RunConfig& base, MPI_Comm comm, bool resume) {
     RunConfig c = base;
     c.checkpoint.dir = dir;
-    c.checkpoint.resume = resume;
+    c.checkpoint.resume.text = resume ? "true" : "false";
     TrainOptions o;
     o.quiet = true;
     Trainer t(c, environment(), o, comm);

@@ -14,6 +14,12 @@
 #   sbatch -n 64 dp.slurm                              -> refused by sbatch (more CPUs than the node)
 # and checks each job's state and exit code (scontrol show job; no accounting database needed),
 # its output file and its run folder. Plots are required only for the analysis/*.py scripts present.
+# Then a job whose time runs out: dp.slurm with --time=1 --signal=B:USR1@45 (the warning comes at
+# slurmctld's next time-limit check, every 30 s: the test releases the job, submitted held, when
+# that check will fall in the middle of its training), so the job is warned, checkpoints, requeues
+# itself and resumes; it must end COMPLETED with every step's loss equal to an uninterrupted run's
+# to 1e-5. (Slurm holds a requeued job back about two minutes, its BeginTime; the test moves that
+# to now and gives the requeued run 3 minutes, so that it is not warned again at its first check.)
 #
 # Slurm comes from Debian (slurmctld, slurmd; apt-get when missing). Needs root, or sudo without a
 # password; otherwise, or when the packages cannot be installed, it exits 77 (skipped) saying why.
@@ -202,7 +208,7 @@ SlurmctldPidFile=$D/run/slurmctld.pid
 SlurmdPidFile=$D/run/slurmd.pid
 SlurmctldLogFile=$D/log/slurmctld.log
 SlurmdLogFile=$D/log/slurmd.log
-SlurmctldDebug=info
+SlurmctldDebug=debug2
 SlurmdDebug=info
 GresTypes=gpu
 NodeName=$HOST NodeAddr=127.0.0.1 CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
@@ -245,16 +251,17 @@ for name, n in (("train_000.bin", 4096), ("val_000.bin", 1024)):
         f.write(struct.pack("<256i", *header))
         f.write(struct.pack(f"<{n}H", *toks))
 EOF
-CONFIG=$D/work/tiny_slurm.toml
-cat >"$CONFIG" <<EOF
-# Tiny deck of tests/slurm/test_slurm.sh
-[model]
+MODEL_SECTION="[model]
 n_layer = 2
 n_head = 2
 n_embd = 32
 vocab_size = 64
 block_size = 16
-
+"
+CONFIG=$D/work/tiny_slurm.toml
+cat >"$CONFIG" <<EOF
+# Tiny deck of tests/slurm/test_slurm.sh
+$MODEL_SECTION
 [data]
 train = "$D/data/train_000.bin"
 val = "$D/data/val_000.bin"
@@ -316,7 +323,7 @@ fi
 
 # ---- waiting ------------------------------------------------------------------------------------------------
 ALL_JOBS=("$JOB_DP" "$JOB_PP" "$JOB_HY" "$JOB_BAD_DP" "$JOB_BAD_PP" "${SWEEP_JOBS[@]}")
-# Bounded well inside ctest's TIMEOUT (420 s), so that the EXIT trap always gets to stop the daemons.
+# Bounded well inside ctest's TIMEOUT (600 s), so that the EXIT trap always gets to stop the daemons.
 deadline=$((SECONDS + TIMEOUT))
 ((deadline > T_START + 360)) && deadline=$((T_START + 360))
 while :; do
@@ -429,6 +436,98 @@ else
   echo "[slurm-test] note: no analysis/plot_scaling.py yet; scaling plot check skipped"
 fi
 ((n == 3)) && ok "sweep: 3 runs + analysis job COMPLETED (dependency afterany)"
+
+# ---- a job whose time runs out: warned, checkpointed, requeued, resumed ------------------------------
+RQ_DECK=$D/work/requeue.toml
+RQ_STEPS=5000
+cat >"$RQ_DECK" <<EOF
+# Requeue deck of tests/slurm/test_slurm.sh: the tiny model, long enough to be warned mid-run
+$MODEL_SECTION
+[data]
+train = "$D/data/train_000.bin"
+seq_len = 16
+shuffle = true
+
+[train]
+batch_size = 8
+steps = $RQ_STEPS
+lr = 1e-3
+log_every = 500
+
+[checkpoint]
+dir = "$D/work/requeue_checkpoints"
+
+[parallel]
+microbatches = 2
+EOF
+# The uninterrupted run, outside Slurm, on the same 2 ranks: its losses and its duration.
+t0=$(date +%s.%N)
+OPENBLAS_NUM_THREADS=1 mpiexec -n 2 "$BIN" train "$RQ_DECK" --set parallel.dp=2 --set parallel.pp=1 -q \
+  --metrics-jsonl "$D/out/requeue_reference.jsonl" >"$D/out/requeue_reference.log" 2>&1 ||
+  { cat "$D/out/requeue_reference.log"; die "the uninterrupted reference run failed"; }
+T_REF=$(echo "$(date +%s.%N) - $t0" | bc)
+# slurmctld checks time limits (and sends --signal warnings) every 30 s: the last check in its log.
+last_check() {
+  local ts
+  ts=$(grep "Testing job time limits" "$D/log/slurmctld.log" | tail -n1 | sed -n 's/^\[\([^]]*\)\].*/\1/p')
+  [[ -n $ts ]] && date -d "$ts" +%s.%N
+}
+# The job is submitted held and released when the next check is LEAD seconds away: about 3 s to
+# start the ranks, then half of the training before the warning.
+JOB_RQ=$(submit "$EXPORT,GPT2_PLOTS=0" --hold -N 1 -n 2 -J requeue --time=1 --signal=B:USR1@45 \
+  "$SRC/job_scripts/dp.slurm" "$RQ_DECK") || die "sbatch of the requeue job failed"
+LEAD=$(echo "l = 3 + 0.5 * $T_REF; if (l > 20) l = 20; l" | bc)
+for i in $(seq 160); do
+  lc=$(last_check) || lc=""
+  if [[ -n $lc ]]; then
+    next_in=$(echo "$lc + 30 - $(date +%s.%N)" | bc)
+    (($(echo "$next_in <= $LEAD && $next_in >= $LEAD - 1.5" | bc))) && break
+  fi
+  sleep 0.25
+done
+sl scontrol release "$JOB_RQ" || die "scontrol release $JOB_RQ failed"
+say "requeue: reference run ${T_REF} s; job $JOB_RQ released ${next_in:-?} s before slurmctld's next time-limit check"
+deadline=$((SECONDS + 150))
+((deadline > T_START + 560)) && deadline=$((T_START + 560))  # inside ctest's TIMEOUT (600 s)
+while :; do
+  st=$(job_field "$JOB_RQ" JobState)
+  case $st in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
+  # Requeued: start it now, with 3 minutes (with 1, slurmctld would warn it again at its first check).
+  if [[ $st == PENDING && $(job_field "$JOB_RQ" Restarts) != 0 && $(job_field "$JOB_RQ" Reason) == BeginTime ]]; then
+    sl scontrol update JobId="$JOB_RQ" StartTime=now TimeLimit=3
+  fi
+  ((SECONDS > deadline)) && { sl squeue; die "requeue job $JOB_RQ not finished in time"; }
+  sleep 0.5
+done
+f=$(out_file "$JOB_RQ")
+run=$(ls -d "$D/runs/"*-"$JOB_RQ" 2>/dev/null | head -n1)
+restarts=$(job_field "$JOB_RQ" Restarts)
+stops=$(grep -c "^gpt2 train: stopped by SIGUSR1 after step" "$f")
+if [[ $st != COMPLETED || $(job_field "$JOB_RQ" ExitCode) != 0:0 ]] || ((restarts < 1)); then
+  fail "requeue job $JOB_RQ: $st $(job_field "$JOB_RQ" ExitCode), $restarts restart(s)"
+  show_job "$JOB_RQ"
+else
+  ok "requeue job $JOB_RQ: COMPLETED 0:0 after $restarts restart(s); stopped: $(grep "^gpt2 train: stopped by" "$f" | cut -c1-60 | paste -sd';')"
+  grep -q "requeueing job $JOB_RQ" "$f" || fail "requeue job $JOB_RQ: its output does not say it requeued itself"
+  if ((stops == 0)); then
+    echo "[slurm-test] note: the warning came before the training started (nothing to save); the requeued run did every step"
+  else
+    grep -q "^resuming from $D/work/requeue_checkpoints/ckpt_" "$f" || fail "requeue job $JOB_RQ: no run resumed from its checkpoint"
+  fi
+  python3 - "$D/out/requeue_reference.jsonl" "$run/metrics.jsonl" "$RQ_STEPS" <<'PYEOF' || fail "requeue job $JOB_RQ: losses differ from the uninterrupted run's"
+import json, sys
+ref, got = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
+a = {m["step"]: m["loss"] for m in ref if "loss" in m}
+b = {m["step"]: m["loss"] for m in got if "loss" in m}
+n = int(sys.argv[3])
+assert sorted(a) == list(range(1, n + 1)), f"reference steps {min(a)}..{max(a)}"
+if sorted(b) != sorted(a):
+    sys.exit(f"the requeued job's metrics hold {len(b)} steps, expected 1..{n}")
+diff = max(abs(a[s] - b[s]) for s in a)
+print(f"[slurm-test] requeue: {n} losses, largest difference from the uninterrupted run {diff:g}")
+sys.exit(0 if diff <= 1e-5 else 1)
+PYEOF
+fi
 
 say "done: $FAILURES failure(s)"
 if ((FAILURES)); then
