@@ -82,6 +82,8 @@ def main():
         base = dict(checkpoint__dir=P("ckpt"), trace__file=P("trace.h5"), parallel__dp=2)
         base.update(overrides)
         path = P(name + ".toml")
+        if os.path.exists(path):  # cases are built up front: a reused name would run another case's deck
+            raise SystemExit(f"test defect: two cases write deck {name}")
         gpt2test.write_deck(path, gpt2test.tiny_deck(P("train.bin"), **base))
         return path
 
@@ -144,23 +146,23 @@ def main():
         ("unknown tokenizer", [args.gpt2, "prepare", "--tokenizer", "wordpiece", "--out", P("o"), P("empty.txt")], 1, "--tokenizer"),
         ("sample from a missing checkpoint", [args.gpt2, "sample", "--checkpoint", P("nope.bin")], 1, "no such checkpoint"),
         # Every output is checked before step 1, on the ranks that write it.
-        ("checkpoint.dir is a file", train(deck("c25", checkpoint__dir=P("train.bin"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
-        ("checkpoint.dir under a file", train(deck("c26", checkpoint__dir=P("train.bin", "ck"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
-        ("trace.file is a folder", train(deck("c27", trace__file=w)), 2, f"trace.file: {w} is a folder, expected a file name"),
-        ("--metrics-jsonl is a folder", train(deck("c28"), "--metrics-jsonl", w), 2, f"--metrics-jsonl: {w} is a folder, expected a file name"),
-        ("--metrics-jsonl unwritable", train(deck("c29"), "--metrics-jsonl", "/proc/gpt2/m.jsonl"), 2, "--metrics-jsonl: cannot create folder /proc/gpt2"),
+        ("checkpoint.dir is a file", train(deck("p25", checkpoint__dir=P("train.bin"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
+        ("checkpoint.dir under a file", train(deck("p26", checkpoint__dir=P("train.bin", "ck"))), 2, f"checkpoint.dir: {P('train.bin')} is a file, expected a folder"),
+        ("trace.file is a folder", train(deck("p27", trace__file=w)), 2, f"trace.file: {w} is a folder, expected a file name"),
+        ("--metrics-jsonl is a folder", train(deck("p28"), "--metrics-jsonl", w), 2, f"--metrics-jsonl: {w} is a folder, expected a file name"),
+        ("--metrics-jsonl unwritable", train(deck("p29"), "--metrics-jsonl", "/proc/gpt2/m.jsonl"), 2, "--metrics-jsonl: cannot create folder /proc/gpt2"),
         # Resuming: true needs a checkpoint; only true, false and "auto"; none that verifies.
-        ("resume true on an empty folder", train(deck("c30", checkpoint__dir=P("empty_ck"), checkpoint__resume=True)), 2, "checkpoint.resume: is true but"),
-        ("resume with an unknown word", train(deck("c31"), "--set", "checkpoint.resume=sometimes"), 2, 'checkpoint.resume: expected true, false or "auto", got "sometimes"'),
-        ("no checkpoint verifies", train(deck("c32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
-        ("negative checkpoint.keep", train(deck("c33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
-        ("unknown train.nonfinite", train(deck("c34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
+        ("resume true on an empty folder", train(deck("p30", checkpoint__dir=P("empty_ck"), checkpoint__resume=True)), 2, "checkpoint.resume: is true but"),
+        ("resume with an unknown word", train(deck("p31"), "--set", "checkpoint.resume=sometimes"), 2, 'checkpoint.resume: expected true, false or "auto", got "sometimes"'),
+        ("no checkpoint verifies", train(deck("p32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
+        ("negative checkpoint.keep", train(deck("p33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
+        ("unknown train.nonfinite", train(deck("p34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
         ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
         ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
         # A shape read from a checkpoint is checked against the file before anything is allocated.
         ("absurd checkpoint shape (sample)", [args.gpt2, "sample", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
         ("absurd checkpoint shape (info)", [args.gpt2, "info", "--checkpoint", P("absurd.bin")], 1, "corrupt checkpoint: section params holds 64 bytes"),
-        ("absurd checkpoint shape (init_from)", train(deck("c35", checkpoint__init_from=P("absurd.bin"))), 2, "corrupt checkpoint: section params holds 64 bytes"),
+        ("absurd checkpoint shape (init_from)", train(deck("p35", checkpoint__init_from=P("absurd.bin"))), 2, "corrupt checkpoint: section params holds 64 bytes"),
     ]
     exit_two = {"absurd checkpoint shape (sample)", "absurd checkpoint shape (info)", "absurd checkpoint shape (init_from)",
                 "checkpoint.dir is a file", "trace.file is a folder", "--metrics-jsonl is a folder", "no checkpoint verifies"}
