@@ -18,11 +18,19 @@ std::vector<std::vector<std::pair<int, int>>> clock_cycles(int m, int n) {
 }
 
 Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, double bcost) {
+  SimulationCosts c;
+  c.compute = [bcost](int, const Action& a) { return a.kind == ActionKind::forward ? 1.0 : bcost; };
+  c.transfer = [](int, int) { return 0.0; };
+  return simulate(stages, m, c);
+}
+
+Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, const SimulationCosts& costs) {
   const int p = int(stages.size());
   Simulation sim;
   sim.peak_in_flight.assign(p, 0);
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0), busy(p, 0);
+  if (!costs.start.empty()) clock = costs.start;
   std::vector<int> in_flight(p, 0);
   std::vector<bool> sent(p, false);  // the current paired action's send is out
   std::vector<std::vector<bool>> fwd_done(p, std::vector<bool>(m)), bwd_done(p, std::vector<bool>(m));
@@ -57,7 +65,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, doubl
           if (to < 0 || to >= p) complain(s, "sends past the end of the pipeline");
           else if (activation && !fwd_done[s][a.mb]) complain(s, "sends an activation before computing it");
           else if (!activation && !bwd_done[s][a.mb]) complain(s, "sends a gradient before computing it");
-          mailbox[{to, activation ? 0 : 1, a.mb}] = clock[s];
+          mailbox[{to, activation ? 0 : 1, a.mb}] = clock[s] + (to >= 0 && to < p ? costs.transfer(s, to) : 0.0);
           sent[s] = true;
           progressed = true;
         }
@@ -79,15 +87,17 @@ Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, doubl
           sent[s] = false;
         } else if (a.kind == ActionKind::forward) {
           if (s > 0 && !has_input[s][a.mb]) complain(s, "forward without its input");
-          sim.computes.push_back({a.kind, a.mb, s, clock[s]});
-          clock[s] += 1, busy[s] += 1;
+          const double d = costs.compute(s, a);
+          sim.computes.push_back({a.kind, a.mb, s, clock[s], clock[s] + d});
+          clock[s] += d, busy[s] += d;
           fwd_done[s][a.mb] = true;
           sim.peak_in_flight[s] = std::max(sim.peak_in_flight[s], ++in_flight[s]);
         } else {
           if (!fwd_done[s][a.mb]) complain(s, "backward before its forward");
           if (s < p - 1 && !has_grad[s][a.mb]) complain(s, "backward without its output gradient");
-          sim.computes.push_back({a.kind, a.mb, s, clock[s]});
-          clock[s] += bcost, busy[s] += bcost;
+          const double d = costs.compute(s, a);
+          sim.computes.push_back({a.kind, a.mb, s, clock[s], clock[s] + d});
+          clock[s] += d, busy[s] += d;
           bwd_done[s][a.mb] = true;
           --in_flight[s];
         }
@@ -112,6 +122,8 @@ Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, doubl
   double total_busy = 0;
   for (double b : busy) total_busy += b;
   sim.bubble_fraction = sim.makespan > 0 ? 1.0 - total_busy / (p * sim.makespan) : 0;
+  sim.finish = clock;
+  sim.busy = busy;
   return sim;
 }
 

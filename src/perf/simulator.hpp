@@ -1,7 +1,10 @@
 #pragma once
-// Runs every stage's action list against each other with unit-time forwards and backwards and
-// instant messages: finds deadlocks, the clock at which each compute ran, the idle (bubble)
-// fraction, and the most microbatches each stage holds activations for at once.
+// Runs every stage's action list against each other: finds deadlocks, when each compute ran, the
+// idle (bubble) fraction, and the most microbatches each stage holds activations for at once. Costs
+// come from a SimulationCosts (the performance model's, perf/step_model) or are textbook clock
+// cycles: unit-time forwards, backwards of a given relative cost, instant messages. Sends never
+// block; a receive waits until its message has arrived (sent + transfer time).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,7 +15,7 @@ namespace gpt2 {
 struct SimulatedCompute {
   ActionKind kind;
   int mb, stage;
-  double start;
+  double start, end;
 };
 
 struct Simulation {
@@ -22,9 +25,20 @@ struct Simulation {
   std::vector<int> peak_in_flight;         // per stage
   double makespan = 0;                     // clocks until the last stage finishes
   double bubble_fraction = 0;              // idle share of stages x makespan
+  std::vector<double> finish, busy;        // per stage: clock after its last action, compute time
 };
 
-// backward_cost: duration of a backward relative to a forward (1 for textbook clock cycles).
+struct SimulationCosts {
+  // Duration of a compute action of a stage.
+  std::function<double(int stage, const Action& a)> compute;
+  // Time from a send's start until the message is at the receiver (from -> to = from +- 1).
+  std::function<double(int from, int to)> transfer;
+  std::vector<double> start;  // per stage: clock at which it begins (empty: all at 0)
+};
+
+Simulation simulate(const std::vector<std::vector<Action>>& per_stage, int microbatches,
+                    const SimulationCosts& costs);
+// Textbook clock cycles: forwards take 1, backwards backward_cost, messages nothing.
 Simulation simulate(const std::vector<std::vector<Action>>& per_stage, int microbatches,
                     double backward_cost = 1.0);
 
