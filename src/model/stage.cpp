@@ -28,8 +28,11 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
-      maxB_(max_batch), T_(seq_len) {
+      chunk_(o.chunk), maxB_(max_batch), T_(seq_len) {
   const ModelConfig& c = config();
+  if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
+  first_ = layout_.chunks()[size_t(chunk_)].first;
+  end_ = layout_.chunks()[size_t(chunk_)].end;
   if (!store_) {
     own_ = std::make_unique<FlatStore<T>>(layout_);
     store_ = own_.get();
@@ -53,7 +56,7 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   datty_ = uninitialized<T>("datty", N * C / tp);
   if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
   if (sp_) full_ = uninitialized<T>("sp_full", N * C);
-  if (layout.has_head()) {
+  if (has_head()) {
     lnf_ = uninitialized<T>("lnf", N * C);
     logits_ = uninitialized<T>("logits", N * size_t(layout_.local_vocab()));
     lse_ = uninitialized<T>("lse", N);
@@ -81,21 +84,23 @@ void Stage<T>::zero_grads() {
 }
 
 template <class T>
-Activations<T> Stage<T>::make_activations(int B) const {
+Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const ModelConfig& c = config();
   const size_t tp = size_t(tp_->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
   const size_t att = size_t(B) * c.n_head / tp * T_ * T_;
-  const int nblocks = layout_.end_layer() - layout_.first_layer();
+  const int nblocks = end_ - first_;
   auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // keep every slice 256-byte aligned
   // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
   // region's (qkv, att, atty, fch) have all N rows and 1/tp of the columns.
   const size_t per_block = pad(R * C) * 4 + pad(N * 3 * C / tp) + pad(att) + pad(N * C / tp) +
-                           pad(N * 4 * C / tp) * 2 + pad(R) * 4;
-  const size_t head = layout_.has_head() ? pad(R) * 2 + pad(R * C) : 0;
+                           pad(N * 4 * C / tp) * 2 + pad(R) * 4 +
+                           (split ? pad(R * C) * 4 + pad(N * 4 * C / tp) + pad(N * 3 * C / tp) : 0);
+  const size_t head = has_head() ? pad(R) * 2 + pad(R * C) : 0;
+  const size_t embed = split && has_embedding() ? pad(R * C) : 0;
   Activations<T> a;
   a.B = B;
   a.seq_len = T_;
-  a.mem = uninitialized<T>("activations", pad(R * C) + nblocks * per_block + head);
+  a.mem = uninitialized<T>("activations", pad(R * C) + nblocks * per_block + head + embed);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   size_t off = 0;
@@ -122,12 +127,17 @@ Activations<T> Stage<T>::make_activations(int B) const {
     s.ln1_rstd = v();
     s.ln2_mean = v();
     s.ln2_rstd = v();
+    if (split) {
+      s.d3 = m(R, C), s.d2 = m(R, C), s.dln2 = m(R, C), s.dln1 = m(R, C);
+      s.dfch = m(N, 4 * C / tp), s.dqkv = m(N, 3 * C / tp);
+    }
   }
-  if (layout_.has_head()) {
+  if (has_head()) {
     a.lnf_mean = v();
     a.lnf_rstd = v();
     a.dlnf = m(R, C);
   }
+  if (embed) a.dembed = m(R, C);
   return a;
 }
 
@@ -174,38 +184,61 @@ void Stage<T>::reduce_into(Mat<T> out, Mat<T> partial) {
 
 template <class T>
 void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
-  if (layout_.has_embedding()) {
-    Probed p(probe_, false, 0);
+  if (has_embedding()) {
+    Probed p(probe_, Pass::forward, 0);
     embedding_forward_(a);
   }
   Mat<T> x = a.input;
-  for (int l = layout_.first_layer(); l < layout_.end_layer(); ++l) {
-    Probed p(probe_, false, 1 + l);
+  for (int l = first_; l < end_; ++l) {
+    Probed p(probe_, Pass::forward, 1 + l);
     block_forward(l, a, x);
-    x = a.blocks[l - layout_.first_layer()].res3;
+    x = a.blocks[l - first_].res3;
   }
-  if (layout_.has_head()) {
-    Probed p(probe_, false, head_unit_id());
+  if (has_head()) {
+    Probed p(probe_, Pass::forward, head_unit_id());
     head_forward(a, losses, need_grad, dloss);
   }
 }
 
 template <class T>
 void Stage<T>::backward(Activations<T>& a) {
-  if (layout_.has_head()) {
-    Probed p(probe_, true, head_unit_id());
-    head_backward(a);
+  run_backward(a, Pass::backward);
+}
+template <class T>
+void Stage<T>::backward_input(Activations<T>& a) {
+  run_backward(a, Pass::backward_input);
+}
+template <class T>
+void Stage<T>::backward_weight(Activations<T>& a) {
+  run_backward(a, Pass::backward_weight);
+}
+
+// The units from the head down to the embedding. A whole backward or a weight pass completes each
+// unit's gradient (grads_done); an input pass leaves dres = the gradient of the stage input.
+template <class T>
+void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
+  const bool weights = pass != Pass::backward_input;
+  if (pass != Pass::backward && a.blocks.front().d3.extent(0) == 0)
+    fail("Stage: a split backward needs activations made with split = true");
+  if (has_head()) {
+    Probed p(probe_, pass, head_unit_id());
+    head_backward(a, pass);
   }
-  for (int l = layout_.end_layer() - 1; l >= layout_.first_layer(); --l) {
-    Probed p(probe_, true, 1 + l);
-    const int i = l - layout_.first_layer();
-    if (l > layout_.first_layer()) store_->prefetch_params(block_unit(l - 1));
-    block_backward(l, a, i == 0 ? a.input : a.blocks[i - 1].res3);
-    store_->grads_done(block_unit(l), false);
+  for (int l = end_ - 1; l >= first_; --l) {
+    Probed p(probe_, pass, 1 + l);
+    const int i = l - first_;
+    if (l > first_) store_->prefetch_params(block_unit(l - 1));
+    block_backward(l, a, i == 0 ? a.input : a.blocks[i - 1].res3, pass);
+    if (weights) store_->grads_done(block_unit(l), false);
   }
-  if (layout_.has_embedding()) {
-    Probed p(probe_, true, 0);
-    embedding_backward_(a);
+  if (has_embedding()) {
+    // The embedding has only weights: an input pass keeps its gradient for the weight pass.
+    if (pass == Pass::backward_input) {
+      Kokkos::deep_copy(a.dembed, dres(a.B));
+    } else {
+      Probed p(probe_, pass, 0);
+      embedding_backward_(a, pass == Pass::backward ? dres(a.B) : a.dembed);
+    }
   }
 }
 
@@ -213,9 +246,9 @@ void Stage<T>::backward(Activations<T>& a) {
 
 template <class T>
 void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
-  auto& s = a.blocks[l - layout_.first_layer()];
+  auto& s = a.blocks[l - first_];
   const int u = block_unit(l), nh = config().n_head / tp_->size();
-  if (l + 1 < layout_.end_layer()) store_->prefetch_params(block_unit(l + 1));  // while this block computes
+  if (l + 1 < end_) store_->prefetch_params(block_unit(l + 1));  // while this block computes
   const BlockParams p = block_view(store_->params(u), l);
   // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
   // once.
@@ -242,33 +275,59 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
 }
 
 template <class T>
-void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in) {
-  const auto& s = a.blocks[l - layout_.first_layer()];
+void Stage<T>::column_parallel_input(Mat<T> dln, CMat<T> dout, CMat<T> w, int B) {
+  Mat<T> din = sp_ ? partial_scratch(B) : dln;
+  matmul_backward_input<T>(din, dout, w);
+  reduce_into(dln, din);
+}
+
+// One block's backward, whole or one of its two passes. Each operation does its input-gradient part
+// (B) and its weight-gradient part (W); in a split backward the gradients W needs are kept in the
+// block's activations instead of scratch, so W can run later on them.
+template <class T>
+void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
+  auto& s = a.blocks[l - first_];
   const int u = block_unit(l), nh = config().n_head / tp_->size();
-  const BlockParams p = block_view(store_->params(u), l), g = block_view(store_->grads(u), l);
+  const bool do_in = pass != Pass::backward_weight, do_w = pass != Pass::backward_input;
+  const bool keep = pass != Pass::backward;
+  const BlockParams p = block_view(store_->params(u), l);
+  const BlockParams g = do_w ? block_view(store_->grads(u), l) : BlockParams{};
   const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = config().n_embd, tp = size_t(tp_->size());
   Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit: stream rows
-  Mat<T> dfch = as_mat(dfch_, N, 4 * C / tp), dln = as_mat(dln_, R, C);
-  Mat<T> datty = as_mat(datty_, N, C / tp), dqkv = as_mat(dqkv_, N, 3 * C / tp);
-  Mat<T> datt = as_mat(datt_, s.att.extent(0), T_);
-  // A column-parallel input gradient: the tp ranks' partial sums added up into dln (stream rows).
-  auto column_parallel_backward = [&](Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> x_stream, CMat<T> w) {
-    Mat<T> din = sp_ ? partial_scratch(a.B) : dln;
-    matmul_backward<T>(din, dw, db, dout, gather(x_stream, a.B), w);
-    reduce_into(dln, din);
-  };
+  Mat<T> d3 = keep ? s.d3 : d, d2 = keep ? s.d2 : d;
+  Mat<T> dfch = keep ? s.dfch : as_mat(dfch_, N, 4 * C / tp), dqkv = keep ? s.dqkv : as_mat(dqkv_, N, 3 * C / tp);
+  Mat<T> dln2 = keep ? s.dln2 : as_mat(dln_, R, C), dln1 = keep ? s.dln1 : as_mat(dln_, R, C);
+  Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, s.att.extent(0), T_);
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-  matmul_backward<T>(dfch, g.fcprojw, Vec<T>(), gather(d, a.B), s.fch_gelu, p.fcprojw);
-  bias_backward<T>(g.fcprojb, d);
-  gelu_backward<T>(flat(dfch), flat(s.fch));
-  column_parallel_backward(g.fcw, g.fcb, dfch, s.ln2, p.fcw);
-  layernorm_backward<T>(d, g.ln2w, g.ln2b, dln, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
+  if (do_in && keep) Kokkos::deep_copy(d3, d);
+  const CMat<T> d3_rows = gather(d3, a.B);
+  if (do_in) matmul_backward_input<T>(dfch, d3_rows, p.fcprojw);
+  if (do_w) {
+    matmul_backward_weight<T>(g.fcprojw, Vec<T>(), d3_rows, s.fch_gelu);
+    bias_backward<T>(g.fcprojb, d3);
+  }
+  if (do_in) {
+    gelu_backward<T>(flat(dfch), flat(s.fch));
+    column_parallel_input(dln2, dfch, p.fcw, a.B);
+  }
+  if (do_w) matmul_backward_weight<T>(g.fcw, g.fcb, dfch, gather(s.ln2, a.B));
+  if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
+  if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
-  matmul_backward<T>(datty, g.attprojw, Vec<T>(), gather(d, a.B), s.atty, p.attprojw);
-  bias_backward<T>(g.attprojb, d);
-  attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
-  column_parallel_backward(g.qkvw, g.qkvb, dqkv, s.ln1, p.qkvw);
-  layernorm_backward<T>(d, g.ln1w, g.ln1b, dln, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
+  if (do_in && keep) Kokkos::deep_copy(d2, d);
+  const CMat<T> d2_rows = gather(d2, a.B);
+  if (do_in) matmul_backward_input<T>(datty, d2_rows, p.attprojw);
+  if (do_w) {
+    matmul_backward_weight<T>(g.attprojw, Vec<T>(), d2_rows, s.atty);
+    bias_backward<T>(g.attprojb, d2);
+  }
+  if (do_in) {
+    attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
+    column_parallel_input(dln1, dqkv, p.qkvw, a.B);
+  }
+  if (do_w) matmul_backward_weight<T>(g.qkvw, g.qkvb, dqkv, gather(s.ln1, a.B));
+  if (do_in) layernorm_backward_input<T>(d, dln1, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
+  if (do_w) layernorm_backward_params<T>(g.ln1w, g.ln1b, dln1, in, s.ln1_mean, s.ln1_rstd);
   store_->release_params(u);
 }
 

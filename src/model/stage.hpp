@@ -36,6 +36,10 @@ struct Activations {
   struct Block {
     Mat<T> ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3;
     Vec<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    // Split backward only: what the input pass leaves for the weight pass -- the gradients at the
+    // block's output (d3) and at res2 (d2), at the projections' inputs (dfch, dqkv) and at the
+    // LayerNorms' outputs (dln2, dln1).
+    Mat<T> d3, d2, dfch, dqkv, dln2, dln1;
   };
   int B = 0, seq_len = 0;
   Buffer<T> mem;  // one allocation; the views below are slices of it
@@ -44,20 +48,27 @@ struct Activations {
   std::vector<Block> blocks;
   Vec<T> lnf_mean, lnf_rstd;  // head stage
   Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
+  Mat<T> dembed;              // split backward, first stage: gradient at the embedding's output
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
   Mat<T> output() const { return blocks.back().res3; }  // (rows,C) sent to the next stage
   size_t bytes() const { return mem.extent(0) * sizeof(T); }
 };
 
-// Called at the start and end of each model unit's part of a forward or backward (for timing):
-// backward?, the unit (0 embedding, 1 + l block l, n_layer + 1 the head and loss), begin?
-using StageProbe = std::function<void(bool backward, int unit, bool begin)>;
+// The parts of a microbatch's work on a stage: forward, the whole backward, or the backward split
+// into its input pass (B: input gradients, sent upstream at once) and weight pass (W: weight and bias
+// gradients, LayerNorm parameters, the embedding; schedulable later).
+enum class Pass { forward, backward, backward_input, backward_weight };
+
+// Called at the start and end of each model unit's part of a pass (for timing): the pass, the unit
+// (0 embedding, 1 + l block l, n_layer + 1 the head and loss), begin?
+using StageProbe = std::function<void(Pass pass, int unit, bool begin)>;
 
 template <class T>
 struct StageOptions {
   UnitStore<T>* store = nullptr;   // where parameters and gradients live (null: the stage's own)
   TpGroup<T>* tp = nullptr;        // the layout's tensor-parallel group (null: one rank)
   bool sequence_parallel = false;  // LayerNorms and residuals on N / tp rows
+  int chunk = 0;                   // which of the layout's chunks (virtual stages) this stage runs
   StageProbe probe;                // optional
 };
 
@@ -67,8 +78,13 @@ class Stage {
   // max_batch: the most sequences one microbatch holds; seq_len: T.
   Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> options = {});
 
-  const StageLayout& layout() const { return layout_; }
+  const StageLayout& layout() const { return layout_; }  // the rank's (all its chunks)
   const ModelConfig& config() const { return layout_.global().config(); }
+  int chunk() const { return chunk_; }
+  int first_layer() const { return first_; }   // this stage's blocks: [first_layer, end_layer)
+  int end_layer() const { return end_; }
+  bool has_embedding() const { return first_ == 0; }
+  bool has_head() const { return end_ == config().n_layer; }
   int seq_len() const { return T_; }
   int max_batch() const { return maxB_; }
   bool sequence_parallel() const { return sp_; }
@@ -87,8 +103,9 @@ class Stage {
   // in which gradients complete.
   void on_grads_done(std::function<void(int, bool)> f);
 
-  // Saved-activation storage for a microbatch of B <= max_batch sequences.
-  Activations<T> make_activations(int B) const;
+  // Saved-activation storage for a microbatch of B <= max_batch sequences (split: with room for
+  // what a split backward's input pass leaves for its weight pass).
+  Activations<T> make_activations(int B, bool split = false) const;
 
   // Forward one microbatch. First stage reads a.tokens; other stages read a.input.
   // Head stage: writes per-token losses (N) and, when need_grad, runs the loss + LM-head backward
@@ -99,6 +116,11 @@ class Stage {
   // the store (grads_done) as soon as this microbatch's part of it is complete: the final norm
   // first, then the blocks from the last, then the embeddings.
   void backward(Activations<T>& a);
+  // The same in two passes (activations made with split = true): backward_input computes the input
+  // gradients through every layer (dres on exit as after backward), backward_weight then the weight
+  // and bias gradients from what it kept, handing the units over. Together: the same gradients.
+  void backward_input(Activations<T>& a);
+  void backward_weight(Activations<T>& a);
 
   // Head stage, one tensor-parallel rank: the (B*T, Vp) logits of the last forward run with
   // need_grad = false.
@@ -117,11 +139,14 @@ class Stage {
   Vec<T> unit_vec(const T* unit, int u, Param kind) const;  // one tensor of a (non-block) unit
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
   void embedding_forward_(Activations<T>& a);
-  void embedding_backward_(Activations<T>& a);
+  void embedding_backward_(Activations<T>& a, CMat<T> d);
   void block_forward(int layer, Activations<T>& a, CMat<T> in);
-  void block_backward(int layer, Activations<T>& a, CMat<T> in);
+  void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
-  void head_backward(Activations<T>& a);
+  void head_backward(Activations<T>& a, Pass pass);
+  void run_backward(Activations<T>& a, Pass pass);
+  // dln (stream rows) = the tp ranks' sum of dout (N, out) @ w: a column-parallel input gradient.
+  void column_parallel_input(Mat<T> dln, CMat<T> dout, CMat<T> w, int B);
   void parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
 
   // Tensor-parallel regions. `gather`: the full (N,C) rows of a stream tensor (a gather with sequence
@@ -135,13 +160,13 @@ class Stage {
   // Brackets a unit's part of the forward or backward for the probe.
   struct Probed {
     const StageProbe& probe;
-    bool backward;
+    Pass pass;
     int unit;
-    Probed(const StageProbe& p, bool b, int u) : probe(p), backward(b), unit(u) {
-      if (probe) probe(backward, unit, true);
+    Probed(const StageProbe& p, Pass s, int u) : probe(p), pass(s), unit(u) {
+      if (probe) probe(pass, unit, true);
     }
     ~Probed() {
-      if (probe) probe(backward, unit, false);
+      if (probe) probe(pass, unit, false);
     }
   };
   int head_unit_id() const { return config().n_layer + 1; }
@@ -153,6 +178,7 @@ class Stage {
   TpGroup<T>* tp_;
   bool sp_;
   StageProbe probe_;
+  int chunk_, first_, end_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
   Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;

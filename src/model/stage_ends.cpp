@@ -27,7 +27,7 @@ void Stage<T>::embedding_forward_(Activations<T>& a) {
 }
 
 template <class T>
-void Stage<T>::embedding_backward_(Activations<T>& a) {
+void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   const ModelConfig& c = config();
   const int wte = layout_.unit_index(UnitKind::wte), wpe = layout_.unit_index(UnitKind::wpe);
   // Every rank needs all rows' gradients for its vocabulary rows. With sequence parallelism wpe's
@@ -36,7 +36,7 @@ void Stage<T>::embedding_backward_(Activations<T>& a) {
   const bool wpe_here = !sp_ || adds_once();
   embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd),
                         wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>(),
-                        gather(dres(a.B), a.B), a.tokens, T_, layout_.vocab_begin());
+                        gather(d, a.B), a.tokens, T_, layout_.vocab_begin());
   store_->grads_done(wpe, false);
   store_->grads_done(wte, false);
 }
@@ -86,25 +86,30 @@ void Stage<T>::parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bo
 }
 
 template <class T>
-void Stage<T>::head_backward(Activations<T>& a) {
-  Mat<T> d = dres(a.B);
+void Stage<T>::head_backward(Activations<T>& a, Pass pass) {
   const int norm = layout_.unit_index(UnitKind::final_norm);
-  Kokkos::deep_copy(Vec<T>(d.data(), d.size()), T(0));
   const T* p = store_->params(norm);
-  T* g = store_->grads(norm);
-  layernorm_backward<T>(d, unit_vec(g, norm, Param::lnfw), unit_vec(g, norm, Param::lnfb), a.dlnf, a.output(),
-                        unit_vec(p, norm, Param::lnfw), a.lnf_mean, a.lnf_rstd);
+  if (pass != Pass::backward_weight) {
+    Mat<T> d = dres(a.B);
+    Kokkos::deep_copy(Vec<T>(d.data(), d.size()), T(0));
+    layernorm_backward_input<T>(d, a.dlnf, a.output(), unit_vec(p, norm, Param::lnfw), a.lnf_mean, a.lnf_rstd);
+  }
+  if (pass != Pass::backward_input) {
+    T* g = store_->grads(norm);
+    layernorm_backward_params<T>(unit_vec(g, norm, Param::lnfw), unit_vec(g, norm, Param::lnfb), a.dlnf, a.output(),
+                                 a.lnf_mean, a.lnf_rstd);
+    store_->grads_done(norm, false);
+  }
   store_->release_params(norm);
-  store_->grads_done(norm, false);
 }
 
 // The class is instantiated in stage.cpp; these are the members defined here.
 #define GPT2_STAGE_ENDS(T)                                                            \
   template void Stage<T>::embedding_forward_(Activations<T>&);                         \
-  template void Stage<T>::embedding_backward_(Activations<T>&);                        \
+  template void Stage<T>::embedding_backward_(Activations<T>&, CMat<T>);               \
   template void Stage<T>::head_forward(Activations<T>&, Vec<T>, bool, T);              \
   template void Stage<T>::parallel_loss(Mat<T>, Activations<T>&, Vec<T>, bool, T);     \
-  template void Stage<T>::head_backward(Activations<T>&);
+  template void Stage<T>::head_backward(Activations<T>&, Pass);
 GPT2_STAGE_ENDS(float)
 GPT2_STAGE_ENDS(double)
 #undef GPT2_STAGE_ENDS

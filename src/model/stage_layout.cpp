@@ -65,31 +65,33 @@ TensorInfo split(const TensorInfo& g, const ModelConfig& c, TpSplit tp) {
 }
 }  // namespace
 
-StageLayout::StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp)
-    : global_(&global), first_(first_layer), end_(end_layer), tp_(tp) {
+StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp)
+    : global_(&global), chunks_(std::move(chunks)), tp_(tp) {
   const int L = global.config().n_layer;
-  if (first_layer < 0 || end_layer > L || first_layer >= end_layer)
-    fail("StageLayout: bad block range [", first_layer, ", ", end_layer, ") of ", L);
+  if (chunks_.empty()) fail("StageLayout: no blocks");
+  for (const BlockRange& c : chunks_) {
+    if (c.first < 0 || c.end > L || c.first >= c.end)
+      fail("StageLayout: bad block range [", c.first, ", ", c.end, ") of ", L);
+    embedding_ = embedding_ || c.first == 0;
+    head_ = head_ || c.end == L;
+  }
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) fail("StageLayout: bad tensor-parallel rank ", tp.rank, " of ", tp.size);
   const ModelConfig& c = global.config();
-  owned_.begin = has_embedding() ? 0 : global.block(first_layer).begin;
-  owned_.end = has_head() ? global.total() : global.block(end_layer - 1).end;
-  // Local tensors in global order, each packed after the one before.
+  // Local tensors in order, each packed after the one before.
   auto add = [&](const TensorInfo& g) {
     TensorInfo t = split(g, c, tp);
     t.range = {size_, size_ + t.global.size()};
     size_ += t.global.size();
     local_.push_back(t);
-    return t.range;
   };
   auto unit = [&](UnitKind kind, int layer, size_t begin) { units_.push_back({kind, layer, {begin, size_}}); };
   const TensorInfo& wte = global.tensor(Param::wte);
-  if (has_head() && !has_embedding()) {
+  if (head_ && !embedding_) {
     add(wte);
     tied_ = size_;
     unit(UnitKind::tied_wte, -1, 0);
   }
-  if (has_embedding()) {
+  if (embedding_) {
     size_t b = size_;
     add(wte);
     unit(UnitKind::wte, -1, b);
@@ -97,12 +99,13 @@ StageLayout::StageLayout(const ParamLayout& global, int first_layer, int end_lay
     add(global.tensor(Param::wpe));
     unit(UnitKind::wpe, -1, b);
   }
-  for (int l = first_; l < end_; ++l) {
-    const size_t b = size_;
-    for (size_t i = global.index(Param::ln1w, l); i <= global.index(Param::fcprojb, l); ++i) add(global.tensors()[i]);
-    unit(UnitKind::block, l, b);
-  }
-  if (has_head()) {
+  for (const BlockRange& ch : chunks_)
+    for (int l = ch.first; l < ch.end; ++l) {
+      const size_t b = size_;
+      for (size_t i = global.index(Param::ln1w, l); i <= global.index(Param::fcprojb, l); ++i) add(global.tensors()[i]);
+      unit(UnitKind::block, l, b);
+    }
+  if (head_) {
     const size_t b = size_;
     add(global.tensor(Param::lnfw));
     add(global.tensor(Param::lnfb));
@@ -116,7 +119,7 @@ int StageLayout::local_vocab() const { return global_->config().padded_vocab() /
 const TensorInfo& StageLayout::tensor(Param kind, int layer) const {
   for (const TensorInfo& t : local_)
     if (t.kind == kind && t.layer == layer) return t;
-  fail("stage [", first_, ", ", end_, ") holds no tensor ", param_name(kind), " of layer ", layer);
+  fail("the rank's layout holds no tensor ", param_name(kind), " of layer ", layer);
 }
 
 Range StageLayout::block(int layer) const {

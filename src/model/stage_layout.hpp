@@ -1,12 +1,13 @@
 #pragma once
-// The part of the flat parameter buffer one pipeline stage holds, cut into units. A stage is a
-// contiguous range of blocks, plus the embeddings on the first stage and the final LayerNorm + LM
-// head on the last. Its local buffer is, in order:
-//   [tied wte copy]  last stage of several: the LM head's copy of wte, kept equal to stage 0's by
-//                    summing the two gradient contributions every step
-//   [wte] [wpe]      first stage
-//   block first_layer ... block end_layer - 1
-//   [final norm]     last stage (lnfw, lnfb)
+// The part of the flat parameter buffer one rank holds, cut into units. A rank holds one pipeline
+// stage -- a contiguous range of blocks -- or, with interleaved and V schedules, several (chunks,
+// each a virtual stage), plus the embeddings when a chunk starts at block 0 and the final LayerNorm
+// + LM head when one ends at the last block. Its local buffer is, in order:
+//   [tied wte copy]  a rank with the head but not the embedding: the LM head's copy of wte, kept
+//                    equal to the embedding's by summing the two gradient contributions every step
+//   [wte] [wpe]      a rank with the embedding (its LM head, if it has one, uses this wte)
+//   the blocks of each chunk, chunk by chunk
+//   [final norm]     a rank with the head (lnfw, lnfb)
 // Units are what the stage asks its UnitStore for one at a time (a block's twelve tensors, ...): the
 // grain of gradient buckets, of ZeRO shards and of parameter gathers. With one stage and no tied
 // copy, local == global.
@@ -39,20 +40,26 @@ struct TpSplit {
   int size = 1, rank = 0;  // tensor-parallel ranks, and this one
 };
 
+struct BlockRange {
+  int first = 0, end = 0;  // blocks [first, end)
+};
+
 class StageLayout {
  public:
-  StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp = {});
+  StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp = {})
+      : StageLayout(global, std::vector<BlockRange>{{first_layer, end_layer}}, tp) {}
+  StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp = {});
 
   const ParamLayout& global() const { return *global_; }
   const TpSplit& tp() const { return tp_; }
   int vocab_begin() const;   // first row of wte this rank holds
   int local_vocab() const;   // rows of wte it holds (padded vocabulary / tp)
-  int first_layer() const { return first_; }
-  int end_layer() const { return end_; }
-  bool has_embedding() const { return first_ == 0; }
-  bool has_head() const { return end_ == global_->config().n_layer; }
+  const std::vector<BlockRange>& chunks() const { return chunks_; }
+  int first_layer() const { return chunks_.front().first; }  // of the first chunk
+  int end_layer() const { return chunks_.back().end; }       // of the last chunk
+  bool has_embedding() const { return embedding_; }
+  bool has_head() const { return head_; }
 
-  Range owned() const { return owned_; }       // global range of the blocks etc. it holds (parts of)
   size_t tied_size() const { return tied_; }   // wte copy at local offset 0, or 0
   size_t local_size() const { return size_; }
 
@@ -70,9 +77,9 @@ class StageLayout {
 
  private:
   const ParamLayout* global_;
-  int first_, end_;
+  std::vector<BlockRange> chunks_;
   TpSplit tp_;
-  Range owned_;
+  bool embedding_ = false, head_ = false;
   size_t tied_ = 0, size_ = 0;
   std::vector<TensorInfo> local_;
   std::vector<Unit> units_;

@@ -92,7 +92,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
   // rank holds (1/tp of them with sequence parallelism).
   const size_t rows = size_t(B) * stage_.seq_len(), elems = size_t(stage_.stream_rows(B)) * stage_.config().n_embd;
   const size_t bytes = elems * sizeof(float);
-  const bool head = stage_.layout().has_head();
+  const bool head = stage_.has_head();
   const int next = index_ + 1, prev = index_ - 1;
 
   for (size_t i = 0; i < actions.size(); ++i) {
@@ -106,7 +106,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       }
       case ActionKind::forward: {
         Slot& s = acquire(a.mb, B);
-        if (io.load && (stage_.layout().has_embedding() || head)) {
+        if (io.load && (stage_.has_embedding() || head)) {
           Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb);
           io.load(a.mb, *s.act);
         }

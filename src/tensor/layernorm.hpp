@@ -39,10 +39,11 @@ void layernorm_forward(Mat<T> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T>
       });
 }
 
-// din (N,C) += d/din;  dw (C) += sum_n dout*norm;  db (C) += sum_n dout
+// The backward in two halves (input gradient now, parameter gradients later: zero-bubble
+// schedules); together they are layernorm_backward.
+// din (N,C) += d/din
 template <class T>
-void layernorm_backward(Mat<T> din, Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CVec<T> w,
-                        CVec<T> mean, CVec<T> rstd) {
+void layernorm_backward_input(Mat<T> din, CMat<T> dout, CMat<T> in, CVec<T> w, CVec<T> mean, CVec<T> rstd) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int N = in.extent(0), C = in.extent(1);
@@ -64,10 +65,23 @@ void layernorm_backward(Mat<T> din, Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> 
           din(n, c) += (w(c) * dout(n, c) - g_mean - norm * gx_mean) * s;
         });
       });
-  // Parameter gradients are column sums.
+}
+
+// dw (C) += sum_n dout*norm;  db (C) += sum_n dout  (column sums)
+template <class T>
+void layernorm_backward_params(Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CVec<T> mean, CVec<T> rstd) {
+  const int N = in.extent(0), C = in.extent(1);
   column_sum<T>("layernorm_backward_dw", dw, N, C,
                 KOKKOS_LAMBDA(int n, int c) { return dout(n, c) * (in(n, c) - mean(n)) * rstd(n); });
   column_sum<T>("layernorm_backward_db", db, N, C, KOKKOS_LAMBDA(int n, int c) { return dout(n, c); });
+}
+
+// din (N,C) += d/din;  dw (C) += sum_n dout*norm;  db (C) += sum_n dout
+template <class T>
+void layernorm_backward(Mat<T> din, Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CVec<T> w,
+                        CVec<T> mean, CVec<T> rstd) {
+  layernorm_backward_input<T>(din, dout, in, w, mean, rstd);
+  layernorm_backward_params<T>(dw, db, dout, in, mean, rstd);
 }
 
 }  // namespace gpt2

@@ -47,17 +47,29 @@ void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residu
   add_bias_residual<T>(out, b, residual);
 }
 
+// The backward in two halves, so that a pipeline can send the input gradient on at once and compute
+// the weight gradient later (zero-bubble schedules); together they are matmul_backward.
+// din (N,C) = dout (N,OC) @ w (OC,C)   (or += when accumulate_din)
+template <class T>
+void matmul_backward_input(Mat<T> din, CMat<T> dout, CMat<T> w, bool accumulate_din = false) {
+  const int N = dout.extent(0), C = w.extent(1), OC = w.extent(0);
+  gemm<T>(Op::N, Op::N, N, C, OC, T(1), dout.data(), OC, w.data(), C, accumulate_din ? T(1) : T(0), din.data(), C);
+}
+// dw (OC,C) += dout^T @ in (N,C);   db (OC) += colsum(dout), when db is not empty
+template <class T>
+void matmul_backward_weight(Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in) {
+  const int N = in.extent(0), C = in.extent(1), OC = dw.extent(0);
+  gemm<T>(Op::T, Op::N, OC, C, N, T(1), dout.data(), OC, in.data(), C, T(1), dw.data(), C);
+  if (db.extent(0) != 0) bias_backward<T>(db, dout);
+}
+
 // din (N,C) = dout @ w   (or += when accumulate_din);   dw (OC,C) += dout^T @ in;   db (OC) += colsum
 // din may be empty (the caller does not need it); db may be empty (no bias).
 template <class T>
 void matmul_backward(Mat<T> din, Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CMat<T> w,
                      bool accumulate_din = false) {
-  const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
-  if (din.extent(0) != 0)
-    gemm<T>(Op::N, Op::N, N, C, OC, T(1), dout.data(), OC, w.data(), C,
-            accumulate_din ? T(1) : T(0), din.data(), C);
-  gemm<T>(Op::T, Op::N, OC, C, N, T(1), dout.data(), OC, in.data(), C, T(1), dw.data(), C);
-  if (db.extent(0) != 0) bias_backward<T>(db, dout);
+  if (din.extent(0) != 0) matmul_backward_input<T>(din, dout, w, accumulate_din);
+  matmul_backward_weight<T>(dw, db, dout, in);
 }
 
 }  // namespace gpt2

@@ -18,7 +18,8 @@ constexpr KindInfo kKinds[] = {
     {"send", M},      {"recv", M},       {"data", O},       {"eval", O},            {"checkpoint", O},
     {"step", O},      {"tied_sync", M},  {"send_wait", M},  {"scalar_sync", M},
     {"reduce_scatter_issue", M}, {"reduce_scatter_wait", M}, {"all_gather_issue", M}, {"all_gather_wait", M},
-    {"tp_collective", M}, {"unit_forward", O}, {"unit_backward", O},
+    {"tp_collective", M}, {"unit_forward", O}, {"unit_backward", O}, {"backward_weight", C},
+    {"unit_backward_weight", O},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace

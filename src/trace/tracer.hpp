@@ -21,6 +21,8 @@ enum class EventKind : int32_t {
   all_gather_issue, all_gather_wait,          // sharded parameters (ZeRO)
   tp_collective,                              // tensor parallelism's all-reduces, gathers, scatters
   unit_forward, unit_backward,                // trace.units: a model unit inside a forward/backward
+  backward_weight,                            // the weight pass W of a split backward (B is `backward`)
+  unit_backward_weight,                       // trace.units: a unit inside a weight pass
   count_
 };
 enum class EventClass { compute, communication, other };

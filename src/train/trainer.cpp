@@ -79,14 +79,16 @@ void Trainer::setup_model() {
   so.sequence_parallel = p.sequence_parallel && p.tp > 1;
   if (cfg_.trace.units && !cfg_.trace.file.empty()) {
     // Unit timings for the performance model's calibration (fenced, so they cover the device work).
-    so.probe = [this, start = 0.0](bool backward, int unit, bool begin) mutable {
+    so.probe = [this, start = 0.0](Pass pass, int unit, bool begin) mutable {
       tracer_.fence();
       if (begin) {
         start = tracer_.now();
         return;
       }
-      tracer_.record(backward ? EventKind::unit_backward : EventKind::unit_forward, int(step_), -1, start,
-                     tracer_.now(), 0, 0, unit);
+      const EventKind k = pass == Pass::forward           ? EventKind::unit_forward
+                          : pass == Pass::backward_weight ? EventKind::unit_backward_weight
+                                                          : EventKind::unit_backward;
+      tracer_.record(k, int(step_), -1, start, tracer_.now(), 0, 0, unit);
     };
   }
   stage_ = std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, so);
@@ -94,7 +96,7 @@ void Trainer::setup_model() {
   train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
   eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
   exec_ = std::make_unique<PipelineExecutor>(*stage_, *groups_->pipe, tracer_);
-  if (stage_->layout().has_head())
+  if (stage_->has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
   step_sums_ = Buffer<double>("step_sums", 2);
 
@@ -160,7 +162,7 @@ StepMetrics Trainer::train_step() {
 void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
-  const bool head = stage_->layout().has_head();
+  const bool head = stage_->has_head();
   sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_.data()));
   if (with_grad_norm) store_->grad_sum_of_squares(DeviceScalar(step_sums_.data() + 1));
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
