@@ -188,7 +188,7 @@ Calibration Calibration::load(const std::string& path) {
   };
   const int k_fwd = code("forward"), k_bwd = code("backward"), k_opt = code("optimizer"), k_data = code("data"),
             k_step = code("step"), k_uf = code("unit_forward"), k_ub = code("unit_backward"), k_eval = code("eval"),
-            k_ckpt = code("checkpoint");
+            k_ckpt = code("checkpoint"), k_w = code("backward_weight"), k_uw = code("unit_backward_weight");
   if (k_fwd < 0 || k_bwd < 0 || k_step < 0) fail_input(path, "the trace names no forward, backward and step events");
 
   const std::vector<Ev> ev = read_events(f, path);
@@ -203,16 +203,20 @@ Calibration Calibration::load(const std::string& path) {
   auto used = [&](const Ev& e) { return steps.count(e.step) > 0; };
 
   const int L = c.model.n_layer, head_unit = L + 1;
-  std::vector<double> uf[3], ub[3], fwd, bwd, data, opt_per_param, other_per_param;
+  // A split backward (zero-bubble schedules) is an input pass B (backward, unit_backward) and a weight
+  // pass W (backward_weight, unit_backward_weight): a unit's backward is their sum.
+  std::vector<double> uf[3], ub[3], uw[3], data, opt_per_param, other_per_param;
   auto kind_of_unit = [&](int u) { return u == 0 ? 0 : u == head_unit ? 2 : 1; };
-  std::map<int, std::vector<double>> fwd_by_rank, bwd_by_rank;
+  std::map<int, std::vector<double>> fwd_by_rank, bwd_by_rank, w_by_rank;
   for (const Ev& e : ev) {
     if (!used(e)) continue;
     const double d = e.end - e.start;
     if (e.kind == k_uf && e.unit >= 0 && e.unit <= head_unit) uf[kind_of_unit(e.unit)].push_back(d);
     else if (e.kind == k_ub && e.unit >= 0 && e.unit <= head_unit) ub[kind_of_unit(e.unit)].push_back(d);
+    else if (e.kind == k_uw && e.unit >= 0 && e.unit <= head_unit) uw[kind_of_unit(e.unit)].push_back(d);
     else if (e.kind == k_fwd) fwd_by_rank[e.rank].push_back(d);
     else if (e.kind == k_bwd) bwd_by_rank[e.rank].push_back(d);
+    else if (e.kind == k_w) w_by_rank[e.rank].push_back(d);
     else if (e.kind == k_data) data.push_back(d);
   }
   if (fwd_by_rank.empty() || bwd_by_rank.empty())
@@ -220,7 +224,7 @@ Calibration Calibration::load(const std::string& path) {
   c.has_units = !uf[1].empty() && !ub[1].empty();
   if (c.has_units) {
     c.forward = {typical(uf[0]), typical(uf[1]), typical(uf[2])};
-    c.backward = {typical(ub[0]), typical(ub[1]), typical(ub[2])};
+    c.backward = {typical(ub[0]) + typical(uw[0]), typical(ub[1]) + typical(uw[1]), typical(ub[2]) + typical(uw[2])};
     // Every block is the same work: their spread is the machine's noise.
     const double med = c.forward.block;
     std::vector<double> dev;
@@ -237,7 +241,7 @@ Calibration Calibration::load(const std::string& path) {
       const int s = rank < int(pp_rank.size()) ? int(pp_rank[size_t(rank)]) : 0;
       const int n = layers[size_t(std::clamp(s, 0, pp - 1))];
       const double b = block_cost(c.model, c.seq_len), h = s == pp - 1 ? 3 * head_cost(c.model) : 0.0;
-      const double fmed = typical(fw), bmed = typical(bwd_by_rank[rank]);
+      const double fmed = typical(fw), bmed = typical(bwd_by_rank[rank]) + typical(w_by_rank[rank]);
       bf.push_back(fmed * b / (n * b + h));
       if (h > 0) hf.push_back(fmed * h / (n * b + h));
       bb.push_back(bmed / n);
@@ -252,7 +256,7 @@ Calibration Calibration::load(const std::string& path) {
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> inside;
   std::map<std::pair<int, int>, std::pair<double, double>> window;
   for (const Ev& e : ev) {
-    if (!used(e) || e.kind == k_uf || e.kind == k_ub || e.kind == k_eval || e.kind == k_ckpt) continue;
+    if (!used(e) || e.kind == k_uf || e.kind == k_ub || e.kind == k_uw || e.kind == k_eval || e.kind == k_ckpt) continue;
     if (e.kind == k_step) window[{e.rank, e.step}] = {e.start, e.end};
     else inside[{e.rank, e.step}].push_back({e.start, e.end});
     if (e.kind == k_opt && e.rank < int(opt_bytes.size()) && opt_bytes[size_t(e.rank)] > 0)

@@ -75,6 +75,13 @@ UnitTime CostModel::unit_time(int u, int b, const Layout& l) const {
   return t;
 }
 
+double CostModel::node_slowdown(const Layout& l) const {
+  const int n = hw_.devices_per_node;
+  if (n <= 1) return 1;
+  const double busy = double(std::min<long long>(l.world(), n));
+  return 1 + (hw_.shared_slowdown - 1) * (busy - 1) / (n - 1);
+}
+
 double CostModel::tp_forward(int u, int b, const Layout& l) const {
   if (l.tp <= 1) return 0;
   const double stream = double(b) * w_.seq_len * w_.model.n_embd * l.bytes_per_value();

@@ -73,6 +73,10 @@ class CostModel {
   double all_gather(double bytes, int n, int stride) const;      // bytes: the whole buffer
   double send(double bytes, int stride) const;                   // one message to a neighbour
 
+  // Factor on every compute time of a layout: its ranks fill nodes in order, and a node whose
+  // devices are all busy computes shared_slowdown times slower per rank (1 with one rank a node).
+  double node_slowdown(const Layout& l) const;
+
   // Seconds of `work` at this hardware's modelled rates at a precision.
   double modelled(const Work& work, const std::string& precision) const;
 

@@ -24,7 +24,7 @@ Hardware Hardware::load(const std::string& path) {
   const double unset = std::nan("");
   double peak32 = unset, peak_tf = unset, peak16 = unset, gemm = unset, mem_gb = unset, bw = unset, mem_eff = unset,
          launch_us = unset, overlap = unset, intra_bw = unset, intra_lat = unset, inter_bw = unset, inter_lat = unset,
-         per_node = unset;
+         per_node = unset, shared = unset;
   std::string name = "\x01";
   std::vector<DeckField> fields = {
       {"device.name", &name, "what the file describes"},
@@ -38,6 +38,7 @@ Hardware Hardware::load(const std::string& path) {
       {"device.kernel_overhead_us", &launch_us, "fixed cost of one kernel, microseconds"},
       {"node.devices_per_node", &per_node, "devices (ranks) per node"},
       {"node.comm_overlap", &overlap, "share of communication that runs beside compute (0..1)"},
+      {"node.shared_slowdown", &shared, "compute time factor when every device of a node is busy (>= 1)"},
       {"intra_node.bandwidth_gbs", &intra_bw, "per device, one direction, GB/s"},
       {"intra_node.latency_us", &intra_lat, "per message or ring step, microseconds"},
       {"inter_node.bandwidth_gbs", &inter_bw, "per device, one direction, GB/s"},
@@ -64,6 +65,7 @@ Hardware Hardware::load(const std::string& path) {
   }
   for (double fraction : {gemm, mem_eff, overlap})
     if (fraction > 1) fail_input(path, "efficiencies and comm_overlap are fractions between 0 and 1, got ", fraction);
+  if (shared < 1) fail_input(path, "node.shared_slowdown: expected a factor >= 1, got ", shared);
   if (per_node != std::floor(per_node) || per_node < 1)
     fail_input(path, "node.devices_per_node: expected a whole number >= 1, got ", per_node);
   Hardware h;
@@ -74,6 +76,7 @@ Hardware Hardware::load(const std::string& path) {
   h.kernel_overhead = launch_us * 1e-6;
   h.devices_per_node = int(per_node);
   h.comm_overlap = overlap;
+  h.shared_slowdown = shared;
   h.intra = {intra_bw * 1e9, intra_lat * 1e-6};
   h.inter = {inter_bw * 1e9, inter_lat * 1e-6};
   return h;

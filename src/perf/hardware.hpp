@@ -8,7 +8,8 @@
 //              streaming kernels reach), kernel_overhead_us (fixed cost of one kernel launch)
 //   [node]     devices_per_node, comm_overlap (0..1: share of communication that runs beside
 //              compute: 1 with NCCL's own streams on GPUs, 0 where MPI progresses only inside the
-//              rank's own calls)
+//              rank's own calls), shared_slowdown (>= 1: how much slower a rank computes when every
+//              device of its node is busy -- CPU cores share caches and memory bandwidth; 1 for GPUs)
 //   [intra_node] / [inter_node]  bandwidth_gbs (per device, one direction, what a ring collective
 //              reaches), latency_us (per message / per ring step)
 #include <string>
@@ -28,6 +29,7 @@ struct Hardware {
   double kernel_overhead = 0;  // s
   int devices_per_node = 1;
   double comm_overlap = 1;
+  double shared_slowdown = 1;
   Link intra, inter;
 
   // Peak FLOP/s of the GEMMs at a precision ("fp32": TF32 tensor cores where the device has them,

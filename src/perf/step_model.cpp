@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <numeric>
+#include <tuple>
 
 #include "model/param_layout.hpp"
 #include "model/stage_layout.hpp"
@@ -29,12 +32,20 @@ std::vector<double> StepPrediction::memory_per_rank() const {
   return out;
 }
 
-double flops_per_token(const Workload& w) {
-  const ModelConfig& m = w.model;
-  return 6.0 * double(ParamLayout(m).total()) + 12.0 * m.n_layer * m.n_embd * double(w.seq_len);
-}
-
 namespace {
+
+// Stage layouts by (model, blocks, tp), made once: a plan asks for the same few thousand times.
+const StageLayout& stage_layout(const ModelConfig& m, int first, int end, int tp) {
+  using ModelKey = std::tuple<int, int, int, int, int>;
+  static std::map<ModelKey, std::unique_ptr<ParamLayout>> models;
+  static std::map<std::tuple<ModelKey, int, int, int>, std::unique_ptr<StageLayout>> stages;
+  const ModelKey mk{m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size};
+  auto& g = models[mk];
+  if (!g) g = std::make_unique<ParamLayout>(m);
+  auto& sl = stages[{mk, first, end, tp}];
+  if (!sl) sl = std::make_unique<StageLayout>(*g, first, end, TpSplit{tp, 0});
+  return *sl;
+}
 
 // A stage's parts for one microbatch, in the order the trainer runs them.
 struct Segment {
@@ -77,26 +88,33 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const std::vector<int
   const int p = l.pp, mbs = l.microbatches, b = int(w.batch / l.dp / mbs), L = m.n_layer;
   const ShardPolicy policy = sharding_policy(l.zero);
   const double ov = hw.comm_overlap;
+  const double slow = cm.node_slowdown(l);  // compute of a rank whose node is busy
+  auto unit = [&](int u) {
+    UnitTime t = cm.unit_time(u, b, l);
+    t.forward *= slow, t.backward_input *= slow, t.backward_weight *= slow;
+    return t;
+  };
   const double grad_bytes = l.bytes_per_value();
   const double bucket = (l.bucket_mb > 0 ? l.bucket_mb : ov < 0.5 ? 1.0 : 25.0) * 1048576.0;
   const int dp_stride = l.tp * l.pp;
-  // A unit's gradient reduction over dp, bucket by bucket.
-  auto reduce = [&](double elems) {
+  // A unit's collective over dp, one per bucket (ShardLayout cuts every unit into buckets).
+  auto bucketed = [&](double bytes, double (CostModel::*op)(double, int, int) const) {
     if (l.dp <= 1) return 0.0;
-    const double bytes = elems * grad_bytes, buckets = std::max(1.0, std::ceil(bytes / bucket));
-    auto one = [&](double by) {
-      return policy.optimizer ? cm.reduce_scatter(by, l.dp, dp_stride) : cm.all_reduce(by, l.dp, dp_stride);
-    };
-    return one(bytes) + (buckets - 1) * one(0);
+    const double buckets = std::max(1.0, std::ceil(bytes / bucket));
+    return (cm.*op)(bytes, l.dp, dp_stride) + (buckets - 1) * (cm.*op)(0, l.dp, dp_stride);
   };
+  // Its gradient reduction (all-reduce, or reduce-scatter when the optimizer state is sharded) ...
+  auto reduce = [&](double elems) {
+    return bucketed(elems * grad_bytes, policy.optimizer ? &CostModel::reduce_scatter : &CostModel::all_reduce);
+  };
+  // ... and ZeRO-3's gather of its parameters before each use.
   auto gather = [&](double elems) {
-    return policy.params ? cm.all_gather(elems * l.bytes_per_value(), l.dp, dp_stride) : 0.0;
+    return policy.params ? bucketed(elems * l.bytes_per_value(), &CostModel::all_gather) : 0.0;
   };
 
-  const ParamLayout global(m);
   std::vector<StagePlan> plans(static_cast<size_t>(p));
   for (int s = 0, first = 0; s < p; first += layers[size_t(s)], ++s) {
-    const StageLayout sl(global, first, first + layers[size_t(s)], TpSplit{l.tp, 0});
+    const StageLayout& sl = stage_layout(m, first, first + layers[size_t(s)], l.tp);
     StagePlan& sp = plans[size_t(s)];
     auto unit_elems = [&](UnitKind k, int layer = -1) {
       const int u = sl.unit_index(k, layer);
@@ -108,18 +126,18 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const std::vector<int
     if (policy.optimizer && p > 1) sp.tied_elems /= l.dp;
     for (const TensorInfo& t : sl.tensors())
       if (t.replicated && l.tp > 1) sp.replicated_elems += double(t.range.size());
-    const double data = (sl.has_embedding() || sl.has_head()) ? cm.data(b) : 0.0;
+    const double data = (sl.has_embedding() || sl.has_head()) ? slow * cm.data(b) : 0.0;
     if (sl.has_embedding()) {
-      const UnitTime t = cm.unit_time(0, b, l);
+      const UnitTime t = unit(0);
       sp.forward.push_back({data + t.forward + cm.tp_forward(0, b, l),
                             gather(unit_elems(UnitKind::wte) + unit_elems(UnitKind::wpe)), {}});
     }
     for (int layer = sl.first_layer(); layer < sl.end_layer(); ++layer) {
-      const UnitTime t = cm.unit_time(1 + layer, b, l);
+      const UnitTime t = unit(1 + layer);
       sp.forward.push_back({t.forward + cm.tp_forward(1 + layer, b, l), gather(unit_elems(UnitKind::block, layer)), {}});
     }
     if (sl.has_head()) {
-      const UnitTime t = cm.unit_time(L + 1, b, l);
+      const UnitTime t = unit(L + 1);
       const int wu = sl.head_wte_unit();
       const double head_wte = double(sl.units()[size_t(wu)].range.size());
       Segment seg{(sl.has_embedding() ? 0.0 : data) + t.forward + cm.tp_forward(L + 1, b, l),
@@ -127,17 +145,17 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const std::vector<int
       // The LM head's copy of wte (several stages) has its whole gradient after the head's forward.
       if (sl.units()[size_t(wu)].grads_final_in_forward()) seg.reductions.push_back(reduce(head_wte));
       sp.forward.push_back(seg);
-      const UnitTime tb = cm.unit_time(L + 1, b, l);
+      const UnitTime tb = unit(L + 1);
       sp.backward.push_back({tb.backward() + cm.tp_backward(L + 1, b, l), gather(unit_elems(UnitKind::final_norm)),
                              {reduce(unit_elems(UnitKind::final_norm))}});
     }
     for (int layer = sl.end_layer() - 1; layer >= sl.first_layer(); --layer) {
-      const UnitTime t = cm.unit_time(1 + layer, b, l);
+      const UnitTime t = unit(1 + layer);
       const double e = unit_elems(UnitKind::block, layer);
       sp.backward.push_back({t.backward() + cm.tp_backward(1 + layer, b, l), gather(e), {reduce(e)}});
     }
     if (sl.has_embedding()) {
-      const UnitTime t = cm.unit_time(0, b, l);
+      const UnitTime t = unit(0);
       sp.backward.push_back({t.backward() + cm.tp_backward(0, b, l), 0,
                              {reduce(unit_elems(UnitKind::wpe)), reduce(unit_elems(UnitKind::wte))}});
     }
@@ -175,7 +193,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const std::vector<int
   const double act_bytes =
       double(b) * w.seq_len / (l.sequence_parallel ? l.tp : 1) * m.n_embd * l.bytes_per_value();
   costs.transfer = [&](int, int) { return cm.send(act_bytes, l.tp); };
-  for (int s = 0; s < p; ++s) costs.start.push_back(cm.gradient_pass(plans[size_t(s)].local_params));  // zeroing
+  for (int s = 0; s < p; ++s) costs.start.push_back(slow * cm.gradient_pass(plans[size_t(s)].local_params));  // zeroing
   const Simulation sim = simulate(actions, mbs, costs);
 
   Detail d;
@@ -187,10 +205,12 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const std::vector<int
   // The data-parallel channel of each stage: reductions one after another, from their launch.
   std::vector<double> ready(size_t(p), 0.0);
   double t0 = 1e300, t1 = -1e300, busy = 0;
+  std::vector<std::vector<const SimulatedCompute*>> by_stage(static_cast<size_t>(p));
+  for (const SimulatedCompute& c : sim.computes) by_stage[size_t(c.stage)].push_back(&c);
   for (int s = 0; s < p; ++s) {
     double channel = 0;
-    for (const SimulatedCompute& c : sim.computes) {
-      if (c.stage != s) continue;
+    for (const SimulatedCompute* cp : by_stage[size_t(s)]) {
+      const SimulatedCompute& c = *cp;
       busy += c.end - c.start;
       if (c.kind == ActionKind::forward) t0 = std::min(t0, c.start);
       else t1 = std::max(t1, c.end);
@@ -219,9 +239,9 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const std::vector<int
   std::vector<double> post(size_t(p), 0.0), own(size_t(p), 0.0);
   for (int s = 0; s < p; ++s) {
     const StagePlan& sp = plans[size_t(s)];
-    post[size_t(s)] = ready[size_t(s)] + cm.gradient_pass(sp.local_params);  // the norm
-    own[size_t(s)] = post[size_t(s)] + cm.optimizer(sp.shard_params) +
-                     (policy.optimizer && !policy.params ? cm.all_gather(sp.local_params * 4, l.dp, dp_stride) : 0.0);
+    post[size_t(s)] = ready[size_t(s)] + slow * cm.gradient_pass(sp.local_params);  // the norm
+    own[size_t(s)] = post[size_t(s)] + slow * cm.optimizer(sp.shard_params) +
+                     (policy.optimizer && !policy.params ? bucketed(sp.local_params * 4, &CostModel::all_gather) : 0.0);
   }
   // The loss and norm all-reduces: every stage's contribution, then each stage's optimizer is done.
   const double scalars = cm.all_reduce(16, l.dp, dp_stride) + cm.all_reduce(8, l.tp, 1) + cm.all_reduce(16, p, l.tp);
@@ -277,8 +297,7 @@ std::string check_layout(const Workload& w, const Layout& l) {
     if (sum != m.n_layer) return "stage_layers must add up to n_layer";
   }
   if (l.zero > 0 && l.dp > 1) {  // every unit (a block, wte, wpe, the final norm) splits evenly over dp
-    const ParamLayout g(m);
-    const StageLayout whole(g, 0, m.n_layer, TpSplit{l.tp, 0});
+    const StageLayout& whole = stage_layout(m, 0, m.n_layer, l.tp);
     for (const Unit& u : whole.units())
       if (u.range.size() % size_t(l.dp))
         return std::string("ZeRO needs every unit split evenly over dp ") + std::to_string(l.dp) + " (" + u.name() +
@@ -287,36 +306,28 @@ std::string check_layout(const Workload& w, const Layout& l) {
   return "";
 }
 
-StepPrediction predict_step(const CostModel& cm, const Layout& l) {
-  const Workload& w = cm.workload();
-  StepPrediction out;
-  out.layout = l;
-  out.problem = check_layout(w, l);
-  if (!out.problem.empty()) return out;
-  out.stage_layers = l.stage_layers.empty() ? partition_stages(w.model, l.pp, w.seq_len) : l.stage_layers;
-  const Detail d = simulate_step(cm, l, out.stage_layers);
-  if (!d.problem.empty()) {
-    out.problem = d.problem;
-    return out;
-  }
-  CostModel free = cm;
-  free.set_free_communication(true);
-  const Detail f = simulate_step(free, l, out.stage_layers);
-  out.step_s = d.step;
-  out.tokens_per_s = double(w.batch) * w.seq_len / d.step;
-  out.bubble = d.bubble;
-  out.exposed_comm_s = std::max(0.0, d.step - f.step);
-  out.compute_s = d.compute;
-  out.peak_in_flight = d.peak_in_flight;
-  out.stage_end = d.stage_end;
-  const double peak = cm.hardware().peak(l.precision);
-  out.mfu = peak > 0 ? out.tokens_per_s * flops_per_token(w) / (double(l.world()) * peak) : 0;
+double flops_per_token(const Workload& w) {
+  const ModelConfig& m = w.model;
+  const double params = double(stage_layout(m, 0, m.n_layer, 1).global().total());
+  return 6.0 * params + 12.0 * m.n_layer * m.n_embd * double(w.seq_len);
+}
 
+std::vector<int> stage_layers_of(const Workload& w, const Layout& l) {
+  if (!l.stage_layers.empty()) return l.stage_layers;
+  static std::map<std::tuple<int, int, int, int, int, int>, std::vector<int>> splits;  // the partitioner's, made once
+  const ModelConfig& m = w.model;
+  auto& v = splits[{m.n_layer, m.n_embd, m.padded_vocab(), m.n_head, w.seq_len, l.pp}];
+  if (v.empty()) v = partition_stages(m, l.pp, w.seq_len);
+  return v;
+}
+
+std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& layers,
+                                       const std::vector<int>& in_flight) {
   const ShardPolicy policy = sharding_policy(l.zero);
-  const ParamLayout global(w.model);
   const int b = int(w.batch / l.dp / l.microbatches);
-  for (int s = 0, first = 0; s < l.pp; first += out.stage_layers[size_t(s)], ++s) {
-    const StageLayout sl(global, first, first + out.stage_layers[size_t(s)], TpSplit{l.tp, 0});
+  std::vector<RankMemory> out;
+  for (int s = 0, first = 0; s < l.pp; first += layers[size_t(s)], ++s) {
+    const StageLayout& sl = stage_layout(w.model, first, first + layers[size_t(s)], l.tp);
     const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / l.dp : psi;
     double largest = 0;
     for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
@@ -332,12 +343,46 @@ StepPrediction predict_step(const CostModel& cm, const Layout& l) {
     }
     double per_mb = 0, scratch = 0;
     activation_memory(w, l, sl, b, per_mb, scratch);
-    r.activations = per_mb * d.peak_in_flight[size_t(s)];
+    r.activations = per_mb * in_flight[size_t(s)];
     // ZeRO's pooled workspaces: about two units' gradients (2, 3) and two gathered units (3).
     r.workspace = scratch + largest * 4 * ((policy.grads ? 2 : 0) + (policy.params ? 2 : 0));
-    out.stage_memory.push_back(r);
+    out.push_back(r);
   }
   return out;
+}
+
+StepPrediction predict_step(const CostModel& cm, const Layout& l, bool exposed_comm) {
+  const Workload& w = cm.workload();
+  StepPrediction out;
+  out.layout = l;
+  out.problem = check_layout(w, l);
+  if (!out.problem.empty()) return out;
+  out.stage_layers = stage_layers_of(w, l);
+  const Detail d = simulate_step(cm, l, out.stage_layers);
+  if (!d.problem.empty()) {
+    out.problem = d.problem;
+    return out;
+  }
+  out.step_s = d.step;
+  out.tokens_per_s = double(w.batch) * w.seq_len / d.step;
+  out.bubble = d.bubble;
+  out.compute_s = d.compute;
+  out.peak_in_flight = d.peak_in_flight;
+  out.stage_end = d.stage_end;
+  const double peak = cm.hardware().peak(l.precision);
+  out.mfu = peak > 0 ? out.tokens_per_s * flops_per_token(w) / (double(l.world()) * peak) : 0;
+  out.stage_memory = predict_memory(w, l, out.stage_layers, d.peak_in_flight);
+  if (exposed_comm) add_exposed_comm(cm, out);
+  return out;
+}
+
+void add_exposed_comm(const CostModel& cm, StepPrediction& p) {
+  if (!p.valid() || p.exposed_comm_known) return;
+  CostModel free = cm;
+  free.set_free_communication(true);
+  const Detail f = simulate_step(free, p.layout, p.stage_layers);
+  p.exposed_comm_s = std::max(0.0, p.step_s - f.step);
+  p.exposed_comm_known = true;
 }
 
 }  // namespace gpt2

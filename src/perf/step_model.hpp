@@ -34,6 +34,7 @@ struct StepPrediction {
   double step_s = 0, tokens_per_s = 0;
   double bubble = 0;         // idle share of the stages between the first forward and the last backward
   double exposed_comm_s = 0; // what communication adds to the step (the step with it free, subtracted)
+  bool exposed_comm_known = false;
   double compute_s = 0;      // the busiest stage's forward and backward time
   double mfu = 0;            // model FLOPs (6N + 12 L C T per token) / (step x ranks x peak)
   std::vector<int> stage_layers, peak_in_flight;  // per stage
@@ -50,7 +51,15 @@ struct StepPrediction {
 // and microbatches, ZeRO's units split over dp, a registered schedule).
 std::string check_layout(const Workload& w, const Layout& l);
 
-StepPrediction predict_step(const CostModel& cm, const Layout& l);
+// exposed_comm: also simulate the step with free communication (twice the work; see add_exposed_comm).
+StepPrediction predict_step(const CostModel& cm, const Layout& l, bool exposed_comm = true);
+void add_exposed_comm(const CostModel& cm, StepPrediction& p);
+
+// Blocks per stage: the layout's, or the cost-balanced split.
+std::vector<int> stage_layers_of(const Workload& w, const Layout& l);
+// Memory per stage when each holds in_flight[s] microbatches' activations.
+std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& layers,
+                                       const std::vector<int>& in_flight);
 
 // Training FLOPs per token: 6N + 12 L C T (analysis/tracelib.py's flops_per_token).
 double flops_per_token(const Workload& w);

@@ -49,7 +49,7 @@ std::string write_file(const std::string& name, const std::string& text) {
 const char* kFullHardware =
     "[device]\nname = \"x\"\npeak_tflops_fp32 = 1.0\npeak_tflops_tf32 = 0\npeak_tflops_bf16 = 2\n"
     "gemm_efficiency = 0.5\nmemory_gb = 16\nmemory_bandwidth_gbs = 100\nmemory_efficiency = 0.5\n"
-    "kernel_overhead_us = 3\n[node]\ndevices_per_node = 4\ncomm_overlap = 1\n"
+    "kernel_overhead_us = 3\n[node]\ndevices_per_node = 4\ncomm_overlap = 1\nshared_slowdown = 1.3\n"
     "[intra_node]\nbandwidth_gbs = 50\nlatency_us = 2\n[inter_node]\nbandwidth_gbs = 10\nlatency_us = 5\n";
 
 std::string error_of(const std::function<void()>& f) {
@@ -71,6 +71,7 @@ TEST(Hardware, ReadsEveryKeyAndNamesAMissingOne) {
   EXPECT_DOUBLE_EQ(h.intra.bandwidth, 50e9);
   EXPECT_DOUBLE_EQ(h.inter.latency, 5e-6);
   EXPECT_DOUBLE_EQ(h.kernel_overhead, 3e-6);
+  EXPECT_DOUBLE_EQ(h.shared_slowdown, 1.3);
 
   std::string text = kFullHardware;
   text.erase(text.find("memory_bandwidth_gbs = 100\n"), std::string("memory_bandwidth_gbs = 100\n").size());
@@ -152,6 +153,24 @@ TEST(CostModel, CalibrationReproducesTheTraceAndScalesByWork) {
   EXPECT_NE(msg.find("n_layer: 12 vs 8"), std::string::npos) << msg;
   EXPECT_NE(error_of([&] { cal.require_shape(w.model, 64, "x.toml"); }).find("seq_len: 64 vs 128"), std::string::npos);
   EXPECT_EQ(error_of([&] { cal.require_shape(w.model, w.seq_len, "x.toml"); }), "");
+}
+
+TEST(CostModel, ABusyNodeSlowsItsRanks) {
+  Hardware h = test_hardware();
+  h.shared_slowdown = 1.4;  // 8 devices a node
+  const CostModel cm(small_model(), h);
+  Layout l;
+  EXPECT_DOUBLE_EQ(cm.node_slowdown(l), 1.0);  // one rank: nothing shared
+  l.dp = 8;
+  EXPECT_DOUBLE_EQ(cm.node_slowdown(l), 1.4);
+  l.dp = 64;
+  EXPECT_DOUBLE_EQ(cm.node_slowdown(l), 1.4);
+  l.dp = 2;
+  EXPECT_NEAR(cm.node_slowdown(l), 1 + 0.4 / 7, 1e-12);
+  // and the step with it
+  const CostModel cm1(small_model(), test_hardware());
+  l.dp = 1, l.pp = 2;
+  EXPECT_GT(predict_step(cm, l).step_s, predict_step(cm1, l).step_s);
 }
 
 TEST(CostModel, CollectivesFollowTheRingFormulas) {
