@@ -42,13 +42,14 @@ void print_row(int rank, const StepPrediction& p) {
 }
 
 // The fastest layout of a kind, for comparing the best with.
-const StepPrediction* best_where(const Plan& plan, const std::function<bool(const Layout&)>& pred) {
-  for (const StepPrediction& p : plan.ranked)
+StepPrediction* best_where(Plan& plan, const std::function<bool(const Layout&)>& pred) {
+  for (StepPrediction& p : plan.ranked)
     if (pred(p.layout)) return &p;
   return nullptr;
 }
 
-void explain(const Plan& plan, const Hardware& hw) {
+void explain(Plan& plan, const CostModel& cm) {
+  const Hardware& hw = cm.hardware();
   const StepPrediction& b = plan.ranked.front();
   const Layout& l = b.layout;
   std::printf("\nbest: %s\n", l.describe().c_str());
@@ -77,8 +78,9 @@ void explain(const Plan& plan, const Hardware& hw) {
   };
   std::printf("  against the best of each other kind:\n");
   for (const Alt& a : alts) {
-    const StepPrediction* p = best_where(plan, a.pred);
+    StepPrediction* p = best_where(plan, a.pred);
     if (!p || p == &b) continue;
+    add_exposed_comm(cm, *p);
     std::printf("    %-34s %-46s %5.2fx slower (bubble %.3f, exposed comm %.1f%%, %.2f GiB)\n", a.what,
                 p->layout.describe().c_str(), b.tokens_per_s / p->tokens_per_s, p->bubble,
                 100 * p->exposed_comm_s / p->step_s, gib(p->peak_memory()));
@@ -118,7 +120,8 @@ Run add_plan(CLI::App& app) {
     const CostModel cm(w, hw, cal.get());
     PlanOptions o;
     o.devices = a->gpus;
-    const Plan plan = plan_layouts(cm, o);
+    o.detailed = size_t(a->top);
+    Plan plan = plan_layouts(cm, o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const size_t shown = std::min(plan.ranked.size(), size_t(a->top));
     if (a->json) {
@@ -153,7 +156,7 @@ Run add_plan(CLI::App& app) {
     std::printf("rank  %-46s %9s %11s %6s %7s %8s %6s %8s\n", "layout", "step ms", "tokens/s", "MFU", "bubble",
                 "comm ms", "comm%", "mem GiB");
     for (size_t i = 0; i < shown; ++i) print_row(int(i + 1), plan.ranked[i]);
-    explain(plan, hw);
+    explain(plan, cm);
     return 0;
   };
 }

@@ -28,7 +28,7 @@ std::string default_hardware() { return std::string(GPT2_HARDWARE_DIR) + "/devbo
 
 namespace {
 struct SimulateArgs {
-  std::string config, calibrate, hardware;
+  std::string config, calibrate, hardware, precision = "fp32";
   std::vector<std::string> sets;
   long long ranks = 0;
   bool json = false, measure = false;
@@ -56,7 +56,7 @@ int measure_comm() {
   Topology topo(MPI_COMM_WORLD, GridShape{env.size(), 1, 1});
   CommGroups groups(topo, "auto", env.local_size());
   Communicator& c = *groups.dp;
-  const int n = c.size(), me = c.rank(), reps = 7;
+  const int n = c.size(), me = c.rank(), reps = 25;
   const size_t max_elems = size_t(16) << 20 >> 2;
   Buffer<float> a("measure_a", max_elems), b("measure_b", max_elems);
   std::vector<double> sizes, p2p, ar, rs;
@@ -188,6 +188,10 @@ Run add_simulate(CLI::App& app) {
                 "Ranks the run would have (as mpiexec -n); when it differs from dp x pp x tp, dp becomes "
                 "ranks / (pp x tp)")
       ->check(CLI::PositiveNumber);
+  c->add_option("--precision", a->precision,
+                "fp32 (the trainer's; TF32 tensor cores where the hardware has them) or bf16 (2-byte activations and "
+                "communication at the hardware's bf16 peak)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   c->add_flag("--json", a->json, "Print one JSON object (step_ms, tokens_per_s, bubble, memory_bytes per rank, ...)");
   c->add_flag("--measure-comm", a->measure,
               "Measure this machine's point-to-point and collective times (run under mpiexec -n 2) and print "
@@ -219,7 +223,8 @@ Run add_simulate(CLI::App& app) {
     l.microbatches = cfg.parallel.microbatches, l.schedule = cfg.parallel.schedule;
     l.sequence_parallel = cfg.parallel.sequence_parallel && l.tp > 1;
     l.stage_layers = cfg.parallel.stage_layers, l.bucket_mb = cfg.parallel.bucket_mb;
-    l.precision = "fp32";
+    l.precision = a->precision;
+    if (!hw.supports(l.precision)) fail_input("--precision", hw.file, " gives no peak for ", l.precision);
     const CostModel cm(w, hw, cal.get());
     const StepPrediction p = predict_step(cm, l);
     if (!p.valid()) fail_input(a->config, "this layout cannot run: ", p.problem);

@@ -60,7 +60,16 @@ Plan plan_layouts(const CostModel& cm, const PlanOptions& o) {
   const double budget = o.usable_memory * cm.hardware().memory_bytes;
   for (const Layout& l : enumerate_layouts(cm.workload(), cm.hardware(), o)) {
     ++plan.considered;
-    StepPrediction p = predict_step(cm, l);
+    const std::vector<int> layers = stage_layers_of(cm.workload(), l);
+    StepPrediction lower;  // with one microbatch in flight: what the schedule can only add to
+    lower.layout = l, lower.stage_layers = layers;
+    lower.stage_memory = predict_memory(cm.workload(), l, layers, std::vector<int>(size_t(l.pp), 1));
+    if (lower.peak_memory() > budget) {
+      if (plan.too_big == 0 || lower.peak_memory() < plan.smallest_too_big.peak_memory()) plan.smallest_too_big = lower;
+      ++plan.too_big;
+      continue;
+    }
+    StepPrediction p = predict_step(cm, l, false);
     if (!p.valid()) {
       ++plan.invalid;
       continue;
@@ -76,6 +85,7 @@ Plan plan_layouts(const CostModel& cm, const PlanOptions& o) {
     if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
     return a.peak_memory() < b.peak_memory();
   });
+  for (size_t i = 0; i < plan.ranked.size() && i < o.detailed; ++i) add_exposed_comm(cm, plan.ranked[i]);
   return plan;
 }
 

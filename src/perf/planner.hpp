@@ -13,6 +13,7 @@ struct PlanOptions {
   int max_microbatches = 64;      // per dp rank
   double usable_memory = 0.9;     // share of device memory a run may fill (allocator, context, buffers)
   std::vector<std::string> precisions;  // empty: every precision the hardware has
+  size_t detailed = 50;           // the fastest layouts whose exposed communication is computed
 };
 
 struct Plan {
@@ -23,6 +24,8 @@ struct Plan {
 
 // The layouts considered (all pass check_layout).
 std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, const PlanOptions& o);
+// Layouts whose memory at rest plus one microbatch's activations exceed the budget are dropped
+// before they are simulated.
 Plan plan_layouts(const CostModel& cm, const PlanOptions& o);
 
 }  // namespace gpt2
