@@ -29,9 +29,10 @@ import numpy as np
 
 import tracelib
 
-MAIN_KINDS = ("data", "recv", "forward", "send", "backward", "allreduce_wait", "tied_sync", "optimizer",
-              "checkpoint")
-LANE_KINDS = ("allreduce_issue",)  # happen inside a backward: drawn in a thin lane below the row
+MAIN_KINDS = ("data", "recv", "forward", "send", "backward", "backward_weight", "allreduce_wait",
+              "reduce_scatter_wait", "all_gather_wait", "tied_sync", "optimizer", "checkpoint")
+# Happen inside a forward or backward: drawn in a thin lane below the row.
+LANE_KINDS = ("allreduce_issue", "reduce_scatter_issue", "all_gather_issue", "tp_collective")
 
 
 def step_events(trace, step):
@@ -49,10 +50,11 @@ def step_events(trace, step):
 
 
 def box_label(kind, mb, width_pt):
-    """(text, fontsize) for a box: 'F3'/'B3', smaller when narrow, then just '3', else no text."""
-    if kind not in ("forward", "backward") or mb < 0:
+    """(text, fontsize) for a box: 'F3'/'B3'/'W3', smaller when narrow, then just '3', else no text."""
+    letter = {"forward": "F", "backward": "B", "backward_weight": "W"}.get(kind)
+    if letter is None or mb < 0:
         return "", 0
-    full = f"{kind[0].upper()}{mb}"
+    full = f"{letter}{mb}"
     for text, fontsize in ((full, 8), (full, 6), (str(mb), 8), (str(mb), 6)):
         if width_pt >= 0.65 * fontsize * len(text) + 2:
             return text, fontsize
@@ -103,7 +105,7 @@ def plot_gantt(trace, step, plt):
                 ax.plot([(t - ref) * 1e3] * 2, [lo, hi], ls="--", color="black", lw=0.8, zorder=4)
 
     measured, _ = tracelib.measured_bubble(trace, step)
-    theory = tracelib.theoretical_bubble(trace.schedule, trace.pp, trace.microbatches)
+    theory = tracelib.theoretical_bubble(trace)
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([trace.rank_name(r).replace(" (", "\n(") for r in ranks], fontsize=9)
     ax.set_xlabel(f"time since step {step} began (ms)")
@@ -122,14 +124,16 @@ def theory_formula(trace):
         return "(no pipeline)"
     if trace.schedule == "naive":
         return "(p-1)/p"
-    return f"(p-1)/(m+p-1) [p={trace.pp}, m={trace.microbatches}]"
+    if trace.schedule in ("gpipe", "1f1b"):
+        return f"(p-1)/(m+p-1) [p={trace.pp}, m={trace.microbatches}]"
+    return f"{trace.schedule}, simulated [p={trace.pp}, m={trace.microbatches}]"
 
 
 def plot_comparison(traces, skip, plt):
     labels = [t.label.replace(" (", "\n(") for t in traces]
     tps = [t.tokens_per_s(skip) for t in traces]
     measured = [tracelib.mean_bubble(t, skip) for t in traces]
-    theory = [tracelib.theoretical_bubble(t.schedule, t.pp, t.microbatches) for t in traces]
+    theory = [tracelib.theoretical_bubble(t) for t in traces]
     x = np.arange(len(traces))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(10, 2.6 * len(traces) * 2), 4.8))
     bars = a1.bar(x, tps, color=[tracelib.KIND_COLORS["forward"]] * len(traces), width=0.6)
@@ -177,7 +181,7 @@ def main(argv=None):
         tracelib.save(fig, args.out, f"gantt_{t.name}.png")
         plt.close(fig)
         measured, per_replica = tracelib.measured_bubble(t, step)
-        theory = tracelib.theoretical_bubble(t.schedule, t.pp, t.microbatches)
+        theory = tracelib.theoretical_bubble(t)
         print(f"{t.label}: step {step}: bubble measured {measured:.3f}"
               + (f" (replicas {', '.join(f'{v:.3f}' for v in per_replica)})" if len(per_replica) > 1 else "")
               + f", mean over steps {tracelib.mean_bubble(t, args.skip):.3f}; "

@@ -61,8 +61,7 @@ def summarize(trace, peak_tflops, skip):
         "memory_per_rank": {str(r): m for r, m in tracelib.memory_per_rank(trace).items()},
         # Without a pipeline there is no bubble to speak of: nan (null in JSON).
         "bubble_measured": tracelib.mean_bubble(trace, skip) if trace.pp > 1 else float("nan"),
-        "bubble_theoretical": (tracelib.theoretical_bubble(trace.schedule, trace.pp, trace.microbatches)
-                               if trace.pp > 1 else float("nan")),
+        "bubble_theoretical": tracelib.theoretical_bubble(trace) if trace.pp > 1 else float("nan"),
         "final_loss": float(metrics["loss"][-1]) if len(metrics) else None,
         "final_val_loss": float(val["val_loss"][-1]) if len(val) else None,
         "dropped_events": trace.dropped,

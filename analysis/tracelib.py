@@ -34,7 +34,9 @@ KIND_COLORS = {
     "forward": "#4C72B0", "backward": "#DD8452", "send": "#55A868", "recv": "#C44E52",
     "allreduce_issue": "#8172B3", "allreduce_wait": "#937860", "optimizer": "#DA8BC3",
     "tied_sync": "#CCB974", "data": "#8C8C8C", "eval": "#64B5CD", "checkpoint": "#222222",
-    "step": "#EEEEEE", "send_wait": "#8DA0CB", "scalar_sync": "#A6D854",
+    "step": "#EEEEEE", "send_wait": "#8DA0CB", "scalar_sync": "#A6D854", "backward_weight": "#E5AE38",
+    "reduce_scatter_issue": "#8172B3", "reduce_scatter_wait": "#937860", "all_gather_issue": "#B07AA1",
+    "all_gather_wait": "#9C755F", "tp_collective": "#76B7B2",
 }
 
 
@@ -79,7 +81,7 @@ class Trace:
         self.compute_kinds = tuple(k for k in str(self.meta["compute_kinds"]).split(",") if k)
         self.comm_kinds = tuple(k for k in str(self.meta["communication_kinds"]).split(",") if k)
         self.coords = {r: (int(d), int(p), int(t)) for r, (d, p, t) in enumerate(
-            zip(_as_list(self.meta["dp_rank"]), _as_list(self.meta["pp_rank"]), _as_list(self.meta["tp_rank"])))}
+            zip(as_list(self.meta["dp_rank"]), as_list(self.meta["pp_rank"]), as_list(self.meta["tp_rank"])))}
         # Enclosing events first when two start together: sort by rank, start, then longest first.
         order = np.lexsort((-events["end"], events["start"], events["rank"]))
         self.events = events[order]
@@ -229,7 +231,7 @@ _METRIC_DTYPE = np.dtype([("step", "<i4"), ("loss", "<f8"), ("lr", "<f8"), ("gra
                           ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8")])
 
 
-def _as_list(value):
+def as_list(value):
     return value if isinstance(value, list) else [value]
 
 
@@ -315,7 +317,7 @@ def dp_volume(trace, skip=1):
     Returns {rank: volume}; nan where the trace lacks stage_param_bytes."""
     steps = set(trace.train_steps(skip))
     owner = trace.containing_step()
-    psi = _as_list(trace.meta.get("stage_param_bytes", []))
+    psi = as_list(trace.meta.get("stage_param_bytes", []))
     out = {}
     for r in trace.ranks():
         ev = trace.events[trace.mask([k for k in DP_COLLECTIVE_KINDS if k in trace.kind_names], rank=r)
@@ -337,27 +339,30 @@ def memory_per_rank(trace):
     """{rank: {"params", "grads", "optimizer", "activations", "workspace"}} in bytes from /meta."""
     keys = {"params": "param_bytes", "grads": "grad_bytes", "optimizer": "optimizer_bytes",
             "activations": "peak_activation_bytes", "workspace": "peak_workspace_bytes"}
-    cols = {k: _as_list(trace.meta.get(v, [])) for k, v in keys.items()}
+    cols = {k: as_list(trace.meta.get(v, [])) for k, v in keys.items()}
     return {r: {k: float(c[r]) if r < len(c) else float("nan") for k, c in cols.items()}
             for r in range(trace.world_size)}
 
 
-def theoretical_bubble(schedule, stages, microbatches):
-    """Idle share of an ideal pipeline with equal stage times: (p-1)/(m+p-1) for gpipe and 1f1b;
-    (p-1)/p for naive model parallelism (only one stage works at a time); 0 without a pipeline."""
-    p, m = stages, microbatches
-    if p <= 1:
+def theoretical_bubble(trace):
+    """Idle share of the run's schedule with ideal stages: /meta bubble_theory, which the trainer
+    takes from its schedule simulator (forward 1, backward 2, or B and W 1 each), e.g.
+    (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/p for naive model parallelism, 1F1B's divided by v for
+    interleaved; 0 without a pipeline."""
+    if trace.pp <= 1:
         return 0.0
-    if schedule == "naive":
-        return (p - 1) / p
-    return (p - 1) / (m + p - 1)
+    if "bubble_theory" in trace.meta:
+        return float(trace.meta["bubble_theory"])
+    p, m = trace.pp, trace.microbatches  # traces that predate bubble_theory
+    return (p - 1) / p if trace.schedule == "naive" else (p - 1) / (m + p - 1)
 
 
 def measured_bubble(trace, step):
     """Measured bubble fraction of one step, averaged over the pipelines.
 
     For each pipeline (the ranks sharing dp_rank and tp_rank) the compute window is [t0, t1] with
-    t0 = the first forward start and t1 = the last backward end of the step on any of its stages;
+    t0 = the first forward start and t1 = the last compute end (a backward, or a weight pass) of the
+    step on any of its stages;
       bubble = 1 - sum over stages s of (compute time of s in the step) / (pp * (t1 - t0)),
     compute being the trace's compute_kinds. Everything else inside the window (send/recv waits,
     data loading, idle gaps) counts as bubble.
@@ -371,7 +376,7 @@ def measured_bubble(trace, step):
         f, b = mine[mine["kind"] == fwd], mine[mine["kind"] == bwd]
         if len(f) == 0 or len(b) == 0:
             continue
-        t0, t1 = float(f["start"].min()), float(b["end"].max())
+        t0, t1 = float(f["start"].min()), float(mine["end"].max())
         if t1 <= t0:
             continue
         busy = float(np.sum(mine["end"] - mine["start"]))

@@ -27,7 +27,8 @@ void json_prediction(Json& j, const StepPrediction& p) {
   const Layout& l = p.layout;
   j.begin_object();
   j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("zero").value(l.zero);
-  j.key("schedule").value(l.schedule).key("microbatches").value(l.microbatches).key("precision").value(l.precision);
+  j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
+  j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
   j.key("sequence_parallel").value(l.sequence_parallel).key("stage_layers").values(p.stage_layers);
   j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s).key("mfu").value(p.mfu);
   j.key("bubble").value(p.bubble).key("exposed_comm_ms").value(p.exposed_comm_s * 1e3);

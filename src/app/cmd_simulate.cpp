@@ -126,15 +126,15 @@ void print_text(const StepPrediction& p, const SimulateArgs& a, const CostModel&
   else
     std::printf("calibration: none (the hardware's peak x gemm_efficiency %.2f, bandwidth x %.2f)\n",
                 cm.hardware().gemm_efficiency, cm.hardware().memory_efficiency);
-  std::printf("stage blocks:");
+  std::printf("blocks per %s:", l.virtual_stages > 1 || p.stage_layers.size() > size_t(l.pp) ? "virtual stage" : "stage");
   for (int n : p.stage_layers) std::printf(" %d", n);
   std::printf("\n\npredicted step: %.1f ms, %.0f tokens/s, MFU %.1f%%\n", p.step_s * 1e3, p.tokens_per_s, 100 * p.mfu);
   std::printf("  busiest stage's compute %.1f ms, bubble %.3f, exposed communication %.1f ms (%.1f%% of the step)\n",
               p.compute_s * 1e3, p.bubble, p.exposed_comm_s * 1e3, 100 * p.exposed_comm_s / p.step_s);
-  std::printf("\nmemory per rank (MiB)  params    grads  optimizer  activations  workspace     total\n");
+  std::printf("\nmemory per rank (MiB)   params    grads  optimizer  activations  workspace     total\n");
   for (size_t s = 0; s < p.stage_memory.size(); ++s) {
     const RankMemory& m = p.stage_memory[s];
-    std::printf("  stage %-3zu (peak %d mb) %8.1f %8.1f %10.1f %12.1f %10.1f %9.1f\n", s, p.peak_in_flight[s],
+    std::printf("  stage %-3zu (%2d in flight) %8.1f %8.1f %10.1f %12.1f %10.1f %9.1f\n", s, p.peak_in_flight[s],
                 mib(m.params), mib(m.grads), mib(m.optimizer), mib(m.activations), mib(m.workspace), mib(m.total()));
   }
   std::printf("device memory: %.1f GiB; largest rank needs %.2f GiB\n", cm.hardware().memory_bytes / 1073741824.0,
@@ -148,7 +148,8 @@ void print_json(const StepPrediction& p, const CostModel& cm, const Calibration*
   j.begin_object();
   j.key("layout").begin_object();
   j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("zero").value(l.zero);
-  j.key("schedule").value(l.schedule).key("microbatches").value(l.microbatches).key("precision").value(l.precision);
+  j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
+  j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
   j.key("sequence_parallel").value(l.sequence_parallel).key("world_size").value(l.world());
   j.key("stage_layers").values(p.stage_layers);
   j.end();
@@ -221,6 +222,7 @@ Run add_simulate(CLI::App& app) {
     Layout l;
     l.dp = cfg.parallel.dp, l.tp = cfg.parallel.tp, l.pp = cfg.parallel.pp, l.zero = cfg.parallel.zero;
     l.microbatches = cfg.parallel.microbatches, l.schedule = cfg.parallel.schedule;
+    l.virtual_stages = cfg.parallel.virtual_stages;
     l.sequence_parallel = cfg.parallel.sequence_parallel && l.tp > 1;
     l.stage_layers = cfg.parallel.stage_layers, l.bucket_mb = cfg.parallel.bucket_mb;
     l.precision = a->precision;

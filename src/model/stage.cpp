@@ -298,14 +298,19 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   Mat<T> dfch = keep ? s.dfch : as_mat(dfch_, N, 4 * C / tp), dqkv = keep ? s.dqkv : as_mat(dqkv_, N, 3 * C / tp);
   Mat<T> dln2 = keep ? s.dln2 : as_mat(dln_, R, C), dln1 = keep ? s.dln1 : as_mat(dln_, R, C);
   Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, s.att.extent(0), T_);
+  // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
+  // its input gradient (B), its weight and bias gradients (W).
+  auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, CMat<T> act, CMat<T> w, Mat<T> dw, Vec<T> db) {
+    if (do_in && keep) Kokkos::deep_copy(kept, d);
+    const CMat<T> rows = gather(kept, a.B);
+    if (do_in) matmul_backward_input<T>(din, rows, w);
+    if (do_w) {
+      matmul_backward_weight<T>(dw, Vec<T>(), rows, act);
+      bias_backward<T>(db, kept);
+    }
+  };
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-  if (do_in && keep) Kokkos::deep_copy(d3, d);
-  const CMat<T> d3_rows = gather(d3, a.B);
-  if (do_in) matmul_backward_input<T>(dfch, d3_rows, p.fcprojw);
-  if (do_w) {
-    matmul_backward_weight<T>(g.fcprojw, Vec<T>(), d3_rows, s.fch_gelu);
-    bias_backward<T>(g.fcprojb, d3);
-  }
+  row_parallel_backward(d3, dfch, s.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb);
   if (do_in) {
     gelu_backward<T>(flat(dfch), flat(s.fch));
     column_parallel_input(dln2, dfch, p.fcw, a.B);
@@ -314,13 +319,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
-  if (do_in && keep) Kokkos::deep_copy(d2, d);
-  const CMat<T> d2_rows = gather(d2, a.B);
-  if (do_in) matmul_backward_input<T>(datty, d2_rows, p.attprojw);
-  if (do_w) {
-    matmul_backward_weight<T>(g.attprojw, Vec<T>(), d2_rows, s.atty);
-    bias_backward<T>(g.attprojb, d2);
-  }
+  row_parallel_backward(d2, datty, s.atty, p.attprojw, g.attprojw, g.attprojb);
   if (do_in) {
     attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
     column_parallel_input(dln1, dqkv, p.qkvw, a.B);

@@ -4,180 +4,235 @@
 
 namespace gpt2 {
 
-namespace {
-// Activations and gradients of one microbatch have tags of their own (MPI matches on them; NCCL
-// matches in issue order, which the schedules keep identical on both sides).
-int activation_tag(int mb) { return 2 * mb; }
-int grad_tag(int mb) { return 2 * mb + 1; }
-}  // namespace
+PipelineExecutor::PipelineExecutor(std::vector<Stage<float>*> chunks, const Placement& placement, Communicator& pipe,
+                                   Tracer& tracer, bool split)
+    : chunks_(std::move(chunks)), placement_(placement), rank_(pipe.rank()), pipe_(pipe), tracer_(tracer), split_(split) {
+  if (int(chunks_.size()) != placement_.chunks) fail("PipelineExecutor: ", chunks_.size(), " stages for ", placement_.chunks, " chunks");
+}
 
-PipelineExecutor::PipelineExecutor(Stage<float>& stage, Communicator& pipe, Tracer& tracer)
-    : stage_(stage), index_(pipe.rank()), pipe_(pipe), tracer_(tracer) {}
+// A message's tag names its kind, microbatch and destination stage (MPI matches on it; NCCL, which
+// has none, matches in issue order: the schedules receive in sending order).
+int PipelineExecutor::tag(bool grad, int mb, int dest_stage) const {
+  return (2 * (mb * placement_.stages() + dest_stage) + int(grad)) % 32768;
+}
+PipelineExecutor::Peer PipelineExecutor::next(int chunk) const {
+  const int k = placement_.stage(rank_, chunk) + 1;
+  return {placement_.rank_of(k), placement_.chunk_of(k), k};
+}
+PipelineExecutor::Peer PipelineExecutor::prev(int chunk) const {
+  const int k = placement_.stage(rank_, chunk) - 1;
+  return {placement_.rank_of(k), placement_.chunk_of(k), k};
+}
 
-PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int B) {
-  auto it = live_.find(mb);
+PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, int B) {
+  auto it = live_.find({mb, chunk});
   if (it != live_.end()) return it->second;
   if (B != pool_B_) pool_.clear(), pool_B_ = B;
   for (size_t i = 0; i < releasing_.size();) {  // reuse slots whose sends have completed
     if (pipe_.test(releasing_[i].send)) {
-      pool_.push_back(std::move(releasing_[i].act));
+      reuse(releasing_[i]);
       releasing_.erase(releasing_.begin() + long(i));
     } else {
       ++i;
     }
   }
   Slot s;
-  if (!pool_.empty()) {
-    s.act = std::move(pool_.back());
-    pool_.pop_back();
+  s.chunk = chunk;
+  auto& free = pool_[chunk];
+  if (!free.empty()) {
+    s.act = std::move(free.back());
+    free.pop_back();
   } else {
-    s.act = std::make_unique<Activations<float>>(stage_.make_activations(B));
-    slot_bytes_ = s.act->bytes();
+    s.act = std::make_unique<Activations<float>>(stage(chunk).make_activations(B, split_));
+    slot_bytes_ = std::max(slot_bytes_, s.act->bytes());
   }
-  Slot& out = live_[mb] = std::move(s);
+  Slot& out = live_[{mb, chunk}] = std::move(s);
   peak_slots_ = std::max(peak_slots_, int(live_.size() + releasing_.size()));
   return out;
 }
 
-void PipelineExecutor::release(int mb) {
-  auto it = live_.find(mb);
-  if (it == live_.end()) fail("pipeline: microbatch ", mb, " released twice");
+void PipelineExecutor::reuse(Slot& s) {
+  if (s.act->B == pool_B_) pool_[s.chunk].push_back(std::move(s.act));
+}
+
+void PipelineExecutor::release(int mb, int chunk) {
+  auto it = live_.find({mb, chunk});
+  if (it == live_.end()) fail("pipeline: microbatch ", mb, " of chunk ", chunk, " released twice");
   if (it->second.send.pending()) releasing_.push_back(std::move(it->second));
-  else if (it->second.act->B == pool_B_) pool_.push_back(std::move(it->second.act));
+  else reuse(it->second);
   live_.erase(it);
 }
 
-Buffer<float> PipelineExecutor::grad_buffer(size_t n) {
-  for (size_t i = 0; i < grad_sends_.size(); ++i)
-    if (pipe_.test(grad_sends_[i].send)) {
-      grad_pool_.push_back(std::move(grad_sends_[i].buf));
-      grad_sends_.erase(grad_sends_.begin() + long(i));
-      break;
+Buffer<float> PipelineExecutor::buffer(size_t n) {
+  recycle();
+  for (size_t i = 0; i < free_buffers_.size(); ++i)
+    if (free_buffers_[i].extent(0) == n) {
+      Buffer<float> b = std::move(free_buffers_[i]);
+      free_buffers_.erase(free_buffers_.begin() + long(i));
+      return b;
     }
-  while (!grad_pool_.empty()) {
-    Buffer<float> b = std::move(grad_pool_.back());
-    grad_pool_.pop_back();
-    if (b.extent(0) == n) return b;
-  }
-  return Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "grad_send"), n);
+  return Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "pipeline_message"), n);
+}
+
+void PipelineExecutor::recycle() {
+  for (size_t i = 0; i < outgoing_.size();)
+    if (pipe_.test(outgoing_[i].send)) {
+      free_buffers_.push_back(std::move(outgoing_[i].buf));
+      outgoing_.erase(outgoing_.begin() + long(i));
+    } else {
+      ++i;
+    }
 }
 
 void PipelineExecutor::drain() {
   for (Slot& s : releasing_) {
     pipe_.wait(s.send);
-    if (s.act->B == pool_B_) pool_.push_back(std::move(s.act));
+    reuse(s);
   }
   releasing_.clear();
-  for (GradSend& g : grad_sends_) {
-    pipe_.wait(g.send);
-    grad_pool_.push_back(std::move(g.buf));
+  for (Outgoing& o : outgoing_) {
+    pipe_.wait(o.send);
+    free_buffers_.push_back(std::move(o.buf));
   }
-  grad_sends_.clear();
+  outgoing_.clear();
 }
 
-void PipelineExecutor::exchange(const float* send, float* recv, size_t elems, int peer, int send_tag,
-                                int recv_tag, int step, int send_mb, int recv_mb) {
+void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, int step) {
+  const Peer from = grad ? next(chunk) : prev(chunk);
+  if (from.rank == rank_) return;  // handed over locally: already in the inbox
+  Buffer<float> b = buffer(elems);
+  {
+    Tracer::Scope t(tracer_, EventKind::recv, step, mb, elems * sizeof(float), chunk);
+    pipe_.recv(b.data(), elems, DType::f32, from.rank, tag(grad, mb, placement_.stage(rank_, chunk)));
+  }
+  inbox_[{grad, mb, chunk}] = std::move(b);
+}
+
+void PipelineExecutor::send(bool grad, int mb, int chunk, const float* data, size_t elems, int step) {
+  const Peer to = grad ? prev(chunk) : next(chunk);
+  Buffer<float> b = buffer(elems);
+  Kokkos::deep_copy(b, Vec<float>(const_cast<float*>(data), elems));
+  if (to.rank == rank_) {  // the next chunk is this rank's own: hand it over
+    inbox_[{grad, mb, to.chunk}] = std::move(b);
+    return;
+  }
+  Tracer::Scope t(tracer_, EventKind::send, step, mb, elems * sizeof(float), chunk);
+  Outgoing o{std::move(b), Request{}};
+  o.send = pipe_.isend(o.buf.data(), elems, DType::f32, to.rank, tag(grad, mb, to.stage));
+  outgoing_.push_back(std::move(o));
+}
+
+void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t elems) {
+  auto it = inbox_.find({grad, mb, chunk});
+  if (it == inbox_.end())
+    fail("pipeline: the ", grad ? "gradient" : "activation", " of microbatch ", mb, " for chunk ", chunk,
+         " is used before it was received");
+  Kokkos::deep_copy(Vec<float>(dst, elems), Vec<float>(it->second.data(), elems));
+  free_buffers_.push_back(std::move(it->second));
+  inbox_.erase(it);
+}
+
+// A paired send and receive: both posted at once, the receive waited for, the send left to finish in
+// the background like any other (a send that had to complete here could wait for a receive the peer
+// posts only later: with large messages MPI and NCCL complete a send only once it is matched).
+void PipelineExecutor::exchange(const Action& a, int B, size_t elems, int step) {
+  const bool sends_activation = a.kind == ActionKind::send_activation_recv_grad;
+  const Peer to = sends_activation ? next(a.chunk) : prev(a.chunk);
+  const Peer from = sends_activation ? next(a.recv_chunk) : prev(a.recv_chunk);
+  // Sent: an activation (to stage k + 1) or a gradient (to k - 1); received: the other kind, for
+  // the receiving chunk's own stage.
+  const float* data = sends_activation ? live_.at({a.mb, a.chunk}).act->output().data() : stage(a.chunk).dres(B).data();
+  Outgoing out{buffer(elems), Request{}};
+  Kokkos::deep_copy(out.buf, Vec<float>(const_cast<float*>(data), elems));
+  Buffer<float> in = buffer(elems);
   Request r;
   {
-    Tracer::Scope t(tracer_, EventKind::send, step, send_mb, elems * sizeof(float));
-    r = pipe_.isendrecv(send, elems, peer, send_tag, recv, elems, peer, recv_tag, DType::f32);
+    Tracer::Scope t(tracer_, EventKind::send, step, a.mb, elems * sizeof(float), a.chunk);
+    r = pipe_.irecv(in.data(), elems, DType::f32, from.rank, tag(sends_activation, a.recv_mb, placement_.stage(rank_, a.recv_chunk)));
+    out.send = pipe_.isend(out.buf.data(), elems, DType::f32, to.rank, tag(!sends_activation, a.mb, to.stage));
   }
-  Tracer::Scope t(tracer_, EventKind::recv, step, recv_mb, elems * sizeof(float));
-  pipe_.wait(r);
+  outgoing_.push_back(std::move(out));
+  {
+    Tracer::Scope t(tracer_, EventKind::recv, step, a.recv_mb, elems * sizeof(float), a.recv_chunk);
+    pipe_.wait(r);
+  }
+  inbox_[{sends_activation, a.recv_mb, a.recv_chunk}] = std::move(in);
 }
 
 void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io) {
-  const int B = io.microbatch_size;
+  const int B = io.microbatch_size, S = placement_.stages();
+  const Stage<float>& any = *chunks_.front();
   // Losses cover every token; activations and their gradients the rows of the residual stream this
   // rank holds (1/tp of them with sequence parallelism).
-  const size_t rows = size_t(B) * stage_.seq_len(), elems = size_t(stage_.stream_rows(B)) * stage_.config().n_embd;
-  const size_t bytes = elems * sizeof(float);
-  const bool head = stage_.has_head();
-  const int next = index_ + 1, prev = index_ - 1;
-
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const Action a = actions[i];
+  const size_t rows = size_t(B) * any.seq_len(), elems = size_t(any.stream_rows(B)) * any.config().n_embd;
+  for (const Action& a : actions) {
+    const int k = placement_.stage(rank_, a.chunk);
+    Stage<float>& st = stage(a.chunk);
     switch (a.kind) {
-      case ActionKind::recv_activation: {
-        Slot& s = acquire(a.mb, B);
-        Tracer::Scope t(tracer_, EventKind::recv, io.step, a.mb, bytes);
-        pipe_.recv(s.act->input.data(), elems, DType::f32, prev, activation_tag(a.mb));
-        break;
-      }
+      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, io.step); break;
+      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, io.step); break;
       case ActionKind::forward: {
-        Slot& s = acquire(a.mb, B);
-        if (io.load && (stage_.has_embedding() || head)) {
-          Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb);
+        Slot& s = acquire(a.mb, a.chunk, B);
+        if (k > 0) take(false, a.mb, a.chunk, s.act->input.data(), elems);
+        if (io.load && (st.has_embedding() || st.has_head())) {
+          Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb, 0, a.chunk);
           io.load(a.mb, *s.act);
         }
         {
           // Evaluation forwards are traced as `eval` so a step's forward count stays the schedule's.
-          Tracer::Scope t(tracer_, io.need_grad ? EventKind::forward : EventKind::eval, io.step, a.mb);
-          Vec<float> losses = head ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
-          stage_.forward(*s.act, losses, io.need_grad, io.dloss);
+          Tracer::Scope t(tracer_, io.need_grad ? EventKind::forward : EventKind::eval, io.step, a.mb, 0, a.chunk);
+          Vec<float> losses = st.has_head() ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
+          st.forward(*s.act, losses, io.need_grad, io.dloss);
         }
-        if (!io.need_grad && head) release(a.mb);  // evaluation: nothing more to do with it
+        if (!io.need_grad && k == S - 1) release(a.mb, a.chunk);  // evaluation: nothing more to do with it
         break;
       }
       case ActionKind::send_activation: {
-        Slot& s = live_.at(a.mb);
-        {
-          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes);
-          s.send = pipe_.isend(s.act->output().data(), elems, DType::f32, next, activation_tag(a.mb));
+        Slot& s = live_.at({a.mb, a.chunk});
+        const Peer to = next(a.chunk);
+        if (to.rank == rank_) {
+          send(false, a.mb, a.chunk, s.act->output().data(), elems, io.step);
+        } else {
+          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, elems * sizeof(float), a.chunk);
+          s.send = pipe_.isend(s.act->output().data(), elems, DType::f32, to.rank, tag(false, a.mb, to.stage));
         }
         if (!io.need_grad) {  // evaluation: hand the slot on once the next stage has the data,
-          Tracer::Scope w(tracer_, EventKind::send_wait, io.step, a.mb);  // so one or two suffice
+          Tracer::Scope w(tracer_, EventKind::send_wait, io.step, a.mb, 0, a.chunk);  // so one or two suffice
           pipe_.wait(s.send);
-          release(a.mb);
+          release(a.mb, a.chunk);
         }
         break;
       }
-      case ActionKind::recv_grad: {
-        Tracer::Scope t(tracer_, EventKind::recv, io.step, a.mb, bytes);
-        pipe_.recv(stage_.dres(B).data(), elems, DType::f32, next, grad_tag(a.mb));
-        break;
-      }
-      case ActionKind::backward: {
-        Slot& s = live_.at(a.mb);
-        if (s.send.pending()) {  // the activation went out long ago
-          Tracer::Scope t(tracer_, EventKind::send_wait, io.step, a.mb);
-          pipe_.wait(s.send);
+      case ActionKind::backward:
+      case ActionKind::backward_input: {
+        Slot& s = live_.at({a.mb, a.chunk});  // (its activation may still be on its way: backward does not touch it)
+        if (k < S - 1) take(true, a.mb, a.chunk, st.dres(B).data(), elems);
+        Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb, 0, a.chunk);
+        if (a.kind == ActionKind::backward) {
+          st.backward(*s.act);
+          release(a.mb, a.chunk);  // the input gradient it leaves in dres is all that is still needed
+        } else {
+          st.backward_input(*s.act);  // the slot stays for the weight pass
         }
-        {
-          Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb);
-          stage_.backward(*s.act);
-        }
-        release(a.mb);  // the input gradient it leaves in dres is all that is still needed
         break;
       }
-      case ActionKind::send_grad: {
-        // The stage's gradient buffer is reused by the next backward: send from a copy.
-        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes);
-        GradSend g{grad_buffer(elems), Request{}};
-        Kokkos::deep_copy(g.buf, Vec<float>(stage_.dres(B).data(), elems));
-        g.send = pipe_.isend(g.buf.data(), elems, DType::f32, prev, grad_tag(a.mb));
-        grad_sends_.push_back(std::move(g));
+      case ActionKind::backward_weight: {
+        Tracer::Scope t(tracer_, EventKind::backward_weight, io.step, a.mb, 0, a.chunk);
+        st.backward_weight(*live_.at({a.mb, a.chunk}).act);
+        release(a.mb, a.chunk);
         break;
       }
-      case ActionKind::send_activation_recv_grad: {
-        Slot& s = live_.at(a.mb);
-        exchange(s.act->output().data(), stage_.dres(B).data(), elems, next, activation_tag(a.mb),
-                 grad_tag(a.recv_mb), io.step, a.mb, a.recv_mb);
-        break;
-      }
-      case ActionKind::send_grad_recv_activation: {
-        Slot& s = acquire(a.recv_mb, B);
-        exchange(stage_.dres(B).data(), s.act->input.data(), elems, prev, grad_tag(a.mb),
-                 activation_tag(a.recv_mb), io.step, a.mb, a.recv_mb);
-        break;
-      }
+      case ActionKind::send_grad: send(true, a.mb, a.chunk, st.dres(B).data(), elems, io.step); break;
+      case ActionKind::send_activation_recv_grad:
+      case ActionKind::send_grad_recv_activation: exchange(a, B, elems, io.step); break;
     }
   }
-  if (!releasing_.empty() || !grad_sends_.empty()) {
+  if (!releasing_.empty() || !outgoing_.empty()) {
     Tracer::Scope t(tracer_, EventKind::send_wait, io.step, -1);
     drain();
   }
-  if (!live_.empty()) fail("pipeline: ", live_.size(), " microbatches still held at the end of a step");
+  if (!live_.empty()) fail("pipeline: ", live_.size(), " microbatch-chunks still held at the end of a step");
+  if (!inbox_.empty()) fail("pipeline: ", inbox_.size(), " received messages were never used");
 }
 
 }  // namespace gpt2

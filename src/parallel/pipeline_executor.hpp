@@ -1,14 +1,16 @@
 #pragma once
-// Runs one rank's pipeline actions for a step: forwards and backwards on the local Stage, activations
-// sent to the next stage and their gradients back to the previous one over the pipeline
-// Communicator. Each microbatch's saved activations live in a slot taken from a pool when its
-// forward starts and returned as soon as its backward is done (or, in evaluation, once its output
-// is sent), so the pool's size is the schedule's peak in-flight count: m for GPipe, p - stage for
-// 1F1B. Input gradients travel back from small buffers of their own.
-// With one stage (a serial pipeline communicator) this is plain gradient accumulation.
-#include <functional>
+// Runs one rank's pipeline actions for a step: forwards, backwards (whole, or split into B and W)
+// and their messages, for each chunk (virtual stage) the rank holds, over the pipeline
+// Communicator. Each (microbatch, chunk)'s saved activations live in a slot taken from a pool when
+// its forward starts and returned when its backward (W, when split) is done -- or, in evaluation,
+// once its output is sent -- so the pool's size is the schedule's peak in-flight count: m for GPipe,
+// p - stage for 1F1B. A received message (an activation for a forward, a gradient for a backward)
+// waits in an inbox buffer until the compute that needs it, so a schedule may receive a message
+// before its turn (as NCCL's in-order matching needs); a message to a chunk on the same rank (the
+// V's turn) goes straight to the inbox. With one stage this is plain gradient accumulation.
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "model/stage.hpp"
@@ -20,50 +22,69 @@ namespace gpt2 {
 
 class PipelineExecutor {
  public:
-  // pipe: communicator of this rank's pipeline (rank == stage index).
-  PipelineExecutor(Stage<float>& stage, Communicator& pipe, Tracer& tracer);
+  // chunks: the rank's stages, chunk by chunk; pipe: its pipeline's communicator (rank == pipeline
+  // rank); split: backwards come as B and W (the activations keep what W needs).
+  PipelineExecutor(std::vector<Stage<float>*> chunks, const Placement& placement, Communicator& pipe, Tracer& tracer,
+                   bool split = false);
 
   struct StepIO {
     int step = 0;
     int microbatch_size = 1;                               // sequences per microbatch
-    std::function<void(int mb, Activations<float>&)> load;  // fill tokens / targets (first & head stage)
-    Vec<float> losses;          // head stage: per-token losses, microbatch mb at offset mb * B * T
+    std::function<void(int mb, Activations<float>&)> load;  // fill tokens / targets (first & head chunk)
+    Vec<float> losses;          // head chunk: per-token losses, microbatch mb at offset mb * B * T
     float dloss = 0;            // d(loss) / d(each token loss)
     bool need_grad = true;
   };
   void run(const std::vector<Action>& actions, const StepIO& io);
 
-  int peak_slots() const { return peak_slots_; }          // most microbatches held at once
-  size_t slot_bytes() const { return slot_bytes_; }        // saved activations per microbatch
+  int peak_slots() const { return peak_slots_; }          // most microbatch-chunks held at once
+  size_t slot_bytes() const { return slot_bytes_; }        // saved activations per microbatch-chunk (largest)
   void reset_peak() { peak_slots_ = 0; }
 
  private:
+  using Key = std::pair<int, int>;              // (microbatch, chunk)
+  using MessageKey = std::tuple<bool, int, int>;  // (gradient?, microbatch, chunk it is for)
   struct Slot {
     std::unique_ptr<Activations<float>> act;
     Request send;  // activation still on its way
+    int chunk = 0;
   };
-  struct GradSend {  // a microbatch's input gradient on its way back (N*C floats)
+  struct Outgoing {  // a message on its way (its own buffer: the source is reused)
     Buffer<float> buf;
     Request send;
   };
-  Slot& acquire(int mb, int B);
-  void release(int mb);  // back to the pool once its send completed
-  Buffer<float> grad_buffer(size_t n);  // a free gradient send buffer
-  void drain();          // complete every pending send, return their buffers
-  // A paired send and receive with one neighbour, waited for here because the received tensor is
-  // needed at once; both buffers are free again on return.
-  void exchange(const float* send, float* recv, size_t elems, int peer, int send_tag, int recv_tag,
-                int step, int send_mb, int recv_mb);
+  struct Peer {
+    int rank, chunk, stage;
+  };
+  Stage<float>& stage(int chunk) { return *chunks_[size_t(chunk)]; }
+  Peer next(int chunk) const;  // the stage this chunk's activation goes to
+  Peer prev(int chunk) const;  // the stage its input gradient goes to
+  // A message's tag: its kind, microbatch and destination stage, the same on both sides.
+  int tag(bool grad, int mb, int dest_stage) const;
+  Slot& acquire(int mb, int chunk, int B);
+  void release(int mb, int chunk);  // back to the pool once its send completed
+  Buffer<float> buffer(size_t n);   // a free message buffer
+  void recycle();                   // completed outgoing messages give their buffers back
+  void drain();                     // complete every pending send
+  void receive(bool grad, int mb, int chunk, size_t elems, int step);
+  void send(bool grad, int mb, int chunk, const float* data, size_t elems, int step);
+  // The message for (grad?, mb, chunk) from the inbox into dst.
+  void take(bool grad, int mb, int chunk, float* dst, size_t elems);
+  void exchange(const Action& a, int B, size_t elems, int step);  // a paired send and receive
+  void reuse(Slot& s);  // a released slot's activations back to its chunk's pool
 
-  Stage<float>& stage_;
-  int index_;
+  std::vector<Stage<float>*> chunks_;
+  Placement placement_;
+  int rank_;
   Communicator& pipe_;
   Tracer& tracer_;
-  std::map<int, Slot> live_;      // by microbatch
-  std::vector<Slot> releasing_;   // done, its activation's send still pending
-  std::vector<std::unique_ptr<Activations<float>>> pool_;
-  std::vector<GradSend> grad_sends_;  // in flight
-  std::vector<Buffer<float>> grad_pool_;
+  bool split_;
+  std::map<Key, Slot> live_;
+  std::vector<Slot> releasing_;  // done, its activation's send still pending
+  std::map<int, std::vector<std::unique_ptr<Activations<float>>>> pool_;  // by chunk
+  std::map<MessageKey, Buffer<float>> inbox_;
+  std::vector<Outgoing> outgoing_;
+  std::vector<Buffer<float>> free_buffers_;
   int peak_slots_ = 0, pool_B_ = -1;
   size_t slot_bytes_ = 0;
 };

@@ -19,6 +19,7 @@ struct Workload {
 struct Layout {
   int dp = 1, tp = 1, pp = 1, zero = 0, microbatches = 1;
   std::string schedule = "1f1b";
+  int virtual_stages = 1;          // interleaved: chunks of blocks per rank
   std::string precision = "fp32";  // fp32 | bf16 (2-byte activations and communication)
   bool sequence_parallel = false;
   std::vector<int> stage_layers;   // blocks per stage; empty: the cost-balanced split
@@ -30,7 +31,7 @@ struct Layout {
   std::string describe() const {
     std::ostringstream os;
     os << "dp " << dp << " x tp " << tp << (sequence_parallel ? " (sp)" : "") << " x pp " << pp << ", zero " << zero;
-    if (pp > 1) os << ", " << schedule;
+    if (pp > 1) os << ", " << schedule << (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "");
     os << ", m " << microbatches << ", " << precision;
     return os.str();
   }

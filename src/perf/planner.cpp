@@ -41,13 +41,15 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
         for (int zero : levels) {
           if (zero > 0 && dp == 1) continue;
           for (const std::string& sched : pp == 1 ? std::vector<std::string>{single} : schedules)
-            for (const std::string& prec : precisions)
-              for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-                Layout l;
-                l.dp = int(dp), l.tp = int(tp), l.pp = int(pp), l.zero = zero, l.microbatches = int(m);
-                l.schedule = sched, l.precision = prec, l.sequence_parallel = sp;
-                if (check_layout(w, l).empty()) out.push_back(l);
-              }
+            // interleaved: 2 and 4 chunks a rank; the others run their own
+            for (int v : ScheduleRegistry::find(sched)->chunks == 0 ? std::vector<int>{2, 4} : std::vector<int>{1})
+              for (const std::string& prec : precisions)
+                for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+                  Layout l;
+                  l.dp = int(dp), l.tp = int(tp), l.pp = int(pp), l.zero = zero, l.microbatches = int(m);
+                  l.schedule = sched, l.virtual_stages = v, l.precision = prec, l.sequence_parallel = sp;
+                  if (check_layout(w, l).empty()) out.push_back(l);
+                }
         }
       }
     }
@@ -60,10 +62,9 @@ Plan plan_layouts(const CostModel& cm, const PlanOptions& o) {
   const double budget = o.usable_memory * cm.hardware().memory_bytes;
   for (const Layout& l : enumerate_layouts(cm.workload(), cm.hardware(), o)) {
     ++plan.considered;
-    const std::vector<int> layers = stage_layers_of(cm.workload(), l);
     StepPrediction lower;  // with one microbatch in flight: what the schedule can only add to
-    lower.layout = l, lower.stage_layers = layers;
-    lower.stage_memory = predict_memory(cm.workload(), l, layers, std::vector<int>(size_t(l.pp), 1));
+    lower.layout = l;
+    lower.stage_memory = predict_memory(cm.workload(), l, std::vector<int>(size_t(l.pp), 1));
     if (lower.peak_memory() > budget) {
       if (plan.too_big == 0 || lower.peak_memory() < plan.smallest_too_big.peak_memory()) plan.smallest_too_big = lower;
       ++plan.too_big;

@@ -17,107 +17,131 @@ std::vector<std::vector<std::pair<int, int>>> clock_cycles(int m, int n) {
   return out;
 }
 
-Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, double bcost) {
-  SimulationCosts c;
-  c.compute = [bcost](int, const Action& a) { return a.kind == ActionKind::forward ? 1.0 : bcost; };
-  c.transfer = [](int, int) { return 0.0; };
-  return simulate(stages, m, c);
-}
+namespace {
+// What a rank has done for (virtual stage, microbatch).
+struct Progress {
+  std::vector<std::vector<char>> fwd, bwd, wgt, input, grad;  // [stage][mb]
+  Progress(int stages, int m)
+      : fwd(stages, std::vector<char>(m)), bwd(stages, std::vector<char>(m)), wgt(stages, std::vector<char>(m)),
+        input(stages, std::vector<char>(m)), grad(stages, std::vector<char>(m)) {}
+};
+using Message = std::tuple<int, int, int, int>;  // destination rank, gradient?, microbatch, destination stage
+}  // namespace
 
-Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, const SimulationCosts& costs) {
-  const int p = int(stages.size());
+Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const SimCosts& costs, const Placement& pl) {
+  const int p = int(ranks.size()), S = pl.stages();
   Simulation sim;
   sim.peak_in_flight.assign(p, 0);
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0), busy(p, 0);
-  if (!costs.start.empty()) clock = costs.start;
+  if (costs.start.size() == size_t(p)) clock = costs.start;
   std::vector<int> in_flight(p, 0);
   std::vector<bool> sent(p, false);  // the current paired action's send is out
-  std::vector<std::vector<bool>> fwd_done(p, std::vector<bool>(m)), bwd_done(p, std::vector<bool>(m));
-  std::vector<std::vector<bool>> has_input(p, std::vector<bool>(m)), has_grad(p, std::vector<bool>(m));
-  // message (to stage, kind 0 = activation / 1 = gradient, mb) -> arrival time
-  std::map<std::tuple<int, int, int>, double> mailbox;
+  Progress done(S, m);
+  std::map<Message, double> mailbox;  // -> arrival time
+  std::map<std::pair<int, int>, std::vector<Message>> sends, receives;  // per (from, to), in program order
   auto complain = [&](int s, const std::string& what) {
     if (sim.problem.empty()) {
       std::ostringstream os;
-      os << "stage " << s << ": " << what;
+      os << "rank " << s << ": " << what;
       sim.problem = os.str();
     }
   };
+  auto valid = [&](int mb, int chunk) { return mb >= 0 && mb < m && chunk >= 0 && chunk < pl.chunks; };
   for (bool progressed = true; progressed;) {
     progressed = false;
-    for (int s = 0; s < p; ++s) {
-      while (pc[s] < stages[s].size()) {
-        const Action a = stages[s][pc[s]];
-        if (a.mb < 0 || a.mb >= m) {
-          complain(s, "microbatch out of range");
-          pc[s] = stages[s].size();
+    for (int r = 0; r < p; ++r) {
+      while (pc[r] < ranks[r].size()) {
+        const Action a = ranks[r][pc[r]];
+        if (!valid(a.mb, a.chunk)) {
+          complain(r, "microbatch or chunk out of range");
+          pc[r] = ranks[r].size();
           break;
         }
+        const int k = pl.stage(r, a.chunk);
         // A paired action is its send (done once, on the first visit) and then its receive.
-        const bool paired = a.kind == ActionKind::send_activation_recv_grad ||
-                            a.kind == ActionKind::send_grad_recv_activation;
-        const bool sends = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
-        const bool receives = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
-        if (sends && !sent[s]) {
+        const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
+        const bool sends_now = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
+        const bool receives_now = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
+        if (sends_now && !sent[r]) {
           const bool activation = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_activation_recv_grad;
-          const int to = activation ? s + 1 : s - 1;
-          if (to < 0 || to >= p) complain(s, "sends past the end of the pipeline");
-          else if (activation && !fwd_done[s][a.mb]) complain(s, "sends an activation before computing it");
-          else if (!activation && !bwd_done[s][a.mb]) complain(s, "sends a gradient before computing it");
-          mailbox[{to, activation ? 0 : 1, a.mb}] = clock[s] + (to >= 0 && to < p ? costs.transfer(s, to) : 0.0);
-          sent[s] = true;
+          const int to_stage = activation ? k + 1 : k - 1;
+          if (to_stage < 0 || to_stage >= S) complain(r, "sends past the end of the pipeline");
+          else if (activation && !done.fwd[k][a.mb]) complain(r, "sends an activation before computing it");
+          else if (!activation && !done.bwd[k][a.mb]) complain(r, "sends a gradient before computing it");
+          const Message msg{pl.rank_of(std::clamp(to_stage, 0, S - 1)), activation ? 0 : 1, a.mb, to_stage};
+          const int to = std::get<0>(msg);
+          mailbox[msg] = clock[r] + (costs.transfer && to != r ? costs.transfer(r, to) : 0.0);
+          if (std::get<0>(msg) != r) sends[{r, std::get<0>(msg)}].push_back(msg);
+          sent[r] = true;
           progressed = true;
         }
-        if (receives) {
-          const int kind = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
-          const int mb = paired ? a.recv_mb : a.mb;
-          if (mb < 0 || mb >= m) {
-            complain(s, "receives a microbatch out of range");
-            pc[s] = stages[s].size();
+        if (receives_now) {
+          const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
+          const int mb = paired ? a.recv_mb : a.mb, chunk = paired ? a.recv_chunk : a.chunk;
+          if (!valid(mb, chunk)) {
+            complain(r, "receives a microbatch or chunk out of range");
+            pc[r] = ranks[r].size();
             break;
           }
-          auto it = mailbox.find({s, kind, mb});
+          const int at = pl.stage(r, chunk);
+          const Message msg{r, grad ? 1 : 0, mb, at};
+          auto it = mailbox.find(msg);
           if (it == mailbox.end()) break;  // blocked
-          clock[s] = std::max(clock[s], it->second);
+          clock[r] = std::max(clock[r], it->second);
           mailbox.erase(it);
-          (kind ? has_grad : has_input)[s][mb] = true;
+          const int from = pl.rank_of(grad ? at + 1 : at - 1);
+          if (from != r) receives[{from, r}].push_back(msg);
+          (grad ? done.grad : done.input)[at][mb] = true;
         }
-        if (sends || receives) {
-          sent[s] = false;
-        } else if (a.kind == ActionKind::forward) {
-          if (s > 0 && !has_input[s][a.mb]) complain(s, "forward without its input");
-          const double d = costs.compute(s, a);
-          sim.computes.push_back({a.kind, a.mb, s, clock[s], clock[s] + d});
-          clock[s] += d, busy[s] += d;
-          fwd_done[s][a.mb] = true;
-          sim.peak_in_flight[s] = std::max(sim.peak_in_flight[s], ++in_flight[s]);
+        if (sends_now || receives_now) {
+          sent[r] = false;
         } else {
-          if (!fwd_done[s][a.mb]) complain(s, "backward before its forward");
-          if (s < p - 1 && !has_grad[s][a.mb]) complain(s, "backward without its output gradient");
-          const double d = costs.compute(s, a);
-          sim.computes.push_back({a.kind, a.mb, s, clock[s], clock[s] + d});
-          clock[s] += d, busy[s] += d;
-          bwd_done[s][a.mb] = true;
-          --in_flight[s];
+          double cost = costs.forward;
+          if (a.kind == ActionKind::forward) {
+            if (k > 0 && !done.input[k][a.mb]) complain(r, "forward without its input");
+            done.fwd[k][a.mb] = true;
+            sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++in_flight[r]);
+          } else if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
+            if (!done.fwd[k][a.mb]) complain(r, "backward before its forward");
+            if (k < S - 1 && !done.grad[k][a.mb]) complain(r, "backward without its output gradient");
+            done.bwd[k][a.mb] = true;
+            if (a.kind == ActionKind::backward) {
+              done.wgt[k][a.mb] = true;
+              --in_flight[r];
+              cost = costs.backward;
+            } else {
+              cost = costs.backward_input;
+            }
+          } else {  // weight pass
+            if (!done.bwd[k][a.mb]) complain(r, "weight pass before its input pass");
+            done.wgt[k][a.mb] = true;
+            --in_flight[r];
+            cost = costs.backward_weight;
+          }
+          if (costs.compute) cost = costs.compute(r, a);
+          sim.computes.push_back({a.kind, a.mb, r, clock[r], a.chunk, clock[r] + cost});
+          clock[r] += cost, busy[r] += cost;
         }
-        ++pc[s];
+        ++pc[r];
         progressed = true;
       }
     }
   }
-  for (int s = 0; s < p; ++s)
-    if (pc[s] < stages[s].size()) sim.deadlock = true;
-  if (sim.deadlock) complain(0, "deadlock: some stage waits for a message that never comes");
-  for (int s = 0; s < p; ++s) {
-    for (int i = 0; i < m; ++i) {
-      const bool needs_bwd = std::any_of(stages[s].begin(), stages[s].end(), [](const Action& a) {
-        return a.kind == ActionKind::backward;
-      });
-      if (!fwd_done[s][i] || (needs_bwd && !bwd_done[s][i])) complain(s, "does not run every microbatch");
-    }
+  for (int r = 0; r < p; ++r)
+    if (pc[r] < ranks[r].size()) sim.deadlock = true;
+  if (sim.deadlock) complain(0, "deadlock: some rank waits for a message that never comes");
+  for (int k = 0; k < S; ++k) {
+    const int r = pl.rank_of(k);
+    const bool trains = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
+      return a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+    });
+    for (int i = 0; i < m; ++i)
+      if (!done.fwd[k][i] || (trains && (!done.bwd[k][i] || !done.wgt[k][i])))
+        complain(r, "does not run every microbatch through stage " + std::to_string(k));
   }
   if (!mailbox.empty()) complain(0, "a message was sent but never received");
+  for (const auto& [pair, s] : sends) sim.fifo_consistent = sim.fifo_consistent && receives[pair] == s;
   sim.makespan = *std::max_element(clock.begin(), clock.end());
   double total_busy = 0;
   for (double b : busy) total_busy += b;
@@ -125,6 +149,22 @@ Simulation simulate(const std::vector<std::vector<Action>>& stages, int m, const
   sim.finish = clock;
   sim.busy = busy;
   return sim;
+}
+
+Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int m, double backward_cost) {
+  SimCosts c;
+  c.backward = backward_cost;
+  Placement pl;
+  pl.ranks = int(per_rank.size());
+  return simulate(per_rank, m, c, pl);
+}
+
+Simulation simulate_schedule(const std::string& name, int p, int m, int v, const SimCosts& costs) {
+  const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
+  const Placement pl = schedule_placement(e, p, v);
+  std::vector<std::vector<Action>> ranks;
+  for (int r = 0; r < p; ++r) ranks.push_back(make_schedule(name, p, m, r, pl.chunks));
+  return simulate(ranks, m, costs, pl);
 }
 
 }  // namespace gpt2

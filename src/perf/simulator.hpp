@@ -1,9 +1,11 @@
 #pragma once
-// Runs every stage's action list against each other: finds deadlocks, when each compute ran, the
-// idle (bubble) fraction, and the most microbatches each stage holds activations for at once. Costs
-// come from a SimulationCosts (the performance model's, perf/step_model) or are textbook clock
-// cycles: unit-time forwards, backwards of a given relative cost, instant messages. Sends never
-// block; a receive waits until its message has arrived (sent + transfer time).
+// Runs every pipeline rank's action list against the others -- with fixed costs per compute kind and
+// instant messages, or with the performance model's costs per action and message transfer times
+// (perf/step_model) -- and finds deadlocks and inconsistencies, when each compute ran, the idle
+// (bubble) fraction, the most microbatch-chunks each rank holds activations for at once, and
+// whether every pair of ranks receives its messages in the order they were sent (NCCL, which has
+// no tags, needs that; MPI matches by tag). Sends never block; a receive waits until its message
+// has arrived (sent + transfer time).
 #include <functional>
 #include <string>
 #include <vector>
@@ -14,33 +16,42 @@ namespace gpt2 {
 
 struct SimulatedCompute {
   ActionKind kind;
-  int mb, stage;
-  double start, end;
+  int mb, stage;  // stage: the pipeline rank
+  double start;
+  int chunk = 0;
+  double end = 0;
+};
+
+struct SimCosts {
+  double forward = 1, backward = 1;                 // a whole backward
+  double backward_input = 1, backward_weight = 1;   // its two passes
+  // Optional (the performance model's): the duration of each compute action of a rank, instead of
+  // the fixed costs above; the time from a send until the message is at another rank (a hand-over
+  // between two chunks of one rank is free); the clock at which each rank starts.
+  std::function<double(int rank, const Action& a)> compute;
+  std::function<double(int from, int to)> transfer;
+  std::vector<double> start;
 };
 
 struct Simulation {
   bool deadlock = false;
   std::string problem;                     // first inconsistency found (empty when none)
   std::vector<SimulatedCompute> computes;  // in completion order
-  std::vector<int> peak_in_flight;         // per stage
-  double makespan = 0;                     // clocks until the last stage finishes
-  double bubble_fraction = 0;              // idle share of stages x makespan
-  std::vector<double> finish, busy;        // per stage: clock after its last action, compute time
+  std::vector<int> peak_in_flight;         // per rank: microbatch-chunks whose activations it holds
+  double makespan = 0;                     // clocks until the last rank finishes
+  double bubble_fraction = 0;              // idle share of ranks x makespan
+  bool fifo_consistent = true;             // every pair receives in sending order
+  std::vector<double> finish, busy;        // per rank: clock after its last action, compute time
 };
 
-struct SimulationCosts {
-  // Duration of a compute action of a stage.
-  std::function<double(int stage, const Action& a)> compute;
-  // Time from a send's start until the message is at the receiver (from -> to = from +- 1).
-  std::function<double(int from, int to)> transfer;
-  std::vector<double> start;  // per stage: clock at which it begins (empty: all at 0)
-};
+Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microbatches, const SimCosts& costs,
+                    const Placement& placement);
+// One chunk per rank; backward_cost: a whole backward relative to a forward (1: textbook clock cycles).
+Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microbatches, double backward_cost = 1.0);
 
-Simulation simulate(const std::vector<std::vector<Action>>& per_stage, int microbatches,
-                    const SimulationCosts& costs);
-// Textbook clock cycles: forwards take 1, backwards backward_cost, messages nothing.
-Simulation simulate(const std::vector<std::vector<Action>>& per_stage, int microbatches,
-                    double backward_cost = 1.0);
+// Every rank's list of schedule `name` (registered) for p ranks, m microbatches and the chunks it
+// runs with parallel.virtual_stages = v, simulated with `costs`.
+Simulation simulate_schedule(const std::string& name, int p, int m, int v = 1, const SimCosts& costs = {});
 
 // Textbook forward clock cycles (torchgpipe's): at clock k, the (microbatch, stage) pairs
 // (k - j, j) for the stages j that have one.

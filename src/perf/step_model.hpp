@@ -37,9 +37,10 @@ struct StepPrediction {
   bool exposed_comm_known = false;
   double compute_s = 0;      // the busiest stage's forward and backward time
   double mfu = 0;            // model FLOPs (6N + 12 L C T per token) / (step x ranks x peak)
-  std::vector<int> stage_layers, peak_in_flight;  // per stage
-  std::vector<double> stage_end;                   // per stage: when its step ends
-  std::vector<RankMemory> stage_memory;            // per stage (its dp and tp ranks alike)
+  std::vector<int> stage_layers;                   // blocks per virtual stage
+  std::vector<int> peak_in_flight;                 // per pipeline rank: microbatch-chunks held at once
+  std::vector<double> stage_end;                   // per pipeline rank: when its step ends
+  std::vector<RankMemory> stage_memory;            // per pipeline rank (its dp and tp ranks alike)
   bool valid() const { return problem.empty(); }
   double peak_memory() const;
   // Per world rank (dp x pp x tp, tp innermost), as `gpt2 train` numbers them.
@@ -55,11 +56,10 @@ std::string check_layout(const Workload& w, const Layout& l);
 StepPrediction predict_step(const CostModel& cm, const Layout& l, bool exposed_comm = true);
 void add_exposed_comm(const CostModel& cm, StepPrediction& p);
 
-// Blocks per stage: the layout's, or the cost-balanced split.
+// Blocks per stage with one chunk a rank: the layout's, or the cost-balanced split.
 std::vector<int> stage_layers_of(const Workload& w, const Layout& l);
-// Memory per stage when each holds in_flight[s] microbatches' activations.
-std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& layers,
-                                       const std::vector<int>& in_flight);
+// Memory per pipeline rank when rank r holds in_flight[r] microbatch-chunks' activations.
+std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& in_flight);
 
 // Training FLOPs per token: 6N + 12 L C T (analysis/tracelib.py's flops_per_token).
 double flops_per_token(const Workload& w);

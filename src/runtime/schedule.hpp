@@ -1,10 +1,17 @@
 #pragma once
-// A pipeline schedule is, for each stage, the ordered list of what that rank does in one step.
-// Schedules are pure functions of (stages, microbatches, stage); each lives in modules/schedule and
-// registers itself. Sends never block (they complete in the background); receives block until the
-// message is there. A send and a receive with the same neighbour that a schedule wants to complete
-// together are one paired action (Megatron's p2p names: send_forward_recv_backward is
-// send_activation_recv_grad here), so the executor and the simulator need no look-ahead.
+// A pipeline schedule is, for each pipeline rank, the ordered list of what that rank does in one
+// step. Schedules are pure functions of (ranks, microbatches, rank[, chunks]); each lives in
+// modules/schedule and registers itself. Sends never block (they complete in the background);
+// receives block until the message is there. A send and a receive with the same neighbour that a
+// schedule wants to complete together are one paired action (Megatron's p2p names:
+// send_forward_recv_backward is send_activation_recv_grad here), so the executor and the simulator
+// need no look-ahead.
+//
+// Chunks: with interleaved and V schedules a rank runs several chunks of blocks (virtual stages).
+// A Placement says which rank runs virtual stage k as which of its chunks; activations flow from
+// virtual stage k to k + 1 and gradients back, a message to the same rank being a local hand-over.
+// A backward may be whole, or split into B (input gradients, sent upstream at once) and W (weight
+// gradients, free to fill bubbles: zero-bubble schedules).
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,39 +24,85 @@ enum class ActionKind {
   recv_activation, forward, send_activation, recv_grad, backward, send_grad,
   send_activation_recv_grad,  // activation of `mb` to the next stage, gradient of `recv_mb` from it
   send_grad_recv_activation,  // gradient of `mb` to the previous stage, activation of `recv_mb` from it
+  backward_input,             // B: input gradients (then send_grad)
+  backward_weight,            // W: weight gradients of a microbatch whose B is done
 };
 
 struct Action {
   ActionKind kind;
-  int mb;           // the microbatch computed, sent or received (paired: the one sent)
+  int mb;            // the microbatch computed, sent or received (paired: the one sent)
   int recv_mb = -1;  // paired actions: the microbatch received
-  bool operator==(const Action& o) const { return kind == o.kind && mb == o.mb && recv_mb == o.recv_mb; }
+  int chunk = 0;     // the rank's chunk it concerns (paired: the sent one)
+  int recv_chunk = 0;  // paired actions: the chunk the received message is for
+  bool operator==(const Action& o) const {
+    return kind == o.kind && mb == o.mb && recv_mb == o.recv_mb && chunk == o.chunk && recv_chunk == o.recv_chunk;
+  }
 };
 
 const char* action_name(ActionKind k);
 bool is_compute(ActionKind k);
 
+// Which rank runs virtual stage k, and as which chunk.
+//   loop: k = chunk * ranks + rank (Megatron's interleaving; one chunk: k = rank)
+//   vee:  two chunks, rank r runs stage r and stage 2 ranks - 1 - r (the V of ZB-V: the first and
+//         the last stage, with the embedding and the head, on rank 0)
+struct Placement {
+  enum class Kind { loop, vee };
+  Kind kind = Kind::loop;
+  int ranks = 1, chunks = 1;
+  int stages() const { return ranks * chunks; }
+  int stage(int rank, int chunk) const {
+    return kind == Kind::loop ? chunk * ranks + rank : chunk == 0 ? rank : 2 * ranks - 1 - rank;
+  }
+  int rank_of(int stage) const {
+    return kind == Kind::loop ? stage % ranks : stage < ranks ? stage : 2 * ranks - 1 - stage;
+  }
+  int chunk_of(int stage) const { return kind == Kind::loop ? stage / ranks : stage < ranks ? 0 : 1; }
+};
+
 struct ScheduleShape {
-  int stages = 1, microbatches = 1, stage = 0;
+  int stages = 1, microbatches = 1, stage = 0;  // pipeline ranks, microbatches, this rank
+  int chunks = 1;                              // chunks per rank
 };
 
 struct ScheduleEntry {
   std::string name, help;
   int order = 0;
-  // The stage's whole action list (communication included: see with_communication).
-  std::function<std::vector<Action>(const ScheduleShape&)> make;
+  std::function<std::vector<Action>(const ScheduleShape&)> make;  // a rank's whole list
+  Placement::Kind placement = Placement::Kind::loop;
+  int chunks = 1;              // chunks per rank; 0: parallel.virtual_stages
+  bool split_backward = false;  // B and W actions instead of whole backwards
+  bool microbatches_multiple_of_stages = false;  // m % p == 0 required
 };
 using ScheduleRegistry = Registry<ScheduleEntry>;
 
+// The chunks per rank schedule `e` runs with parallel.virtual_stages = v, and its placement.
+int schedule_chunks(const ScheduleEntry& e, int virtual_stages);
+Placement schedule_placement(const ScheduleEntry& e, int ranks, int virtual_stages);
+
 // name: a registered schedule (parallel.schedule); InputError for an unknown name.
-std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage);
-// Forward passes only (evaluation): every microbatch flows through in order.
+std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks = 1);
+// Forward passes only (evaluation): every microbatch flows through every chunk in order.
+std::vector<Action> forward_only_schedule(const Placement& placement, int microbatches, int rank);
 std::vector<Action> forward_only_schedule(int stages, int microbatches, int stage);
 
-// Adds the receives before and the sends after each compute action of `compute` (forwards and
-// backwards of one stage, in order) that the stage's position requires. With pair_exchanges, a send
-// directly followed by a receive from the same neighbour becomes one paired action (1F1B's steady
-// state and its turn from forwards to backwards).
+// 1F1B's compute order for stage s (PipeDream-flush): min(p-s-1, m) warm-up forwards, then one
+// forward and one backward at a time, then the remaining backwards. A building block of schedules.
+std::vector<Action> one_f_one_b_order(int stages, int microbatches, int stage);
+
+// Adds the receives before and the sends after each compute action of `compute` (one rank's
+// forwards, backwards and weight passes, in order) that its virtual stage requires. With
+// pair_exchanges, a send directly followed by a receive from the same neighbouring rank becomes one
+// paired action (1F1B's steady state and its turn from forwards to backwards).
+std::vector<Action> with_communication(const std::vector<Action>& compute, const Placement& placement, int rank,
+                                       bool pair_exchanges = false);
+// The same pairing as a pass over a list that has its sends and receives.
+std::vector<Action> pair_exchanges(const std::vector<Action>& actions, const Placement& placement, int rank);
+// Reorders every rank's receives (all ranks' unpaired lists) so that each rank receives the messages
+// of each other rank in the order that rank sends them, which NCCL needs (it has no tags). A
+// receive may move earlier, never later: a message that was sent before one the rank waits for is
+// available then too, so no deadlock can come of it.
+void order_receives_as_sent(std::vector<std::vector<Action>>& ranks, const Placement& placement);
 std::vector<Action> with_communication(const std::vector<Action>& compute, int stages, int stage,
                                        bool pair_exchanges = false);
 

@@ -48,6 +48,13 @@ void attr_ints(hid_t obj, const char* name, const std::vector<int64_t>& v) {
 }
 void attr_int(hid_t obj, const char* name, int64_t v) { attr_ints(obj, name, {v}); }
 
+void attr_double(hid_t obj, const char* name, double v) {
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+  H5Aclose(a), H5Sclose(s);
+}
+
 // An array attribute holding every rank's value (collective).
 template <class T>
 void attr_per_rank(hid_t obj, const char* name, T mine, Communicator& comm) {
@@ -103,6 +110,8 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_int(g, "tp", meta.tp);
   attr_int(g, "zero", meta.zero);
   attr_int(g, "microbatches", meta.microbatches);
+  attr_int(g, "virtual_stages", meta.virtual_stages);
+  attr_double(g, "bubble_theory", meta.bubble_theory);
   attr_int(g, "blas_threads", meta.blas_threads);
   attr_int(g, "tokens_per_step", meta.tokens_per_step);
   attr_int(g, "num_params", meta.num_params);

@@ -2,7 +2,8 @@
 // One HDF5 file per run, written collectively by every rank with parallel HDF5. The file describes
 // itself: readers take the event kinds, their classes and every rank's grid coordinates from it.
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
-//             world_size, dp, pp, tp, zero, microbatches, schedule, execution_space, device, comm,
+//             world_size, dp, pp, tp, zero, microbatches, schedule, virtual_stages, bubble_theory (the
+//             schedule's simulated idle share with ideal stages), execution_space, device, comm,
 //             blas_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
 //             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
 //             event_kinds, compute_kinds, communication_kinds (comma-separated names);
@@ -32,7 +33,9 @@ class Communicator;
 
 struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
-  int world_size = 1, dp = 1, pp = 1, tp = 1, zero = 0, microbatches = 1, blas_threads = 1, seq_len = 0;
+  int world_size = 1, dp = 1, pp = 1, tp = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1,
+      seq_len = 0;
+  double bubble_theory = 0;
   std::vector<int> stage_layers;
   int dp_rank = 0, pp_rank = 0, tp_rank = 0;     // this rank's
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest

@@ -66,8 +66,8 @@ class Tracer {
   // Times a region: Scope s(tracer, EventKind::forward, step, mb);
   class Scope {
    public:
-    Scope(Tracer& t, EventKind k, int step, int mb = -1, size_t bytes = 0)
-        : t_(t), k_(k), step_(step), mb_(mb), bytes_(int64_t(bytes)) {
+    Scope(Tracer& t, EventKind k, int step, int mb = -1, size_t bytes = 0, int chunk = 0)
+        : t_(t), k_(k), step_(step), mb_(mb), chunk_(chunk), bytes_(int64_t(bytes)) {
       if (t_.enabled_) {
         t_.fence();
         start_ = t_.now();
@@ -76,7 +76,7 @@ class Tracer {
     ~Scope() {
       if (t_.enabled_) {
         t_.fence();
-        t_.record(k_, step_, mb_, start_, t_.now(), bytes_);
+        t_.record(k_, step_, mb_, start_, t_.now(), bytes_, chunk_);
       }
     }
     Scope(const Scope&) = delete;
@@ -85,7 +85,7 @@ class Tracer {
    private:
     Tracer& t_;
     EventKind k_;
-    int step_, mb_;
+    int step_, mb_, chunk_;
     int64_t bytes_;
     double start_ = 0;
   };

@@ -49,6 +49,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.zero", &parallel.zero, "ZeRO over dp: " + ShardingRegistry::alternatives() + " (1 optimizer state, 2 + gradients, 3 + parameters)"},
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
       {"parallel.schedule", &parallel.schedule, "pipeline: " + ScheduleRegistry::alternatives()},
+      {"parallel.virtual_stages", &parallel.virtual_stages, "interleaved: chunks of blocks per rank (round robin)"},
       {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
       {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket MiB (0: 1 with MPI, 25 with NCCL)"},
       {"parallel.comm", &parallel.comm, CommRegistry::alternatives()},
@@ -86,6 +87,7 @@ void RunConfig::validate(int world_size) const {
   positive("parallel.pp", parallel.pp);
   positive("parallel.tp", parallel.tp);
   positive("parallel.microbatches", parallel.microbatches);
+  positive("parallel.virtual_stages", parallel.virtual_stages);
   positive("train.log_every", train.log_every);
   if (train.eval_batches < 0) fail_input("train.eval_batches", "must be >= 0, got ", train.eval_batches);
   if (train.eval_every < 0) fail_input("train.eval_every", "must be >= 0, got ", train.eval_every);
@@ -127,6 +129,7 @@ void RunConfig::validate(int world_size) const {
       fail_input("parallel.stage_layers", "entries must sum to model.n_layer (", model.n_layer,
                  "), got ", sum);
   }
+  validate_schedule();
   const int64_t per_rank = int64_t(parallel.dp) * parallel.microbatches;
   if (train.batch_size % per_rank != 0)
     fail_input("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (",
@@ -154,6 +157,29 @@ void RunConfig::validate(int world_size) const {
   if (checkpoint.resume && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
+}
+
+// The pipeline schedule's demands on the layout: chunks that divide the blocks evenly, microbatches
+// in groups of p where the order needs them.
+void RunConfig::validate_schedule() const {
+  const ScheduleEntry& e = ScheduleRegistry::get(parallel.schedule, "parallel.schedule");
+  const int chunks = schedule_chunks(e, parallel.virtual_stages), stages = parallel.pp * chunks;
+  if (parallel.virtual_stages > 1 && e.chunks != 0)
+    fail_input("parallel.virtual_stages", "is for the interleaved schedule; ", parallel.schedule,
+               e.chunks > 1 ? " always runs " + std::to_string(e.chunks) + " chunks per rank" : " runs one chunk per rank",
+               ": leave it at 1");
+  if (chunks > 1) {
+    if (model.n_layer % stages != 0)
+      fail_input(e.chunks == 0 ? "parallel.virtual_stages" : "parallel.schedule", parallel.schedule, " splits the blocks into ",
+                 chunks, " chunks per rank x parallel.pp = ", stages, " virtual stages, which must divide model.n_layer (",
+                 model.n_layer, ")");
+    if (!parallel.stage_layers.empty())
+      fail_input("parallel.stage_layers", "applies to one chunk per rank; ", parallel.schedule,
+                 " splits the blocks evenly into its chunks");
+  }
+  if (e.microbatches_multiple_of_stages && parallel.microbatches % parallel.pp != 0)
+    fail_input("parallel.microbatches", "the ", parallel.schedule, " schedule runs microbatches in groups of parallel.pp (",
+               parallel.pp, "): need a multiple of it, got ", parallel.microbatches);
 }
 
 }  // namespace gpt2

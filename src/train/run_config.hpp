@@ -46,7 +46,8 @@ struct ParallelConfig {
   int zero = 0;                   // ZeRO level over the dp group: 0 (replicated) .. 3 (FSDP)
   bool sequence_parallel = false; // with tp: LayerNorms and residuals on 1/tp of the rows
   int microbatches = 1;           // per dp rank and step
-  std::string schedule = "1f1b";  // a registered pipeline schedule: naive | gpipe | 1f1b
+  std::string schedule = "1f1b";  // a registered pipeline schedule
+  int virtual_stages = 1;         // interleaved: chunks of blocks per rank
   std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
   double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
   std::string comm = "auto";      // auto | mpi | nccl
@@ -82,6 +83,9 @@ struct RunConfig {
   // Checks values and their combinations; world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
   std::string toml();  // the effective configuration
+
+ private:
+  void validate_schedule() const;
 };
 
 }  // namespace gpt2

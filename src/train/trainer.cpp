@@ -61,7 +61,14 @@ void Trainer::setup_model() {
   blas_threads_ = env_.set_blas_threads(p.blas_threads);
   gemm_set_tf32(cfg_.train.tf32);
   layout_ = std::make_unique<ParamLayout>(cfg_.model);
-  stage_layers_ = partition_stages(cfg_.model, p.pp, cfg_.data.seq_len, p.stage_layers);
+  const ScheduleEntry& schedule = ScheduleRegistry::get(p.schedule, "parallel.schedule");
+  placement_ = schedule_placement(schedule, p.pp, p.virtual_stages);
+  // Blocks per virtual stage: balanced by cost (or as the deck says) with one chunk per rank, an even
+  // split with several (the configuration checked that it divides).
+  if (placement_.chunks == 1)
+    stage_layers_ = partition_stages(cfg_.model, p.pp, cfg_.data.seq_len, p.stage_layers);
+  else
+    stage_layers_.assign(size_t(placement_.stages()), cfg_.model.n_layer / placement_.stages());
   const int s = topo_->stage();
   const StageLayout stage_layout = layout_of(topo_->coords());
 
@@ -91,12 +98,17 @@ void Trainer::setup_model() {
       tracer_.record(k, int(step_), -1, start, tracer_.now(), 0, 0, unit);
     };
   }
-  stage_ = std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, so);
+  std::vector<Stage<float>*> chunks;
+  for (int c = 0; c < placement_.chunks; ++c) {
+    so.chunk = c;
+    stages_.push_back(std::make_unique<Stage<float>>(stage_layout, mb_size_, cfg_.data.seq_len, so));
+    chunks.push_back(stages_.back().get());
+  }
 
-  train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s);
-  eval_actions_ = forward_only_schedule(p.pp, p.microbatches, s);
-  exec_ = std::make_unique<PipelineExecutor>(*stage_, *groups_->pipe, tracer_);
-  if (stage_->has_head())
+  train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s, placement_.chunks);
+  eval_actions_ = forward_only_schedule(placement_, p.microbatches, s);
+  exec_ = std::make_unique<PipelineExecutor>(chunks, placement_, *groups_->pipe, tracer_, schedule.split_backward);
+  if (stage_layout.has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
   step_sums_ = Buffer<double>("step_sums", 2);
 
@@ -107,8 +119,13 @@ void Trainer::setup_model() {
 }
 
 StageLayout Trainer::layout_of(const GridCoords& c) const {
-  const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + c.pp, 0);
-  return StageLayout(*layout_, first, first + stage_layers_[size_t(c.pp)], TpSplit{topo_->tp(), c.tp});
+  std::vector<BlockRange> chunks;
+  for (int ch = 0; ch < placement_.chunks; ++ch) {
+    const int k = placement_.stage(c.pp, ch);
+    const int first = std::accumulate(stage_layers_.begin(), stage_layers_.begin() + k, 0);
+    chunks.push_back({first, first + stage_layers_[size_t(k)]});
+  }
+  return StageLayout(*layout_, chunks, TpSplit{topo_->tp(), c.tp});
 }
 
 void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a) {
@@ -136,8 +153,10 @@ StepMetrics Trainer::train_step() {
   io.need_grad = true;
   exec_->run(train_actions_, io);
   store_->finish_gradients();
-  if (stage_->sequence_parallel()) store_->sync_replicated(*groups_->tp);
-  store_->sync_tied(*groups_->tied);
+  if (stage().sequence_parallel()) store_->sync_replicated(*groups_->tp);
+  // The embedding and the head share wte; when they are on different ranks, both copies' gradients
+  // add up (a V puts both on rank 0).
+  if (placement_.rank_of(0) != placement_.rank_of(placement_.stages() - 1)) store_->sync_tied(*groups_->tied);
 
   reduce_step_sums(cfg_.parallel.microbatches, true);
   StepMetrics m;
@@ -162,7 +181,7 @@ StepMetrics Trainer::train_step() {
 void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
-  const bool head = stage_->has_head();
+  const bool head = stage().layout().has_head();
   sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_.data()));
   if (with_grad_norm) store_->grad_sum_of_squares(DeviceScalar(step_sums_.data() + 1));
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));

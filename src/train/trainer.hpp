@@ -53,8 +53,8 @@ class Trainer {
   // Every step's metrics when trace.file is set (the trace's /metrics); otherwise only the last.
   const std::vector<StepMetrics>& history() const { return history_; }
   const Topology& topology() const { return *topo_; }
-  Stage<float>& stage() { return *stage_; }
-  const StageLayout& stage_layout() const { return stage_->layout(); }
+  Stage<float>& stage() { return *stages_.front(); }  // the first chunk's
+  const StageLayout& stage_layout() const { return stages_.front()->layout(); }  // the rank's
   const RunConfig& config() const { return cfg_; }
   const Tracer& tracer() const { return tracer_; }
   const PipelineExecutor& executor() const { return *exec_; }
@@ -99,8 +99,9 @@ class Trainer {
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<CommTpGroup> tp_group_;
-  std::unique_ptr<Stage<float>> stage_;
-  std::unique_ptr<Stage<float>> sample_stage_;  // rank 0, ZeRO-3 or tp > 1: a whole copy to sample from
+  std::vector<std::unique_ptr<Stage<float>>> stages_;  // one per chunk this rank runs
+  Placement placement_;
+  std::unique_ptr<Stage<float>> sample_stage_;  // rank 0, when the model is spread out: a whole copy
   std::unique_ptr<TokenDataset> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<PipelineExecutor> exec_;

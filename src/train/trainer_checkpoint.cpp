@@ -44,7 +44,7 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
   Optimizer& opt = store_->optimizer();
   if (with_optimizer && file.meta().optimizer != opt.name())
     fail_input(file.path(), "holds no ", opt.name(), " state (optimizer \"", file.meta().optimizer, "\")");
-  const StageLayout& L = stage_->layout();
+  const StageLayout& L = stage_layout();
   for (const std::string& section : store_->sections()) {
     if (section != "params" && !with_optimizer) continue;
     std::vector<float> local(L.local_size());
@@ -69,7 +69,7 @@ std::vector<float> Trainer::gather_section(const std::string& section) {
     return out;
   }
   out.assign(layout_->total(), 0.0f);
-  local_to_global(stage_->layout(), mine.data(), out.data());
+  local_to_global(stage_layout(), mine.data(), out.data());
   std::vector<float> theirs;
   for (int r = 1; r < topo_->world_size(); ++r) {
     const GridCoords c = Topology::coords_of(topo_->shape(), r);

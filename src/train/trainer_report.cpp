@@ -15,10 +15,10 @@ void Trainer::maybe_sample() {
     told = true;
     return;
   }
-  Stage<float>* stage = stage_.get();
-  if (store_->policy().params || topo_->tp() > 1) {
-    // ZeRO-3 or tensor parallelism: the parameters are spread over several ranks; every rank helps
-    // assemble a whole copy on rank 0.
+  Stage<float>* stage = &this->stage();
+  if (store_->policy().params || topo_->tp() > 1 || stages_.size() > 1) {
+    // ZeRO-3, tensor parallelism or a rank with several chunks: gather the whole model (every rank
+    // helps) on rank 0.
     const std::vector<float> whole = gather_params();
     if (rank_ != 0) return;
     if (!sample_stage_)

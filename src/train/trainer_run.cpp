@@ -1,6 +1,7 @@
 // Trainer: the run loop (steps, evaluations, samples, checkpoints) and the trace.
 #include <cstdio>
 
+#include "perf/simulator.hpp"
 #include "trace/hdf5_trace.hpp"
 #include "train/trainer.hpp"
 
@@ -15,6 +16,12 @@ void Trainer::write_trace() {
   meta.dp_rank = topo_->dp_rank(), meta.pp_rank = topo_->stage(), meta.tp_rank = topo_->tp_rank();
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
+  meta.virtual_stages = placement_.chunks;
+  SimCosts ideal;  // equal stages: forward 1, backward 2 (B and W 1 each)
+  ideal.backward = 2;
+  meta.bubble_theory =
+      simulate_schedule(cfg_.parallel.schedule, topo_->pp(), cfg_.parallel.microbatches, cfg_.parallel.virtual_stages, ideal)
+          .bubble_fraction;
   meta.execution_space = env_.execution_space();
   meta.device = env_.device();
   meta.comm = groups_->backend;
@@ -29,7 +36,7 @@ void Trainer::write_trace() {
   meta.param_bytes = double(mem.params), meta.grad_bytes = double(mem.grads), meta.optimizer_bytes = double(mem.optimizer);
   meta.workspace_bytes = double(store_->peak_workspace_bytes());
   meta.zero = cfg_.parallel.zero;
-  meta.stage_param_bytes = double(stage_->layout().local_size() * sizeof(float));
+  meta.stage_param_bytes = double(stage_layout().local_size() * sizeof(float));
   meta.activation_bytes = double(activation_bytes());
   meta.steps = cfg_.train.steps;
   meta.batches_per_epoch = train_loader_->batches_per_epoch();

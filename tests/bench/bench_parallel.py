@@ -10,11 +10,13 @@ same run (the box is shared and noisy; runs are interleaved and repeated, median
          microbatches vs naive model parallelism (theory 2*8/9 = 1.78x); measured bubble next to
          (p-1)/(m+p-1); per-stage parameter memory; peak activation memory of 1f1b vs gpipe
   trace  step time with tracing on vs off, tiny and small configs (target: < 2% apart)
+  frontier  2 stages, one core each, 8 layers, 4 microbatches: interleaved (v 2), zb-h1, zb-v against
+         1f1b: measured bubble (target <= 0.8x, 0.65x, 0.5x 1f1b's), tokens/s, peak activations per stage
   zero   dp 2, one core per rank, the dp config: parallel.zero 0/1/2/3 interleaved; tokens/s against
          zero 0 (target: ZeRO-1 within 5%), data-parallel volume per step against theory, time blocked
          in data-parallel collectives per step (exposed), memory at rest per rank
 
-Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,trace,zero,all}
+Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,frontier,trace,zero,all}
 Writes a JSON summary to DIR/bench_parallel.json and prints a table.
 """
 import argparse
@@ -103,29 +105,55 @@ def bench_pp(out):
     cfgs = {"naive": deck("pp_naive", model, 128, 16, 8, pp=2, microbatches=1, schedule="naive"),
             "gpipe": deck("pp_gpipe", model, 128, 16, 8, pp=2, microbatches=8, schedule="gpipe"),
             "1f1b": deck("pp_1f1b", model, 128, 16, 8, pp=2, microbatches=8, schedule="1f1b")}
+    pp_table(out, "pp", cfgs, "naive", "pipeline, 2 stages, 8 microbatches (naive: 1):")
+
+
+def bench_frontier(out):
+    """The schedules that beat 1F1B's bubble: 2 ranks x 1 core, 8 layers, m = 4."""
+    model = {"n_layer": 8, "n_head": 8, "n_embd": 256}
+    base = dict(pp=2, microbatches=4)
+    cfgs = {"1f1b": deck("fr_1f1b", model, 128, 16, 8, schedule="1f1b", **base),
+            "interleaved": deck("fr_interleaved", model, 128, 16, 8, schedule="interleaved", virtual_stages=2, **base),
+            "zb-h1": deck("fr_zbh1", model, 128, 16, 8, schedule="zb-h1", **base),
+            "zb-v": deck("fr_zbv", model, 128, 16, 8, schedule="zb-v", **base)}
+    pp_table(out, "frontier", cfgs, "1f1b", "pipeline frontier, 2 stages, 4 microbatches (ratios against 1f1b):")
+
+
+def measure(cfgs, ranks, name):
+    """Runs every config ARGS.repeats times, interleaved (all see the same machine state), then once
+    more with a trace: ({key: tokens/s of each round}, {key: Trace})."""
     tok = {k: [] for k in cfgs}
     for _ in range(ARGS.repeats):
         for k, c in cfgs.items():
-            tok[k].append(run(c, 2)[0])
-    res = {}
+            tok[k].append(run(c, ranks)[0])
+    traces = {}
     for k, c in cfgs.items():
-        path = os.path.join(ARGS.workdir, f"pp_{k}.h5")
-        run(c, 2, trace=path)
-        t = tracelib.load([path])[0]
+        path = os.path.join(ARGS.workdir, f"{name}_{k}.h5")
+        run(c, ranks, trace=path)
+        traces[k] = tracelib.load([path])[0]
+    return tok, traces
+
+
+def pp_table(out, name, cfgs, base, title):
+    tok, traces = measure(cfgs, 2, name)
+    res = {}
+    for k, t in traces.items():
         res[k] = {"tokens_per_s": statistics.median(tok[k]),
-                  "speedup_vs_naive": statistics.median(a / b for a, b in zip(tok[k], tok["naive"])),
+                  f"speedup_vs_{base}": statistics.median(a / b for a, b in zip(tok[k], tok[base])),
                   "bubble_measured": tracelib.mean_bubble(t),
-                  "bubble_theory": tracelib.theoretical_bubble(k, 2, t.microbatches),
+                  "bubble_theory": tracelib.theoretical_bubble(t),
                   "param_mib_per_stage": [b / 2**20 for b in list(t.meta["param_bytes"])],
                   "peak_activation_mib_per_stage": [b / 2**20 for b in list(t.meta["peak_activation_bytes"])]}
-    out["pp"] = res
-    full = sum(res["naive"]["param_mib_per_stage"])
-    print(f"pipeline, 2 stages, 8 microbatches (naive: 1):")
+    for r in res.values():
+        r[f"bubble_vs_{base}"] = r["bubble_measured"] / res[base]["bubble_measured"]
+    out[name] = res
+    full = sum(res[base]["param_mib_per_stage"])
+    print(title)
     for k, r in res.items():
-        print(f"  {k:6s} {r['tokens_per_s']:8.0f} tok/s  {r['speedup_vs_naive']:.2f}x naive  bubble "
-              f"{r['bubble_measured']:.3f} (theory {r['bubble_theory']:.3f})  params/stage "
-              f"{', '.join(f'{m:.1f}' for m in r['param_mib_per_stage'])} MiB of {full:.1f}  peak activations "
-              f"{', '.join(f'{m:.1f}' for m in r['peak_activation_mib_per_stage'])} MiB")
+        print(f"  {k:11s} {r['tokens_per_s']:8.0f} tok/s  {r[f'speedup_vs_{base}']:.2f}x {base}  bubble "
+              f"{r['bubble_measured']:.3f} = {r[f'bubble_vs_{base}']:.2f}x {base}'s (theory {r['bubble_theory']:.3f})  "
+              f"params/stage {', '.join(f'{m:.1f}' for m in r['param_mib_per_stage'])} MiB of {full:.1f}  "
+              f"peak activations {', '.join(f'{m:.1f}' for m in r['peak_activation_mib_per_stage'])} MiB")
 
 
 def exposed_ms(trace, kinds=("allreduce_wait", "reduce_scatter_wait", "all_gather_wait")):
@@ -138,18 +166,12 @@ def exposed_ms(trace, kinds=("allreduce_wait", "reduce_scatter_wait", "all_gathe
 def bench_zero(out):
     model = {"n_layer": 6, "n_head": 6, "n_embd": 384}
     cfgs = {z: deck(f"zero{z}", model, 256, 16, 8, dp=2, zero=z) for z in range(4)}
-    tok = {z: [] for z in cfgs}
-    for _ in range(ARGS.repeats):  # interleaved
-        for z, c in cfgs.items():
-            tok[z].append(run(c, 2)[0])
+    tok, traces = measure(cfgs, 2, "zero")
     res = {}
-    for z, c in cfgs.items():
-        path = os.path.join(ARGS.workdir, f"zero{z}.h5")
-        run(c, 2, trace=path)
-        t = tracelib.load([path])[0]
+    for z, t in traces.items():
         vols = list(tracelib.dp_volume(t, 2).values())
         mem = tracelib.memory_per_rank(t)[0]
-        psi = float(tracelib._as_list(t.meta["stage_param_bytes"])[0])
+        psi = float(tracelib.as_list(t.meta["stage_param_bytes"])[0])
         res[z] = {"tokens_per_s": statistics.median(tok[z]),
                   "vs_zero0": statistics.median(a / b for a, b in zip(tok[z], tok[0])),
                   "dp_volume_psi": statistics.mean(vols), "dp_volume_theory": tracelib.theoretical_dp_volume(z, 1, 2),
@@ -183,7 +205,7 @@ def bench_trace(out):
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["dp", "pp", "trace", "zero", "all"])
+    ap.add_argument("what", choices=["dp", "pp", "frontier", "trace", "zero", "all"])
     ap.add_argument("--gpt2", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", default="/tmp/gpt2-bench")
@@ -192,7 +214,8 @@ def main():
     os.makedirs(ARGS.workdir, exist_ok=True)
     gpt2test.write_shard(os.path.join(ARGS.workdir, "train.bin"), gpt2test.learnable_tokens(2_000_000, 256))
     out = {}
-    for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("trace", bench_trace), ("zero", bench_zero)):
+    for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("frontier", bench_frontier), ("trace", bench_trace),
+                     ("zero", bench_zero)):
         if ARGS.what in (what, "all"):
             fn(out)
     summary = os.path.join(ARGS.workdir, "bench_parallel.json")

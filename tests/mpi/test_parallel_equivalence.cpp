@@ -70,3 +70,29 @@ TEST(Parallel, PipelineForwardMatchesOneRankForAnyMicrobatchCount) {
       MPI_Comm_free(&g);
     }
 }
+
+// The pipeline frontier on an 8-layer model: interleaved 1F1B (two chunks per rank), ZB-H1 and ZB-V
+// (backwards split into B and W, the V's two chunks) against one rank over 6 steps.
+TEST(Parallel, InterleavedAndZeroBubbleSchedulesMatchOneRank) {
+  struct Case {
+    const char* schedule;
+    int pp, dp, virtual_stages, microbatches;
+  };
+  for (const Case& k : {Case{"interleaved", 2, 1, 2, 4}, Case{"interleaved", 4, 1, 2, 4}, Case{"zb-h1", 2, 1, 1, 4},
+                        Case{"zb-h1", 4, 1, 1, 4}, Case{"zb-h1", 2, 2, 1, 2}, Case{"zb-v", 2, 1, 1, 4},
+                        Case{"zb-v", 4, 1, 1, 4}}) {
+    const int ranks = k.pp * k.dp;
+    if (ranks > world_size()) continue;
+    RunConfig c = tiny_config(data_dir());
+    c.model.n_layer = 8;
+    c.train.steps = 6;
+    c.parallel.schedule = k.schedule;
+    c.parallel.pp = k.pp, c.parallel.dp = k.dp;
+    c.parallel.virtual_stages = k.virtual_stages;
+    c.parallel.microbatches = k.microbatches;
+    MPI_Comm g;
+    const Result r = train_on_groups(c, ranks, &g);
+    expect_matches_reference(r, g, std::string(k.schedule) + " pp=" + std::to_string(k.pp) + " dp=" + std::to_string(k.dp), &c);
+    MPI_Comm_free(&g);
+  }
+}

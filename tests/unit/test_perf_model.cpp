@@ -331,10 +331,12 @@ TEST(Planner, EnumeratesValidGridsAndRanksFittingLayoutsByThroughput) {
 TEST(Simulator, MessagesTakeTheirTransferTime) {
   // Naive, 2 stages, 1 microbatch: F0, send, F1 B1, send back, B0 -- two transfers on the path.
   std::vector<std::vector<Action>> s = {make_schedule("naive", 2, 1, 0), make_schedule("naive", 2, 1, 1)};
-  SimulationCosts c;
+  SimCosts c;
   c.compute = [](int, const Action& a) { return a.kind == ActionKind::forward ? 1.0 : 2.0; };
   c.transfer = [](int, int) { return 0.25; };
-  const Simulation sim = simulate(s, 1, c);
+  Placement pl;
+  pl.ranks = 2;
+  const Simulation sim = simulate(s, 1, c, pl);
   ASSERT_TRUE(sim.problem.empty()) << sim.problem;
   EXPECT_DOUBLE_EQ(sim.makespan, 1 + 0.25 + 1 + 2 + 0.25 + 2);
   EXPECT_DOUBLE_EQ(sim.finish[1], 1 + 0.25 + 1 + 2);

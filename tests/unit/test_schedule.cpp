@@ -151,15 +151,16 @@ TEST(Schedule, OneFOneBPairsItsNeighbourExchangesAndGPipeDoesNot) {
 }
 
 TEST(Registry, ListsStrategiesInOrderAndNamesTheKeyForUnknownOnes) {
-  EXPECT_EQ(ScheduleRegistry::choices(), "naive, gpipe or 1f1b");
-  EXPECT_EQ(ScheduleRegistry::names(), (std::vector<std::string>{"naive", "gpipe", "1f1b"}));
+  EXPECT_EQ(ScheduleRegistry::choices(), "naive, gpipe, 1f1b, interleaved, zb-h1 or zb-v");
+  EXPECT_EQ(ScheduleRegistry::names(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
   for (const auto& e : ScheduleRegistry::entries()) EXPECT_FALSE(e.help.empty()) << e.name;
   try {
     make_schedule("zigzag", 2, 2, 0);
     FAIL() << "no exception";
   } catch (const InputError& e) {
     EXPECT_EQ(e.input(), "parallel.schedule");
-    EXPECT_NE(std::string(e.what()).find("expected naive, gpipe or 1f1b, got zigzag"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected naive, gpipe, 1f1b, interleaved, zb-h1 or zb-v, got zigzag"),
+              std::string::npos) << e.what();
   }
 }
 
@@ -177,4 +178,58 @@ TEST(Topology, GridCoordinatesPutTensorParallelRanksInnermost) {
   const GridShape two{2, 2, 1};
   EXPECT_EQ(Topology::rank_of(two, {1, 0, 0}), 2);
   EXPECT_EQ(Topology::coords_of(two, 3).pp, 1);
+}
+
+// The schedules beyond 1F1B, simulated with F = B = W = 1 (a whole backward 2): no deadlock and every
+// message received in sending order for p <= 8, m <= 32; the activation memory the papers state;
+// and the bubble the issue asks of them at p = 2, m = 4 against 1F1B.
+TEST(Schedule, InterleavedAndZeroBubbleRunEverySize) {
+  SimCosts c;
+  c.backward = 2;
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 32; ++m) {
+      const Simulation one = simulate_schedule("1f1b", p, m, 1, c);
+      ASSERT_TRUE(one.fifo_consistent) << "1f1b p=" << p << " m=" << m;
+      for (const char* name : {"interleaved", "zb-h1", "zb-v"}) {
+        if (std::string(name) == "interleaved" && m % p != 0) continue;
+        const Simulation s = simulate_schedule(name, p, m, 2, c);
+        ASSERT_FALSE(s.deadlock) << name << " p=" << p << " m=" << m;
+        ASSERT_TRUE(s.problem.empty()) << name << " p=" << p << " m=" << m << ": " << s.problem;
+        ASSERT_TRUE(s.fifo_consistent) << name << " p=" << p << " m=" << m;
+        for (int r = 0; r < p; ++r) {
+          if (std::string(name) == "zb-h1") ASSERT_LE(s.peak_in_flight[r], p) << "p=" << p << " m=" << m;  // 1F1B's peak
+          if (std::string(name) == "zb-v") ASSERT_LE(s.peak_in_flight[r], 2 * p + 1) << "p=" << p << " m=" << m;
+          if (std::string(name) == "interleaved")  // Megatron: warm-up forwards + 1 in flight
+            ASSERT_LE(s.peak_in_flight[r], std::min(2 * (p - r - 1) + p + 1, 2 * m)) << "p=" << p << " m=" << m;
+        }
+        if (m >= p && std::string(name) != "interleaved") ASSERT_LE(s.bubble_fraction, one.bubble_fraction + 1e-12) << name;
+      }
+    }
+  const double one = simulate_schedule("1f1b", 2, 4, 1, c).bubble_fraction;
+  EXPECT_NEAR(one, 1.0 / 5, 1e-12);                                               // (p-1)/(m+p-1)
+  EXPECT_NEAR(simulate_schedule("interleaved", 2, 4, 2, c).bubble_fraction, 1.5 / 13.5, 1e-12);  // bubble / v
+  EXPECT_NEAR(simulate_schedule("zb-h1", 2, 4, 1, c).bubble_fraction, 1.0 / 13, 1e-12);  // (p-1)(F+B-W)
+  EXPECT_LE(simulate_schedule("interleaved", 2, 4, 2, c).bubble_fraction, 0.8 * one);
+  EXPECT_LE(simulate_schedule("zb-h1", 2, 4, 1, c).bubble_fraction, 0.65 * one);
+  EXPECT_LE(simulate_schedule("zb-v", 2, 4, 1, c).bubble_fraction, 0.5 * one);
+}
+
+TEST(Schedule, ZeroBubbleSplitsBackwardsAndTheVKeepsBothEndsOnRankZero) {
+  for (const Action& a : make_schedule("zb-h1", 4, 8, 2))
+    EXPECT_NE(a.kind, ActionKind::backward) << "zb-h1 runs B and W, not whole backwards";
+  Placement v;
+  v.kind = Placement::Kind::vee, v.ranks = 4, v.chunks = 2;
+  EXPECT_EQ(v.rank_of(0), 0);
+  EXPECT_EQ(v.rank_of(7), 0);
+  EXPECT_EQ(v.rank_of(3), 3);
+  EXPECT_EQ(v.rank_of(4), 3);  // the turn of the V: a hand-over on rank 3
+  EXPECT_EQ(v.stage(1, 1), 6);
+  // Every W follows its B on the same rank and chunk.
+  for (int r = 0; r < 4; ++r) {
+    std::map<std::pair<int, int>, int> seen;
+    for (const Action& a : make_schedule("zb-v", 4, 8, r)) {
+      if (a.kind == ActionKind::backward_input) seen[{a.mb, a.chunk}] = 1;
+      if (a.kind == ActionKind::backward_weight) EXPECT_EQ(seen[std::make_pair(a.mb, a.chunk)], 1) << "rank " << r;
+    }
+  }
 }
