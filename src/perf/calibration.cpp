@@ -225,11 +225,16 @@ Calibration Calibration::load(const std::string& path) {
   if (c.has_units) {
     c.forward = {typical(uf[0]), typical(uf[1]), typical(uf[2])};
     c.backward = {typical(ub[0]) + typical(uw[0]), typical(ub[1]) + typical(uw[1]), typical(ub[2]) + typical(uw[2])};
-    // Every block is the same work: their spread is the machine's noise.
-    const double med = c.forward.block;
-    std::vector<double> dev;
-    for (double d : uf[1]) dev.push_back(std::fabs(d - med));
-    c.jitter = med > 0 ? median(dev) / med : 0;
+    // Every block is the same work: their spread is the machine's noise (relative standard
+    // deviation of the times typical() averages, forward and backward pooled).
+    double sum = 0;
+    int n = 0;
+    for (const std::vector<double>* v : {&uf[1], &ub[1]}) {
+      const double med = median(*v), mean = typical(*v);
+      for (double d : *v)
+        if (d >= 0.5 * med && d <= 2 * med) sum += (d / mean - 1) * (d / mean - 1), ++n;
+    }
+    c.jitter = n > 1 ? std::sqrt(sum / (n - 1)) : 0;
   } else {
     // Share each rank's median forward and backward over its units by FLOPs: a block's forward is
     // block_cost, the head's (logits, loss and the LM head's two backward GEMMs) 3 * head_cost; a

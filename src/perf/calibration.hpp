@@ -32,7 +32,7 @@ struct Calibration {
   double optimizer_per_param = 0;  // s per parameter of the optimizer's shard
   double other_per_param = 0;      // s per local parameter: gradient zeroing and norm, outside events
   double data_per_sequence = 0;    // s to load one sequence of a microbatch
-  double jitter = 0;               // relative spread (median absolute deviation / median) of unit times
+  double jitter = 0;               // relative standard deviation of a block's times (the machine's noise)
   int steps_used = 0;
 
   // Reads `path`; InputError naming it when it is not a readable trace or lacks what calibration

@@ -73,6 +73,13 @@ class CostModel {
   double all_gather(double bytes, int n, int stride) const;      // bytes: the whole buffer
   double send(double bytes, int stride) const;                   // one message to a neighbour
 
+  // Relative standard deviation of a unit's compute time: the calibration trace's (0 without one).
+  double jitter() const { return cal_ ? cal_->jitter : 0.0; }
+  // Expected maximum of n independent standard normal values (0 for n = 1): how far the slowest of
+  // n ranks lags behind, in standard deviations, at a collective that waits for all of them.
+  // (Computed numerically; not thread-safe, as the planner is single-threaded.)
+  static double expected_max_normal(int n);
+
   // Factor on every compute time of a layout: its ranks fill nodes in order, and a node whose
   // devices are all busy computes shared_slowdown times slower per rank (1 with one rank a node).
   double node_slowdown(const Layout& l) const;

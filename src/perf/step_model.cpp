@@ -128,9 +128,14 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
   const ShardPolicy policy = sharding_policy(l.zero);
   const double ov = hw.comm_overlap;
   const double slow = cm.node_slowdown(l);  // compute of a rank whose node is busy
+  // Stragglers: a blocking collective waits for the slowest of its ranks. With a unit's time
+  // varying by jitter (relative standard deviation), the tensor-parallel ranks' collectives between
+  // the pieces of every unit add about E[max of tp normals] x jitter to its compute.
+  const double tp_wait = 1 + CostModel::expected_max_normal(l.tp) * cm.jitter();
   auto unit = [&](int u) {
     UnitTime t = cm.unit_time(u, b, l);
-    t.forward *= slow, t.backward_input *= slow, t.backward_weight *= slow;
+    const double f = slow * tp_wait;
+    t.forward *= f, t.backward_input *= f, t.backward_weight *= f;
     return t;
   };
   const double grad_bytes = l.bytes_per_value();
@@ -284,8 +289,14 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     }
     ready[size_t(r)] = std::max(sim.finish[size_t(r)], channel);
     double per_mb = 0;
-    for (const ChunkPlan& cp : plans[size_t(r)].chunks) per_mb += cp.compute_s;
+    size_t units = 0;
+    for (const ChunkPlan& cp : plans[size_t(r)].chunks) per_mb += cp.compute_s, units += cp.forward.size() + cp.backward.size();
     d.compute = std::max(d.compute, per_mb * mbs);
+    // The data-parallel replicas meet once a step (the last gradient reductions): the slowest
+    // replica's lag, its step's compute varying by jitter / sqrt(the unit passes it adds up).
+    if (l.dp > 1 && units > 0)
+      ready[size_t(r)] += CostModel::expected_max_normal(l.dp) * cm.jitter() / std::sqrt(double(units * size_t(mbs))) *
+                          per_mb * mbs;
   }
   d.bubble = p > 1 && t1 > t0 ? 1.0 - busy / (p * (t1 - t0)) : 0.0;
   // Sequence parallelism: the replicated tensors' partial gradients summed over tp.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -171,6 +172,30 @@ TEST(CostModel, ABusyNodeSlowsItsRanks) {
   const CostModel cm1(small_model(), test_hardware());
   l.dp = 1, l.pp = 2;
   EXPECT_GT(predict_step(cm, l).step_s, predict_step(cm1, l).step_s);
+}
+
+TEST(CostModel, StragglersFollowNormalOrderStatistics) {
+  EXPECT_DOUBLE_EQ(CostModel::expected_max_normal(1), 0);
+  EXPECT_NEAR(CostModel::expected_max_normal(2), 1 / std::sqrt(M_PI), 1e-4);  // E[max of 2] = 1/sqrt(pi)
+  for (int n = 2; n < 4096; n *= 2)
+    EXPECT_LT(CostModel::expected_max_normal(n), CostModel::expected_max_normal(2 * n)) << n;
+  EXPECT_NEAR(CostModel::expected_max_normal(1024), 3.2414, 0.05);  // tabulated value
+  // A calibration with noise slows the tensor- and data-parallel layouts that wait for each other.
+  const Workload w = small_model();
+  Calibration cal;
+  cal.model = w.model, cal.seq_len = w.seq_len, cal.microbatch = 16;
+  cal.forward = {0.001, 0.080, 0.020};
+  cal.backward = {0.002, 0.150, 0.001};
+  Calibration noisy = cal;
+  noisy.jitter = 0.2;
+  const CostModel quiet(w, test_hardware(), &cal), loud(w, test_hardware(), &noisy);
+  for (const auto& [dp, tp] : std::vector<std::pair<int, int>>{{2, 1}, {1, 2}}) {
+    Layout l;
+    l.dp = dp, l.tp = tp;
+    EXPECT_GT(predict_step(loud, l).step_s, predict_step(quiet, l).step_s) << dp << " " << tp;
+  }
+  Layout one;
+  EXPECT_DOUBLE_EQ(predict_step(loud, one).step_s, predict_step(quiet, one).step_s);  // nobody to wait for
 }
 
 TEST(CostModel, CollectivesFollowTheRingFormulas) {
