@@ -1,6 +1,7 @@
 #pragma once
 // The gpt2 subcommands. Each registers its options on the CLI11 app and returns a function that runs
-// it (exit status). train and sample run inside an Environment (MPI + Kokkos); the others do not.
+// it (exit status). train and sample run inside an Environment (MPI + Kokkos), as does
+// simulate --measure-comm; the others do not.
 #include <CLI/CLI.hpp>
 #include <functional>
 
@@ -17,6 +18,11 @@ Run add_prepare(CLI::App& app);
 Run add_sample(CLI::App& app);
 Run add_convert(CLI::App& app);
 Run add_info(CLI::App& app);
+Run add_simulate(CLI::App& app);
+Run add_plan(CLI::App& app);
+
+// The hardware file simulate and plan use without --hardware: this development box's.
+std::string default_hardware();
 
 // Rank of this process as the launcher tells it (before MPI is up): 0 when not launched by MPI.
 int launcher_rank();

@@ -34,6 +34,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
   sim.peak_in_flight.assign(p, 0);
   std::vector<size_t> pc(p, 0);
   std::vector<double> clock(p, 0), busy(p, 0);
+  if (costs.start.size() == size_t(p)) clock = costs.start;
   std::vector<int> in_flight(p, 0);
   std::vector<bool> sent(p, false);  // the current paired action's send is out
   Progress done(S, m);
@@ -69,7 +70,8 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
           else if (activation && !done.fwd[k][a.mb]) complain(r, "sends an activation before computing it");
           else if (!activation && !done.bwd[k][a.mb]) complain(r, "sends a gradient before computing it");
           const Message msg{pl.rank_of(std::clamp(to_stage, 0, S - 1)), activation ? 0 : 1, a.mb, to_stage};
-          mailbox[msg] = clock[r];
+          const int to = std::get<0>(msg);
+          mailbox[msg] = clock[r] + (costs.transfer && to != r ? costs.transfer(r, to) : 0.0);
           if (std::get<0>(msg) != r) sends[{r, std::get<0>(msg)}].push_back(msg);
           sent[r] = true;
           progressed = true;
@@ -117,7 +119,8 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
             --in_flight[r];
             cost = costs.backward_weight;
           }
-          sim.computes.push_back({a.kind, a.mb, r, clock[r], a.chunk});
+          if (costs.compute) cost = costs.compute(r, a);
+          sim.computes.push_back({a.kind, a.mb, r, clock[r], a.chunk, clock[r] + cost});
           clock[r] += cost, busy[r] += cost;
         }
         ++pc[r];
@@ -143,6 +146,8 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
   double total_busy = 0;
   for (double b : busy) total_busy += b;
   sim.bubble_fraction = sim.makespan > 0 ? 1.0 - total_busy / (p * sim.makespan) : 0;
+  sim.finish = clock;
+  sim.busy = busy;
   return sim;
 }
 

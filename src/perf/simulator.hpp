@@ -1,9 +1,12 @@
 #pragma once
-// Runs every pipeline rank's action list against the others with fixed costs per compute kind and
-// instant messages: finds deadlocks and inconsistencies, the clock at which each compute ran, the
-// idle (bubble) fraction, the most microbatch-chunks each rank holds activations for at once, and
+// Runs every pipeline rank's action list against the others -- with fixed costs per compute kind and
+// instant messages, or with the performance model's costs per action and message transfer times
+// (perf/step_model) -- and finds deadlocks and inconsistencies, when each compute ran, the idle
+// (bubble) fraction, the most microbatch-chunks each rank holds activations for at once, and
 // whether every pair of ranks receives its messages in the order they were sent (NCCL, which has
-// no tags, needs that; MPI matches by tag).
+// no tags, needs that; MPI matches by tag). Sends never block; a receive waits until its message
+// has arrived (sent + transfer time).
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,11 +19,18 @@ struct SimulatedCompute {
   int mb, stage;  // stage: the pipeline rank
   double start;
   int chunk = 0;
+  double end = 0;
 };
 
 struct SimCosts {
   double forward = 1, backward = 1;                 // a whole backward
   double backward_input = 1, backward_weight = 1;   // its two passes
+  // Optional (the performance model's): the duration of each compute action of a rank, instead of
+  // the fixed costs above; the time from a send until the message is at another rank (a hand-over
+  // between two chunks of one rank is free); the clock at which each rank starts.
+  std::function<double(int rank, const Action& a)> compute;
+  std::function<double(int from, int to)> transfer;
+  std::vector<double> start;
 };
 
 struct Simulation {
@@ -31,6 +41,7 @@ struct Simulation {
   double makespan = 0;                     // clocks until the last rank finishes
   double bubble_fraction = 0;              // idle share of ranks x makespan
   bool fifo_consistent = true;             // every pair receives in sending order
+  std::vector<double> finish, busy;        // per rank: clock after its last action, compute time
 };
 
 Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microbatches, const SimCosts& costs,

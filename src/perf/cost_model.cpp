@@ -1,0 +1,171 @@
+#include "perf/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace gpt2 {
+
+namespace {
+int unit_kind(int u, int n_layer) { return u == 0 ? 0 : u == n_layer + 1 ? 2 : 1; }
+}  // namespace
+
+CostModel::CostModel(const Workload& w, const Hardware& hw, const Calibration* cal) : w_(w), hw_(hw), cal_(cal) {
+  if (!cal_) return;
+  // The traced run's shape: its microbatch, tp split and fp32.
+  Layout at;
+  at.tp = cal_->tp;
+  at.sequence_parallel = cal_->sequence_parallel;
+  const int units[3] = {0, 1, w_.model.n_layer + 1};
+  const UnitTimes* measured[2] = {&cal_->forward, &cal_->backward};
+  for (int k = 0; k < 3; ++k) {
+    const UnitWork uw = unit_work(units[k], cal_->microbatch, at);
+    const double model_f = modelled(uw.forward, "fp32");
+    const double model_b = modelled(uw.backward_input, "fp32") + modelled(uw.backward_weight, "fp32");
+    const double got[2] = {k == 0 ? measured[0]->embedding : k == 1 ? measured[0]->block : measured[0]->head,
+                           k == 0 ? measured[1]->embedding : k == 1 ? measured[1]->block : measured[1]->head};
+    const double want[2] = {model_f, model_b};
+    for (int ph = 0; ph < 2; ++ph)
+      if (got[ph] > 0 && want[ph] > 0) scale_[k][ph] = got[ph] / want[ph];
+  }
+}
+
+double CostModel::scale(int u, int phase) const { return scale_[unit_kind(u, w_.model.n_layer)][phase]; }
+
+UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
+  const ModelConfig& m = w_.model;
+  const double t = l.tp, T = w_.seq_len, N = double(b) * T, C = m.n_embd, nh = m.n_head;
+  const double V = double(m.padded_vocab()) / t;
+  const double R = l.sequence_parallel ? N / t : N;  // rows of the residual stream on this rank
+  const double bytes = l.bytes_per_value();
+  UnitWork w;
+  const int kind = unit_kind(u, m.n_layer);
+  if (kind == 1) {
+    // Four GEMMs with 12 C^2 weights; attention scores and weighted sum over all T keys per head.
+    const double gemm = 2.0 * N * 12.0 * C * C / t, att = 4.0 * N * T * C / t;
+    // Elementwise traffic (values read + written): LayerNorms and residual reads on the stream;
+    // GELU, the attention matrix's softmax passes and head reshapes in the tensor-parallel region.
+    const double stream = 6.0 * R * C, region = N * (14.0 * C + 4.0 * nh * T) / t;
+    w.forward = {gemm, att, bytes * (stream + region), 11};
+    w.backward_input = {gemm, 2.0 * att, bytes * 2.0 * (stream + region), 14};
+    w.backward_weight = {gemm, 0, bytes * 9.0 * C * N / t, 8};  // and the bias column sums
+  } else if (kind == 2) {
+    // Final LayerNorm, logits, fused softmax + cross-entropy (logits in, their gradient out), and the
+    // LM head's input and weight gradients, all in the trainer's forward.
+    w.forward = {6.0 * N * C * V, 0, bytes * (2.0 * R * C + 3.0 * N * V), 6};
+    w.backward_input = {0, 0, bytes * 4.0 * R * C, 2};  // the final LayerNorm's backward
+  } else {
+    w.forward = {0, 0, bytes * 3.0 * R * C, 1};           // token and position rows summed
+    w.backward_weight = {0, 0, bytes * 3.0 * N * C, 1};   // scattered into wte's and wpe's gradients
+  }
+  return w;
+}
+
+double CostModel::modelled(const Work& work, const std::string& precision) const {
+  const double peak = hw_.peak(precision) * hw_.gemm_efficiency;
+  const double bw = hw_.memory_bandwidth * hw_.memory_efficiency;
+  return (peak > 0 ? (work.gemm_flops + work.attention_flops) / peak : 0) + work.bytes / bw +
+         work.kernels * hw_.kernel_overhead;
+}
+
+UnitTime CostModel::unit_time(int u, int b, const Layout& l) const {
+  const UnitWork w = unit_work(u, b, l);
+  UnitTime t;
+  t.forward = modelled(w.forward, l.precision) * scale(u, 0);
+  t.backward_input = modelled(w.backward_input, l.precision) * scale(u, 1);
+  t.backward_weight = modelled(w.backward_weight, l.precision) * scale(u, 1);
+  return t;
+}
+
+double CostModel::expected_max_normal(int n) {
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by the trapezoid rule on [-12, 12] (its tails
+  // are negligible for any n a cluster has); remembered per n.
+  static std::map<int, double> known;
+  if (n <= 1) return 0;
+  auto it = known.find(n);
+  if (it != known.end()) return it->second;
+  const int steps = 24000;
+  const double lo = -12, h = 24.0 / steps;
+  double sum = 0;
+  for (int i = 0; i <= steps; ++i) {
+    const double x = lo + i * h, phi = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    const double Phi = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += (i == 0 || i == steps ? 0.5 : 1.0) * x * n * phi * std::pow(Phi, n - 1);
+  }
+  return known[n] = sum * h;
+}
+
+double CostModel::node_slowdown(const Layout& l) const {
+  const int n = hw_.devices_per_node;
+  if (n <= 1) return 1;
+  const double busy = double(std::min<long long>(l.world(), n));
+  return 1 + (hw_.shared_slowdown - 1) * (busy - 1) / (n - 1);
+}
+
+double CostModel::tp_forward(int u, int b, const Layout& l) const {
+  if (l.tp <= 1) return 0;
+  const double stream = double(b) * w_.seq_len * w_.model.n_embd * l.bytes_per_value();
+  const int kind = unit_kind(u, w_.model.n_layer);
+  const bool sp = l.sequence_parallel;
+  // Megatron's g: an all-reduce after each row-parallel projection (with sequence parallelism an
+  // all-gather before the region and a reduce-scatter after it).
+  auto region = [&](int n) {
+    return n * (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1));
+  };
+  if (kind == 1) return region(2);
+  if (kind == 0) return sp ? reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1);
+  // The head: the normed rows gathered (sp), the vocabulary-parallel loss's row maxima and sums, the
+  // LM head's input gradient summed.
+  const double rows = double(b) * w_.seq_len * 4;
+  return (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1)) +
+         all_reduce(rows, l.tp, 1) + all_reduce(2 * rows, l.tp, 1);
+}
+
+double CostModel::tp_backward(int u, int b, const Layout& l) const {
+  if (l.tp <= 1) return 0;
+  const double stream = double(b) * w_.seq_len * w_.model.n_embd * l.bytes_per_value();
+  const int kind = unit_kind(u, w_.model.n_layer);
+  const bool sp = l.sequence_parallel;
+  if (kind == 1)  // Megatron's f: the column-parallel input gradients summed, twice
+    return 2 * (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1));
+  if (kind == 0) return sp ? all_gather(stream, l.tp, 1) : 0.0;
+  return 0;
+}
+
+double CostModel::data(int b) const {
+  if (cal_) return cal_->data_per_sequence * b;
+  return hw_.kernel_overhead * 2;  // two small host-to-device copies
+}
+
+double CostModel::optimizer(double params) const {
+  if (cal_ && cal_->optimizer_per_param > 0) return cal_->optimizer_per_param * params;
+  // Fused AdamW: reads p, g, m, v and writes p, m, v (28 bytes a parameter).
+  return params * 28.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;
+}
+
+double CostModel::gradient_pass(double params) const {
+  if (cal_) return 0.5 * cal_->other_per_param * params;
+  return params * 4.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;
+}
+
+double CostModel::all_reduce(double bytes, int n, int stride) const {
+  if (n <= 1 || free_comm_) return 0;
+  const Link& k = hw_.link(n, stride);
+  return 2.0 * (n - 1) * k.latency + 2.0 * (n - 1) / n * bytes / k.bandwidth;
+}
+
+double CostModel::reduce_scatter(double bytes, int n, int stride) const {
+  if (n <= 1 || free_comm_) return 0;
+  const Link& k = hw_.link(n, stride);
+  return (n - 1) * k.latency + double(n - 1) / n * bytes / k.bandwidth;
+}
+
+double CostModel::all_gather(double bytes, int n, int stride) const { return reduce_scatter(bytes, n, stride); }
+
+double CostModel::send(double bytes, int stride) const {
+  if (free_comm_) return 0;
+  const Link& k = hw_.link(2, stride);
+  return k.latency + bytes / k.bandwidth;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,85 @@
+#include "perf/hardware.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/input_deck.hpp"
+
+namespace gpt2 {
+
+double Hardware::peak(const std::string& precision) const {
+  if (precision == "fp32") return std::max(peak_fp32, peak_tf32);
+  if (precision == "bf16") return peak_bf16;
+  return 0;
+}
+
+const Link& Hardware::link(int size, int stride) const {
+  const long long span = (long long)stride * (size - 1) + 1;
+  return size <= 1 || span <= devices_per_node ? intra : inter;
+}
+
+Hardware Hardware::load(const std::string& path) {
+  // Every key starts unset (NaN); what the file leaves unset is reported by name.
+  const double unset = std::nan("");
+  double peak32 = unset, peak_tf = unset, peak16 = unset, gemm = unset, mem_gb = unset, bw = unset, mem_eff = unset,
+         launch_us = unset, overlap = unset, intra_bw = unset, intra_lat = unset, inter_bw = unset, inter_lat = unset,
+         per_node = unset, shared = unset;
+  std::string name = "\x01";
+  std::vector<DeckField> fields = {
+      {"device.name", &name, "what the file describes"},
+      {"device.peak_tflops_fp32", &peak32, "dense FP32 TFLOP/s"},
+      {"device.peak_tflops_tf32", &peak_tf, "dense TF32 tensor-core TFLOP/s (0: none)"},
+      {"device.peak_tflops_bf16", &peak16, "dense BF16 TFLOP/s (0: none)"},
+      {"device.gemm_efficiency", &gemm, "fraction of peak a large GEMM reaches"},
+      {"device.memory_gb", &mem_gb, "device memory, GB (1e9 bytes)"},
+      {"device.memory_bandwidth_gbs", &bw, "device memory bandwidth, GB/s"},
+      {"device.memory_efficiency", &mem_eff, "fraction of the bandwidth streaming kernels reach"},
+      {"device.kernel_overhead_us", &launch_us, "fixed cost of one kernel, microseconds"},
+      {"node.devices_per_node", &per_node, "devices (ranks) per node"},
+      {"node.comm_overlap", &overlap, "share of communication that runs beside compute (0..1)"},
+      {"node.shared_slowdown", &shared, "compute time factor when every device of a node is busy (>= 1)"},
+      {"intra_node.bandwidth_gbs", &intra_bw, "per device, one direction, GB/s"},
+      {"intra_node.latency_us", &intra_lat, "per message or ring step, microseconds"},
+      {"inter_node.bandwidth_gbs", &inter_bw, "per device, one direction, GB/s"},
+      {"inter_node.latency_us", &inter_lat, "per message or ring step, microseconds"},
+  };
+  try {
+    InputDeck::from_file(path).bind(fields);
+  } catch (const InputError& e) {
+    if (e.input() == path) throw;
+    throw InputError(path, e.what());
+  }
+  for (const DeckField& f : fields) {
+    const bool missing = f.key == "device.name" ? name == "\x01" : std::isnan(*std::get<double*>(f.dst));
+    if (missing) fail_input(path, "missing key ", f.key, " (", f.help, ")");
+  }
+  for (const DeckField& f : fields) {
+    if (f.key == "device.name") continue;
+    const double v = *std::get<double*>(f.dst);
+    const bool may_be_zero = f.key == "device.peak_tflops_tf32" || f.key == "device.peak_tflops_bf16" ||
+                             f.key == "device.kernel_overhead_us" || f.key == "node.comm_overlap" ||
+                             f.key.find("latency") != std::string::npos;
+    if (!(v >= 0) || (!may_be_zero && v == 0) || !std::isfinite(v))
+      fail_input(path, f.key, ": expected a ", may_be_zero ? "non-negative" : "positive", " number, got ", v);
+  }
+  for (double fraction : {gemm, mem_eff, overlap})
+    if (fraction > 1) fail_input(path, "efficiencies and comm_overlap are fractions between 0 and 1, got ", fraction);
+  if (shared < 1) fail_input(path, "node.shared_slowdown: expected a factor >= 1, got ", shared);
+  if (per_node != std::floor(per_node) || per_node < 1)
+    fail_input(path, "node.devices_per_node: expected a whole number >= 1, got ", per_node);
+  Hardware h;
+  h.file = path, h.name = name;
+  h.peak_fp32 = peak32 * 1e12, h.peak_tf32 = peak_tf * 1e12, h.peak_bf16 = peak16 * 1e12;
+  h.gemm_efficiency = gemm;
+  h.memory_bytes = mem_gb * 1e9, h.memory_bandwidth = bw * 1e9, h.memory_efficiency = mem_eff;
+  h.kernel_overhead = launch_us * 1e-6;
+  h.devices_per_node = int(per_node);
+  h.comm_overlap = overlap;
+  h.shared_slowdown = shared;
+  h.intra = {intra_bw * 1e9, intra_lat * 1e-6};
+  h.inter = {inter_bw * 1e9, inter_lat * 1e-6};
+  return h;
+}
+
+}  // namespace gpt2

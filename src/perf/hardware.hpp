@@ -1,0 +1,47 @@
+#pragma once
+// What the performance model knows about a machine, read from a hardware file (inputs/hardware/*.toml):
+// one "device" is what one rank runs on (a GPU, or a CPU core on a CPU box). Every key is required;
+// a missing one is an InputError naming the file and the key.
+//   [device]   name, peak_tflops_fp32 / _tf32 / _bf16 (dense; 0 where the device has no such mode),
+//              gemm_efficiency (fraction of peak large GEMMs reach; used without a calibration trace),
+//              memory_gb, memory_bandwidth_gbs, memory_efficiency (fraction of the bandwidth
+//              streaming kernels reach), kernel_overhead_us (fixed cost of one kernel launch)
+//   [node]     devices_per_node, comm_overlap (0..1: share of communication that runs beside
+//              compute: 1 with NCCL's own streams on GPUs, 0 where MPI progresses only inside the
+//              rank's own calls), shared_slowdown (>= 1: how much slower a rank computes when every
+//              device of its node is busy -- CPU cores share caches and memory bandwidth; 1 for GPUs)
+//   [intra_node] / [inter_node]  bandwidth_gbs (per device, one direction, what a ring collective
+//              reaches), latency_us (per message / per ring step)
+#include <string>
+
+namespace gpt2 {
+
+struct Link {
+  double bandwidth = 0;  // bytes/s per device, one direction
+  double latency = 0;    // s per message or ring step
+};
+
+struct Hardware {
+  std::string file, name;
+  double peak_fp32 = 0, peak_tf32 = 0, peak_bf16 = 0;  // FLOP/s, dense
+  double gemm_efficiency = 0;
+  double memory_bytes = 0, memory_bandwidth = 0, memory_efficiency = 0;
+  double kernel_overhead = 0;  // s
+  int devices_per_node = 1;
+  double comm_overlap = 1;
+  double shared_slowdown = 1;
+  Link intra, inter;
+
+  // Peak FLOP/s of the GEMMs at a precision ("fp32": TF32 tensor cores where the device has them,
+  // as train.tf32 does; "bf16"); 0 when the device lacks the precision.
+  double peak(const std::string& precision) const;
+  bool supports(const std::string& precision) const { return peak(precision) > 0; }
+  // The link a group of `size` ranks whose members are `stride` world ranks apart uses: inside one
+  // node when it spans no more than a node (ranks are placed on nodes in order).
+  const Link& link(int size, int stride) const;
+
+  // InputError naming `path` (and the key) when unreadable, incomplete or out of range.
+  static Hardware load(const std::string& path);
+};
+
+}  // namespace gpt2

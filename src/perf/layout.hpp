@@ -1,0 +1,40 @@
+#pragma once
+// What the performance model predicts for: a model and its batch (Workload) on a parallel layout
+// (Layout: the grid, ZeRO level, pipeline schedule, microbatches, precision).
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/model_config.hpp"
+
+namespace gpt2 {
+
+struct Workload {
+  ModelConfig model;
+  int seq_len = 1024;
+  int64_t batch = 8;  // GLOBAL sequences per optimizer step
+};
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1, zero = 0, microbatches = 1;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;          // interleaved: chunks of blocks per rank
+  std::string precision = "fp32";  // fp32 | bf16 (2-byte activations and communication)
+  bool sequence_parallel = false;
+  std::vector<int> stage_layers;   // blocks per stage; empty: the cost-balanced split
+  double bucket_mb = 0;            // gradient bucket MiB; 0: 1 without overlap (MPI), else 25 (NCCL)
+
+  long long world() const { return (long long)dp * tp * pp; }
+  int bytes_per_value() const { return precision == "bf16" ? 2 : 4; }
+  // "dp 2 x tp 1 x pp 2, zero 0, 1f1b, m 4, fp32"
+  std::string describe() const {
+    std::ostringstream os;
+    os << "dp " << dp << " x tp " << tp << (sequence_parallel ? " (sp)" : "") << " x pp " << pp << ", zero " << zero;
+    if (pp > 1) os << ", " << schedule << (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "");
+    os << ", m " << microbatches << ", " << precision;
+    return os.str();
+  }
+};
+
+}  // namespace gpt2

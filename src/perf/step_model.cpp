@@ -1,0 +1,479 @@
+#include "perf/step_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <tuple>
+
+#include "model/param_layout.hpp"
+#include "model/stage_layout.hpp"
+#include "parallel/stage_partition.hpp"
+#include "perf/simulator.hpp"
+#include "runtime/schedule.hpp"
+#include "runtime/sharding.hpp"
+#include "runtime/topology.hpp"
+
+namespace gpt2 {
+
+double StepPrediction::peak_memory() const {
+  double m = 0;
+  for (const RankMemory& r : stage_memory) m = std::max(m, r.total());
+  return m;
+}
+
+std::vector<double> StepPrediction::memory_per_rank() const {
+  const GridShape g{layout.dp, layout.pp, layout.tp};
+  std::vector<double> out;
+  if (stage_memory.empty()) return out;
+  for (long long r = 0; r < g.world(); ++r)
+    out.push_back(stage_memory[size_t(Topology::coords_of(g, int(r)).pp)].total());
+  return out;
+}
+
+namespace {
+
+using ModelKey = std::tuple<int, int, int, int, int>;
+ModelKey model_key(const ModelConfig& m) { return {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size}; }
+
+// A rank's layout by (model, its chunks' blocks, tp), made once: a plan asks for the same ones
+// thousands of times.
+const StageLayout& rank_layout(const ModelConfig& m, const std::vector<BlockRange>& chunks, int tp) {
+  static std::map<ModelKey, std::unique_ptr<ParamLayout>> models;
+  static std::map<std::tuple<ModelKey, std::vector<std::pair<int, int>>, int>, std::unique_ptr<StageLayout>> ranks;
+  auto& g = models[model_key(m)];
+  if (!g) g = std::make_unique<ParamLayout>(m);
+  std::vector<std::pair<int, int>> key;
+  for (const BlockRange& c : chunks) key.push_back({c.first, c.end});
+  auto& sl = ranks[{model_key(m), key, tp}];
+  if (!sl) sl = std::make_unique<StageLayout>(*g, chunks, TpSplit{tp, 0});
+  return *sl;
+}
+
+// What the model needs to know about the layout's pipeline: where virtual stage k runs and which
+// blocks it holds (one chunk a rank: the partitioner's split; several: an even one, as the trainer).
+struct Pipeline {
+  Placement placement;
+  bool split_backward = false;
+  std::vector<int> layers;  // per virtual stage
+  std::vector<int> first;   // its first block
+  std::vector<BlockRange> chunks_of(int rank) const {
+    std::vector<BlockRange> out;
+    for (int c = 0; c < placement.chunks; ++c) {
+      const int k = placement.stage(rank, c);
+      out.push_back({first[size_t(k)], first[size_t(k)] + layers[size_t(k)]});
+    }
+    return out;
+  }
+};
+
+Pipeline pipeline_of(const Workload& w, const Layout& l) {
+  const ScheduleEntry& e = ScheduleRegistry::get(l.schedule, "parallel.schedule");
+  Pipeline pl;
+  pl.placement = schedule_placement(e, l.pp, l.virtual_stages);
+  pl.split_backward = e.split_backward;
+  pl.layers = pl.placement.chunks == 1 ? stage_layers_of(w, l)
+                                       : std::vector<int>(size_t(pl.placement.stages()), w.model.n_layer / pl.placement.stages());
+  for (size_t k = 0, f = 0; k < pl.layers.size(); f += size_t(pl.layers[k]), ++k) pl.first.push_back(int(f));
+  return pl;
+}
+
+// A chunk's part of one microbatch, unit by unit in the order the trainer runs them.
+struct Segment {
+  double compute = 0;   // the unit's work and its tensor-parallel collectives
+  double gather = 0;    // ZeRO-3: its parameters all-gathered first
+  std::vector<double> reductions;  // gradient reductions launched when it ends
+};
+
+// Compute plus what ZeRO-3's gathers add: each unit's gather is issued while the unit before it
+// computes; the part the hardware cannot overlap adds in full.
+double run_time(const std::vector<Segment>& segs, double overlap) {
+  double t = 0, gathers = 0, waits = 0;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    t += segs[i].compute;
+    gathers += segs[i].gather;
+    waits += i == 0 ? segs[i].gather : std::max(0.0, segs[i].gather - segs[i - 1].compute);
+  }
+  return t + (1 - overlap) * gathers + overlap * waits;
+}
+
+struct ChunkPlan {
+  // forward; a whole backward; its input pass B and weight pass W (split schedules)
+  std::vector<Segment> forward, backward, input, weight;
+  // The chunk's last forward and last backward or weight pass: where ZeRO 0/1 reduce the
+  // gradients accumulated over the step.
+  int last_forward_mb = -1, last_backward_mb = -1;
+  double compute_s = 0;  // forward + backward of one microbatch
+};
+
+struct RankPlan {
+  std::vector<ChunkPlan> chunks;
+  double local_params = 0, shard_params = 0, replicated_elems = 0, wte_elems = 0;
+};
+
+struct Detail {
+  double step = 0, bubble = 0, compute = 0;
+  std::vector<int> peak_in_flight;
+  std::vector<double> stage_end;
+  std::string problem;
+};
+
+Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe) {
+  const Workload& w = cm.workload();
+  const Hardware& hw = cm.hardware();
+  const ModelConfig& m = w.model;
+  const Placement& place = pipe.placement;
+  const int p = l.pp, mbs = l.microbatches, b = int(w.batch / l.dp / mbs), L = m.n_layer;
+  const ShardPolicy policy = sharding_policy(l.zero);
+  const double ov = hw.comm_overlap;
+  const double slow = cm.node_slowdown(l);  // compute of a rank whose node is busy
+  // Stragglers: a blocking collective waits for the slowest of its ranks. With a unit's time
+  // varying by jitter (relative standard deviation), the tensor-parallel ranks' collectives between
+  // the pieces of every unit add about E[max of tp normals] x jitter to its compute.
+  const double tp_wait = 1 + CostModel::expected_max_normal(l.tp) * cm.jitter();
+  auto unit = [&](int u) {
+    UnitTime t = cm.unit_time(u, b, l);
+    const double f = slow * tp_wait;
+    t.forward *= f, t.backward_input *= f, t.backward_weight *= f;
+    return t;
+  };
+  const double grad_bytes = l.bytes_per_value();
+  const double bucket = (l.bucket_mb > 0 ? l.bucket_mb : ov < 0.5 ? 1.0 : 25.0) * 1048576.0;
+  const int dp_stride = l.tp * l.pp;
+  // A unit's collective over dp, one per bucket (ShardLayout cuts every unit into buckets).
+  auto bucketed = [&](double bytes, double (CostModel::*op)(double, int, int) const) {
+    if (l.dp <= 1) return 0.0;
+    const double buckets = std::max(1.0, std::ceil(bytes / bucket));
+    return (cm.*op)(bytes, l.dp, dp_stride) + (buckets - 1) * (cm.*op)(0, l.dp, dp_stride);
+  };
+  // Its gradient reduction (all-reduce, or reduce-scatter when the optimizer state is sharded) ...
+  auto reduce = [&](double elems) {
+    return bucketed(elems * grad_bytes, policy.optimizer ? &CostModel::reduce_scatter : &CostModel::all_reduce);
+  };
+  // ... and ZeRO-3's gather of its parameters before each use.
+  auto gather = [&](double elems) {
+    return policy.params ? bucketed(elems * l.bytes_per_value(), &CostModel::all_gather) : 0.0;
+  };
+
+  std::vector<RankPlan> plans(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    const std::vector<BlockRange> chunks = pipe.chunks_of(r);
+    const StageLayout& sl = rank_layout(m, chunks, l.tp);
+    RankPlan& rp = plans[size_t(r)];
+    auto unit_elems = [&](UnitKind k, int layer = -1) {
+      const int u = sl.unit_index(k, layer);
+      return u < 0 ? 0.0 : double(sl.units()[size_t(u)].range.size());
+    };
+    rp.local_params = double(sl.local_size());
+    rp.shard_params = policy.optimizer ? rp.local_params / l.dp : rp.local_params;
+    rp.wte_elems = sl.has_embedding() ? unit_elems(UnitKind::wte) : unit_elems(UnitKind::tied_wte);
+    if (policy.optimizer) rp.wte_elems /= l.dp;
+    for (const TensorInfo& t : sl.tensors())
+      if (t.replicated && l.tp > 1) rp.replicated_elems += double(t.range.size());
+    for (const BlockRange& c : chunks) {
+      ChunkPlan cp;
+      const bool emb = c.first == 0, head = c.end == L;
+      const double data = emb || head ? slow * cm.data(b) : 0.0;
+      if (emb) {
+        const UnitTime t = unit(0);
+        cp.forward.push_back({data + t.forward + cm.tp_forward(0, b, l),
+                              gather(unit_elems(UnitKind::wte) + unit_elems(UnitKind::wpe)), {}});
+      }
+      for (int layer = c.first; layer < c.end; ++layer) {
+        const UnitTime t = unit(1 + layer);
+        cp.forward.push_back({t.forward + cm.tp_forward(1 + layer, b, l), gather(unit_elems(UnitKind::block, layer)), {}});
+      }
+      if (head) {
+        const UnitTime t = unit(L + 1);
+        const int wu = sl.head_wte_unit();
+        const double head_wte = double(sl.units()[size_t(wu)].range.size()), norm = unit_elems(UnitKind::final_norm);
+        Segment seg{(emb ? 0.0 : data) + t.forward + cm.tp_forward(L + 1, b, l), gather(norm + head_wte), {}};
+        // The LM head's copy of wte (another rank has the embedding) has its whole gradient after
+        // the head's forward.
+        if (sl.units()[size_t(wu)].grads_final_in_forward()) seg.reductions.push_back(reduce(head_wte));
+        cp.forward.push_back(seg);
+        const double tp_b = cm.tp_backward(L + 1, b, l);
+        cp.backward.push_back({t.backward() + tp_b, gather(norm), {reduce(norm)}});
+        cp.input.push_back({t.backward_input + tp_b, gather(norm), {}});
+        cp.weight.push_back({t.backward_weight, 0, {reduce(norm)}});
+      }
+      for (int layer = c.end - 1; layer >= c.first; --layer) {
+        const UnitTime t = unit(1 + layer);
+        const double e = unit_elems(UnitKind::block, layer), tp_b = cm.tp_backward(1 + layer, b, l);
+        cp.backward.push_back({t.backward() + tp_b, gather(e), {reduce(e)}});
+        cp.input.push_back({t.backward_input + tp_b, gather(e), {}});  // B: the collectives, the params
+        cp.weight.push_back({t.backward_weight, 0, {reduce(e)}});      // W: completes the gradient
+      }
+      if (emb) {  // only weights: all of it in W
+        const UnitTime t = unit(0);
+        const Segment seg{t.backward() + cm.tp_backward(0, b, l), 0,
+                          {reduce(unit_elems(UnitKind::wpe)), reduce(unit_elems(UnitKind::wte))}};
+        cp.backward.push_back(seg);
+        cp.weight.push_back(seg);
+      }
+      for (const Segment& g : cp.forward) cp.compute_s += g.compute;
+      for (const Segment& g : cp.backward) cp.compute_s += g.compute;
+      rp.chunks.push_back(cp);
+    }
+  }
+
+  std::vector<std::vector<Action>> actions;
+  for (int r = 0; r < p; ++r) {
+    actions.push_back(make_schedule(l.schedule, p, mbs, r, place.chunks));
+    for (const Action& a : actions.back()) {
+      ChunkPlan& cp = plans[size_t(r)].chunks[size_t(a.chunk)];
+      if (a.kind == ActionKind::forward) cp.last_forward_mb = a.mb;
+      if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) cp.last_backward_mb = a.mb;
+    }
+  }
+  auto segments = [&](int r, const Action& a) -> const std::vector<Segment>& {
+    const ChunkPlan& cp = plans[size_t(r)].chunks[size_t(a.chunk)];
+    switch (a.kind) {
+      case ActionKind::forward: return cp.forward;
+      case ActionKind::backward_input: return cp.input;
+      case ActionKind::backward_weight: return cp.weight;
+      default: return cp.backward;
+    }
+  };
+  // Does this compute action launch its segments' reductions? ZeRO 0/1 reduce the accumulated
+  // gradient once, after the step's last microbatch; 2/3 each microbatch's.
+  auto launches = [&](int r, const Action& a) {
+    const ChunkPlan& cp = plans[size_t(r)].chunks[size_t(a.chunk)];
+    if (policy.grads) return true;
+    return a.kind == ActionKind::forward ? a.mb == cp.last_forward_mb : a.mb == cp.last_backward_mb;
+  };
+  SimCosts costs;
+  costs.compute = [&](int r, const Action& a) {
+    const auto& segs = segments(r, a);
+    double t = run_time(segs, ov);
+    if (launches(r, a))
+      for (const Segment& g : segs)
+        for (double red : g.reductions) t += (1 - ov) * red;
+    return t;
+  };
+  const double act_bytes = double(b) * w.seq_len / (l.sequence_parallel ? l.tp : 1) * m.n_embd * l.bytes_per_value();
+  costs.transfer = [&](int from, int to) { return cm.send(act_bytes, l.tp * std::abs(to - from)); };
+  for (int r = 0; r < p; ++r) costs.start.push_back(slow * cm.gradient_pass(plans[size_t(r)].local_params));  // zeroing
+  const Simulation sim = simulate(actions, mbs, costs, place);
+
+  Detail d;
+  if (sim.deadlock || !sim.problem.empty()) {
+    d.problem = "schedule " + l.schedule + ": " + sim.problem;
+    return d;
+  }
+  d.peak_in_flight = sim.peak_in_flight;
+  // The data-parallel channel of each rank: reductions one after another, from their launch.
+  std::vector<double> ready(size_t(p), 0.0);
+  double t0 = 1e300, t1 = -1e300, busy = 0;
+  std::vector<std::vector<const SimulatedCompute*>> by_rank(static_cast<size_t>(p));
+  for (const SimulatedCompute& c : sim.computes) by_rank[size_t(c.stage)].push_back(&c);
+  for (int r = 0; r < p; ++r) {
+    double channel = 0;
+    for (const SimulatedCompute* cp : by_rank[size_t(r)]) {
+      const SimulatedCompute& c = *cp;
+      busy += c.end - c.start;
+      if (c.kind == ActionKind::forward) t0 = std::min(t0, c.start);
+      else t1 = std::max(t1, c.end);
+      Action a{c.kind, c.mb};
+      a.chunk = c.chunk;
+      if (!launches(r, a)) continue;
+      double at = c.start;
+      for (const Segment& g : segments(r, a)) {
+        at += g.compute + (1 - ov) * g.gather;
+        for (double red : g.reductions) {
+          at += (1 - ov) * red;
+          channel = std::max(channel, at) + ov * red;
+        }
+      }
+    }
+    ready[size_t(r)] = std::max(sim.finish[size_t(r)], channel);
+    double per_mb = 0;
+    size_t units = 0;
+    for (const ChunkPlan& cp : plans[size_t(r)].chunks) per_mb += cp.compute_s, units += cp.forward.size() + cp.backward.size();
+    d.compute = std::max(d.compute, per_mb * mbs);
+    // The data-parallel replicas meet once a step (the last gradient reductions): the slowest
+    // replica's lag, its step's compute varying by jitter / sqrt(the unit passes it adds up).
+    if (l.dp > 1 && units > 0)
+      ready[size_t(r)] += CostModel::expected_max_normal(l.dp) * cm.jitter() / std::sqrt(double(units * size_t(mbs))) *
+                          per_mb * mbs;
+  }
+  d.bubble = p > 1 && t1 > t0 ? 1.0 - busy / (p * (t1 - t0)) : 0.0;
+  // Sequence parallelism: the replicated tensors' partial gradients summed over tp.
+  for (int r = 0; r < p; ++r) ready[size_t(r)] += cm.all_reduce(plans[size_t(r)].replicated_elems * 4, l.tp, 1);
+  const int a0 = place.rank_of(0), z = place.rank_of(place.stages() - 1);
+  if (a0 != z) {  // the embedding's and the LM head's wte gradients summed
+    const double both = std::max(ready[size_t(a0)], ready[size_t(z)]) +
+                        cm.all_reduce(plans[size_t(a0)].wte_elems * 4, 2, l.tp * std::abs(z - a0));
+    ready[size_t(a0)] = ready[size_t(z)] = both;
+  }
+  std::vector<double> post(size_t(p), 0.0), own(size_t(p), 0.0);
+  for (int r = 0; r < p; ++r) {
+    const RankPlan& rp = plans[size_t(r)];
+    post[size_t(r)] = ready[size_t(r)] + slow * cm.gradient_pass(rp.local_params);  // the norm
+    own[size_t(r)] = post[size_t(r)] + slow * cm.optimizer(rp.shard_params) +
+                     (policy.optimizer && !policy.params ? bucketed(rp.local_params * 4, &CostModel::all_gather) : 0.0);
+  }
+  // The loss and norm all-reduces: every rank's contribution, then each rank's optimizer is done.
+  const double scalars = cm.all_reduce(16, l.dp, dp_stride) + cm.all_reduce(8, l.tp, 1) + cm.all_reduce(16, p, l.tp);
+  const double last_post = *std::max_element(post.begin(), post.end());
+  for (int r = 0; r < p; ++r) d.stage_end.push_back(std::max(own[size_t(r)], last_post + scalars));
+  d.step = *std::max_element(d.stage_end.begin(), d.stage_end.end());
+  return d;
+}
+
+size_t pad(size_t n) { return (n + 63) / 64 * 64; }
+
+// Mirrors Stage::make_activations (one microbatch's saved activations of a chunk of blocks) and the
+// Stage's scratch buffers.
+void activation_memory(const Workload& w, const Layout& l, const BlockRange& chunk, int local_vocab, bool split,
+                       int b, double& per_mb, double& scratch) {
+  const ModelConfig& c = w.model;
+  const bool emb = chunk.first == 0, head = chunk.end == c.n_layer;
+  const size_t tp = size_t(l.tp), T = size_t(w.seq_len), N = size_t(b) * T, C = size_t(c.n_embd);
+  const size_t R = l.sequence_parallel ? N / tp : N;
+  const size_t att = size_t(b) * size_t(c.n_head) / tp * T * T;
+  const size_t nblocks = size_t(chunk.end - chunk.first);
+  const size_t per_block = pad(R * C) * 4 + pad(N * 3 * C / tp) + pad(att) + pad(N * C / tp) + pad(N * 4 * C / tp) * 2 +
+                           pad(R) * 4 + (split ? pad(R * C) * 4 + pad(N * 4 * C / tp) + pad(N * 3 * C / tp) : 0);
+  const size_t head_bytes = head ? pad(R) * 2 + pad(R * C) : 0;
+  const size_t embed = split && emb ? pad(R * C) : 0;
+  const double bytes = l.bytes_per_value();
+  per_mb = double(pad(R * C) + nblocks * per_block + head_bytes + embed) * bytes;
+  size_t s = N * C * 2 + N * 3 * C / tp + att + N * 4 * C / tp + N * C / tp;
+  if (tp > 1) s += N * C;
+  if (l.sequence_parallel) s += N * C;
+  if (head) s += N * C + N * size_t(local_vocab) + N + (tp > 1 ? 3 * N : 0);
+  scratch = double(s) * bytes;
+}
+
+}  // namespace
+
+std::string check_layout(const Workload& w, const Layout& l) {
+  const ModelConfig& m = w.model;
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.microbatches < 1) return "dp, tp, pp and microbatches must be >= 1";
+  if (l.precision != "fp32" && l.precision != "bf16") return "precision must be fp32 or bf16, got " + l.precision;
+  const ScheduleEntry* sched = ScheduleRegistry::find(l.schedule);
+  if (!sched) return "unknown schedule " + l.schedule + " (expected " + ScheduleRegistry::choices() + ")";
+  // The schedule's demands, as RunConfig::validate_schedule states them.
+  const int chunks = schedule_chunks(*sched, l.virtual_stages);
+  if (l.virtual_stages < 1 || (l.virtual_stages > 1 && sched->chunks != 0))
+    return "virtual_stages is for the interleaved schedule (" + l.schedule + " runs its own chunks)";
+  if (chunks > 1 && (m.n_layer % (l.pp * chunks) || !l.stage_layers.empty()))
+    return l.schedule + " splits the blocks evenly into pp x chunks = " + std::to_string(l.pp * chunks) + " virtual stages";
+  if (sched->microbatches_multiple_of_stages && l.microbatches % l.pp)
+    return l.schedule + " needs microbatches in groups of pp";
+  if (!ShardingRegistry::find(std::to_string(l.zero))) return "unknown ZeRO level " + std::to_string(l.zero);
+  if (l.pp > m.n_layer) return "more stages (" + std::to_string(l.pp) + ") than blocks (" + std::to_string(m.n_layer) + ")";
+  if (m.n_head % l.tp || m.padded_vocab() % l.tp) return "tp " + std::to_string(l.tp) + " does not divide the heads and the padded vocabulary";
+  if (w.batch % (int64_t(l.dp) * l.microbatches))
+    return "the batch of " + std::to_string(w.batch) + " sequences does not split into dp x microbatches = " +
+           std::to_string(l.dp) + " x " + std::to_string(l.microbatches);
+  if (l.sequence_parallel && (w.batch / l.dp / l.microbatches * w.seq_len) % l.tp)
+    return "sequence parallelism needs a microbatch's tokens divisible by tp";
+  if (!l.stage_layers.empty()) {
+    if (int(l.stage_layers.size()) != l.pp) return "stage_layers must list one count per stage";
+    int sum = 0;
+    for (int n : l.stage_layers) {
+      if (n < 1) return "every stage needs at least one block";
+      sum += n;
+    }
+    if (sum != m.n_layer) return "stage_layers must add up to n_layer";
+  }
+  if (l.zero > 0 && l.dp > 1) {  // every unit (a block, wte, wpe, the final norm) splits evenly over dp
+    const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);
+    for (const Unit& u : whole.units())
+      if (u.range.size() % size_t(l.dp))
+        return std::string("ZeRO needs every unit split evenly over dp ") + std::to_string(l.dp) + " (" + u.name() +
+               " has " + std::to_string(u.range.size()) + " values)";
+  }
+  return "";
+}
+
+double flops_per_token(const Workload& w) {
+  const ModelConfig& m = w.model;
+  const double params = double(rank_layout(m, {{0, m.n_layer}}, 1).global().total());
+  return 6.0 * params + 12.0 * m.n_layer * m.n_embd * double(w.seq_len);
+}
+
+std::vector<int> stage_layers_of(const Workload& w, const Layout& l) {
+  if (!l.stage_layers.empty()) return l.stage_layers;
+  static std::map<std::tuple<int, int, int, int, int, int>, std::vector<int>> splits;  // the partitioner's, made once
+  const ModelConfig& m = w.model;
+  auto& v = splits[{m.n_layer, m.n_embd, m.padded_vocab(), m.n_head, w.seq_len, l.pp}];
+  if (v.empty()) v = partition_stages(m, l.pp, w.seq_len);
+  return v;
+}
+
+std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& in_flight) {
+  const ShardPolicy policy = sharding_policy(l.zero);
+  const Pipeline pipe = pipeline_of(w, l);
+  const int b = int(w.batch / l.dp / l.microbatches);
+  std::vector<RankMemory> out;
+  for (int r = 0; r < l.pp; ++r) {
+    const std::vector<BlockRange> chunks = pipe.chunks_of(r);
+    const StageLayout& sl = rank_layout(w.model, chunks, l.tp);
+    const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / l.dp : psi;
+    double largest = 0;
+    for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
+    RankMemory m;
+    if (l.precision == "fp32") {  // as ParamStore::memory() counts it
+      m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0));
+      m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
+      m.optimizer = 8 * shard;
+    } else {  // mixed precision as the ZeRO paper counts it: 2 + 2 + 12 bytes a parameter
+      m.params = 2 * (policy.params ? shard : psi);
+      m.grads = 2 * (policy.grads ? shard : psi);
+      m.optimizer = 12 * shard;
+    }
+    // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.
+    double slot = 0, scratch = 0;
+    for (const BlockRange& c : chunks) {
+      double per_mb = 0, s = 0;
+      activation_memory(w, l, c, sl.local_vocab(), pipe.split_backward, b, per_mb, s);
+      slot = std::max(slot, per_mb), scratch += s;
+    }
+    m.activations = slot * in_flight[size_t(r)];
+    // ZeRO's pooled workspaces: about two units' gradients (2, 3) and two gathered units (3).
+    m.workspace = scratch + largest * 4 * ((policy.grads ? 2 : 0) + (policy.params ? 2 : 0));
+    out.push_back(m);
+  }
+  return out;
+}
+
+StepPrediction predict_step(const CostModel& cm, const Layout& l, bool exposed_comm) {
+  const Workload& w = cm.workload();
+  StepPrediction out;
+  out.layout = l;
+  out.problem = check_layout(w, l);
+  if (!out.problem.empty()) return out;
+  const Pipeline pipe = pipeline_of(w, l);
+  out.stage_layers = pipe.layers;
+  const Detail d = simulate_step(cm, l, pipe);
+  if (!d.problem.empty()) {
+    out.problem = d.problem;
+    return out;
+  }
+  out.step_s = d.step;
+  out.tokens_per_s = double(w.batch) * w.seq_len / d.step;
+  out.bubble = d.bubble;
+  out.compute_s = d.compute;
+  out.peak_in_flight = d.peak_in_flight;
+  out.stage_end = d.stage_end;
+  const double peak = cm.hardware().peak(l.precision);
+  out.mfu = peak > 0 ? out.tokens_per_s * flops_per_token(w) / (double(l.world()) * peak) : 0;
+  out.stage_memory = predict_memory(w, l, d.peak_in_flight);
+  if (exposed_comm) add_exposed_comm(cm, out);
+  return out;
+}
+
+void add_exposed_comm(const CostModel& cm, StepPrediction& p) {
+  if (!p.valid() || p.exposed_comm_known) return;
+  CostModel free = cm;
+  free.set_free_communication(true);
+  const Detail f = simulate_step(free, p.layout, pipeline_of(cm.workload(), p.layout));
+  p.exposed_comm_s = std::max(0.0, p.step_s - f.step);
+  p.exposed_comm_known = true;
+}
+
+}  // namespace gpt2

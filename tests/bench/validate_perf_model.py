@@ -1,0 +1,264 @@
+#!/usr/bin/python3
+"""Validates the performance model (gpt2 simulate) against measured step times on this machine, and
+plots what gpt2 plan predicts at scale.
+
+  measure  every layout runnable on 2 cores -- dp 2, pp 2 (naive m 1; gpipe m 4, 8; 1f1b m 4, 8; and
+           every other registered pipeline schedule at m 4), tp 2, ZeRO 1/2/3 at dp 2 -- of an
+           8-layer, 256-channel model (vocab 256, T 128, batch 16; one BLAS thread per rank), and a
+           one-rank calibration run with trace.units = true. Rounds are interleaved (the box is
+           shared and noisy): each round runs the calibration and every layout once; each round's
+           layouts are predicted from that round's calibration trace. Measured: the median step
+           time of a run (steps after the first 2); reported: medians over the rounds. Also
+           compares predicted memory per rank with the traces' (params, grads, optimizer, peak
+           activations).
+  scale    gpt2 plan for GPT-2 124M / 350M / 774M / 1.5B and a 6.7B-shaped model on 8 ... 4096 H100s
+           (uncalibrated): the best layout's tokens/s and MFU at each count
+  all      both
+
+Writes DIR/perf_model_validation.json, DIR/perf_model_validation.md (the table),
+DIR/perf_model_predicted_vs_measured.png, DIR/perf_model_scaling.json and DIR/perf_model_scaling.png.
+
+Usage: validate_perf_model.py --gpt2 build/bin/gpt2 [--workdir DIR] [--out DIR] [--rounds N] {measure,scale,all}
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+sys.path.insert(0, os.path.join(ROOT, "analysis"))
+import gpt2test  # noqa: E402
+import tracelib  # noqa: E402
+
+ARGS = None
+MODEL = {"n_layer": 8, "n_head": 8, "n_embd": 256, "vocab_size": 256, "block_size": 128}
+
+
+def base_deck():
+    path = os.path.join(ARGS.workdir, "model.toml")
+    gpt2test.write_deck(path, {
+        "model": MODEL,
+        "data": {"train": os.path.join(ARGS.workdir, "train.bin"), "seq_len": 128},
+        "train": {"batch_size": 16, "steps": ARGS.steps, "lr": 1e-4, "log_every": 1000},
+        "parallel": {"blas_threads": 1},
+    })
+    return path
+
+
+def layouts(schedules):
+    """(name, ranks, {key: value}) of every layout this box can run."""
+    out = [("dp2", 2, {"parallel.dp": 2}),
+           ("pp2 naive m1", 2, {"parallel.pp": 2, "parallel.schedule": "naive", "parallel.microbatches": 1}),
+           ("pp2 gpipe m4", 2, {"parallel.pp": 2, "parallel.schedule": "gpipe", "parallel.microbatches": 4}),
+           ("pp2 gpipe m8", 2, {"parallel.pp": 2, "parallel.schedule": "gpipe", "parallel.microbatches": 8}),
+           ("pp2 1f1b m4", 2, {"parallel.pp": 2, "parallel.schedule": "1f1b", "parallel.microbatches": 4}),
+           ("pp2 1f1b m8", 2, {"parallel.pp": 2, "parallel.schedule": "1f1b", "parallel.microbatches": 8})]
+    for s in schedules:  # the other registered schedules at m 4 (interleaved with 2 chunks a rank)
+        if s not in ("naive", "gpipe", "1f1b"):
+            sets = {"parallel.pp": 2, "parallel.schedule": s, "parallel.microbatches": 4}
+            if s == "interleaved":
+                sets["parallel.virtual_stages"] = 2
+            out.append((f"pp2 {s} m4", 2, sets))
+    out += [("tp2", 2, {"parallel.tp": 2}),
+            ("dp2 zero1", 2, {"parallel.dp": 2, "parallel.zero": 1}),
+            ("dp2 zero2", 2, {"parallel.dp": 2, "parallel.zero": 2}),
+            ("dp2 zero3", 2, {"parallel.dp": 2, "parallel.zero": 3})]
+    return out
+
+
+def sets_args(sets):
+    out = []
+    for k, v in sets.items():
+        out += ["--set", f"{k}={v}"]
+    return out
+
+
+def train(deck, ranks, sets, trace, metrics):
+    cmd = [ARGS.gpt2, "train", deck, "-q", "--metrics-jsonl", metrics] + sets_args(dict(sets, **{"trace.file": trace}))
+    r = gpt2test.run(cmd, ranks, ARGS.mpiexec, timeout=1800)
+    if r.rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.err}")
+    rows = [m for m in gpt2test.read_jsonl(metrics) if "loss" in m][2:]
+    return statistics.median(m["step_ms"] for m in rows)
+
+
+def simulate(deck, ranks, sets, calibration):
+    cmd = [ARGS.gpt2, "simulate", deck, "--calibrate", calibration, "--ranks", str(ranks), "--json"] + sets_args(sets)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def registered_schedules():
+    p = subprocess.run([ARGS.gpt2, "info", "--json"], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)["strategies"]["schedule"]
+
+
+def measure():
+    gpt2test.write_shard(os.path.join(ARGS.workdir, "train.bin"), gpt2test.learnable_tokens(2_000_000, 256))
+    deck = base_deck()
+    cases = layouts(registered_schedules())
+    runs = {name: {"measured_ms": [], "predicted_ms": [], "bubble_pred": [], "bubble_meas": []} for name, _, _ in cases}
+    memory = {}
+    cal_ms = []
+    for rnd in range(ARGS.rounds):
+        cal = os.path.join(ARGS.workdir, f"calibration_{rnd}.h5")
+        cal_ms.append(train(deck, 1, {"trace.units": "true"}, cal, os.path.join(ARGS.workdir, "cal.jsonl")))
+        print(f"round {rnd + 1}/{ARGS.rounds}: calibration {cal_ms[-1]:.0f} ms/step", flush=True)
+        for name, ranks, sets in cases:
+            tag = name.replace(" ", "_")
+            trace = os.path.join(ARGS.workdir, f"{tag}_{rnd}.h5")
+            ms = train(deck, ranks, sets, trace, os.path.join(ARGS.workdir, f"{tag}.jsonl"))
+            pred = simulate(deck, ranks, sets, cal)
+            r = runs[name]
+            r["measured_ms"].append(ms)
+            r["predicted_ms"].append(pred["step_ms"])
+            t = tracelib.load([trace])[0]
+            if t.pp > 1:
+                r["bubble_meas"].append(tracelib.mean_bubble(t, 2))
+                r["bubble_pred"].append(pred["bubble"])
+            if rnd == 0:
+                mem = tracelib.memory_per_rank(t)
+                memory[name] = {"predicted": pred["memory_per_stage"],
+                                "measured": [mem[rk] for rk in sorted(mem)],
+                                "stage_of_rank": [t.coords[rk][1] for rk in sorted(mem)]}
+            print(f"  {name:14s} measured {ms:8.1f} ms  predicted {pred['step_ms']:8.1f} ms", flush=True)
+    rows = []
+    for name, ranks, sets in cases:
+        r = runs[name]
+        meas, pred = statistics.median(r["measured_ms"]), statistics.median(r["predicted_ms"])
+        rows.append({"layout": name, "ranks": ranks, "sets": sets, "measured_ms": meas, "predicted_ms": pred,
+                     "error": (pred - meas) / meas, "measured_runs": r["measured_ms"], "predicted_runs": r["predicted_ms"],
+                     "bubble_measured": statistics.median(r["bubble_meas"]) if r["bubble_meas"] else None,
+                     "bubble_predicted": statistics.median(r["bubble_pred"]) if r["bubble_pred"] else None})
+    errors = [abs(x["error"]) for x in rows]
+    summary = {"rounds": ARGS.rounds, "steps": ARGS.steps, "calibration_ms": cal_ms, "rows": rows, "memory": memory,
+               "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
+    with open(os.path.join(ARGS.out, "perf_model_validation.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    write_table(summary)
+    plot_validation(summary)
+
+
+def write_table(s):
+    lines = ["| layout | measured ms/step | predicted ms/step | error | bubble measured / predicted |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in s["rows"]:
+        bub = (f"{r['bubble_measured']:.3f} / {r['bubble_predicted']:.3f}" if r["bubble_measured"] is not None else "-")
+        lines.append(f"| {r['layout']} | {r['measured_ms']:.0f} | {r['predicted_ms']:.0f} | {100 * r['error']:+.1f}% | {bub} |")
+    lines.append(f"\nmedian |error| {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.1f}% "
+                 f"({s['rounds']} interleaved rounds, medians)")
+    mem = ["\n| layout | rank | params MiB (pred / trace) | grads | optimizer | activations |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, m in s["memory"].items():
+        for rk, got in enumerate(m["measured"]):
+            p = m["predicted"][m["stage_of_rank"][rk]]
+            cell = lambda k, tk: f"{p[k] / 2**20:.1f} / {got[tk] / 2**20:.1f}"  # noqa: E731
+            mem.append(f"| {name} | {rk} | {cell('params', 'params')} | {cell('grads', 'grads')} | "
+                       f"{cell('optimizer', 'optimizer')} | {cell('activations', 'activations')} |")
+    text = "\n".join(lines + mem) + "\n"
+    with open(os.path.join(ARGS.out, "perf_model_validation.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+def plot_validation(s):
+    plt = tracelib.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 6))
+    meas = [r["measured_ms"] for r in s["rows"]]
+    pred = [r["predicted_ms"] for r in s["rows"]]
+    lo, hi = 0.8 * min(meas + pred), 1.2 * max(meas + pred)
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="predicted = measured")
+    ax.fill_between([lo, hi], [0.85 * lo, 0.85 * hi], [1.15 * lo, 1.15 * hi], color="0.85", label="±15%")
+    ax.scatter(meas, pred, zorder=3)
+    for r in s["rows"]:
+        ax.annotate(r["layout"], (r["measured_ms"], r["predicted_ms"]), fontsize=7, xytext=(4, -3),
+                    textcoords="offset points")
+    ax.set_xlim(lo, hi), ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured step time (ms, median of rounds)")
+    ax.set_ylabel("predicted step time (ms)")
+    ax.set_title(f"gpt2 simulate vs gpt2 train, 2 cores (8 layers, C 256, T 128)\n"
+                 f"median |error| {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.1f}%")
+    ax.legend(loc="upper left")
+    tracelib.save(fig, ARGS.out, "perf_model_predicted_vs_measured.png")
+
+
+SCALE_MODELS = [("GPT-2 124M", "inputs/gpt2-124M.toml"), ("GPT-2 350M", "inputs/gpt2-350M.toml"),
+                ("GPT-2 774M", "inputs/gpt2-774M.toml"), ("GPT-2 1.5B", "inputs/gpt2-1.5B.toml"),
+                ("6.7B-shaped", "inputs/gpt-6.7B.toml")]
+GPU_COUNTS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+
+
+def plan(config, gpus, batch):
+    cmd = [ARGS.gpt2, "plan", os.path.join(ROOT, config), "--hardware", os.path.join(ROOT, "inputs/hardware/h100.toml"),
+           "--gpus", str(gpus), "--global-batch", str(batch), "--top", "1", "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def scale():
+    # Weak scaling: 0.5M tokens per step at 8 GPUs, growing with the GPU count (2^16 tokens per GPU,
+    # 64 sequences of 1024), as large runs grow their batch.
+    out = {}
+    for label, config in SCALE_MODELS:
+        pts = []
+        for n in GPU_COUNTS:
+            batch = max(512, 64 * n)
+            r = plan(config, n, batch)
+            best = r["layouts"][0] if r["layouts"] else None
+            pts.append({"gpus": n, "global_batch": batch, "seconds": r["seconds"], "considered": r["considered"],
+                        "best": best})
+            desc = (f"dp {best['dp']} tp {best['tp']} pp {best['pp']} zero {best['zero']} {best['schedule']} "
+                    f"m {best['microbatches']} {best['precision']}: {best['tokens_per_s']:.3g} tok/s, "
+                    f"MFU {100 * best['mfu']:.1f}%" if best else "nothing fits")
+            print(f"{label:12s} {n:5d} GPUs (batch {batch}): {desc}  [{r['considered']} layouts, {r['seconds']:.2f} s]",
+                  flush=True)
+        out[label] = pts
+    with open(os.path.join(ARGS.out, "perf_model_scaling.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    plt = tracelib.pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, pts in out.items():
+        ok = [p for p in pts if p["best"]]
+        a1.plot([p["gpus"] for p in ok], [p["best"]["tokens_per_s"] for p in ok], "o-", label=label)
+        a2.plot([p["gpus"] for p in ok], [100 * p["best"]["mfu"] for p in ok], "o-", label=label)
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("H100 GPUs")
+        a.grid(True, which="both", alpha=0.3)
+    a1.set_yscale("log")
+    a1.set_ylabel("predicted tokens/s (best layout)")
+    a2.set_ylabel("predicted MFU of the best layout (%)")
+    a1.legend()
+    fig.suptitle("gpt2 plan on inputs/hardware/h100.toml (uncalibrated), weak scaling: max(512, 64 x GPUs) "
+                 "sequences of 1024 per step")
+    tracelib.save(fig, ARGS.out, "perf_model_scaling.png")
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["measure", "scale", "all"])
+    ap.add_argument("--gpt2", required=True)
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--workdir", default="/tmp/gpt2-perf-model")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ARGS = ap.parse_args()
+    os.makedirs(ARGS.workdir, exist_ok=True)
+    os.makedirs(ARGS.out, exist_ok=True)
+    if ARGS.what in ("measure", "all"):
+        measure()
+    if ARGS.what in ("scale", "all"):
+        scale()
+
+
+if __name__ == "__main__":
+    main()

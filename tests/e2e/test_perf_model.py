@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""gpt2 simulate and gpt2 plan end to end (ctest: perf_model): a one-rank calibration trace of a tiny
+model, predictions from it (JSON keys, one memory entry per rank, a pipeline's bubble), the plan for
+GPT-2 124M on 1024 H100s (ranked, fitting), and bad input: a trace of another model shape, a hardware
+file missing a key, a file that is no trace, ranks that do not fit the grid -- each one line naming the
+input, exit status 2.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import gpt2test  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+
+def main():
+    ap = gpt2test.e2e_arg_parser(__doc__)
+    args = ap.parse_args()
+    w = gpt2test.fresh_dir(args.workdir)
+    P = lambda *n: os.path.join(w, *n)  # noqa: E731
+    c = gpt2test.Checks()
+    gpt2test.write_shard(P("train.bin"), gpt2test.learnable_tokens(20000, 64))
+    gpt2test.write_deck(P("tiny.toml"), gpt2test.tiny_deck(P("train.bin"), train__steps=3, parallel__blas_threads=1))
+    gpt2test.write_deck(P("other.toml"), gpt2test.tiny_deck(P("train.bin"), model__n_layer=3))
+    g = args.gpt2
+
+    def run(*cmd, ranks=1):
+        return gpt2test.run([g] + list(cmd), ranks, args.mpiexec, timeout=120)
+
+    r = run("train", P("tiny.toml"), "-q", "--set", f"trace.file={P('cal.h5')}", "--set", "trace.units=true")
+    if r.rc != 0:
+        raise SystemExit(f"calibration run failed: {r.err}")
+
+    # One rank, calibrated.
+    r = run("simulate", P("tiny.toml"), "--calibrate", P("cal.h5"), "--json")
+    c.check(r.rc == 0, f"simulate --json exits 0 (got {r.rc}: {r.err.strip()})")
+    if r.rc == 0:
+        d = json.loads(r.out)
+        for k in ("step_ms", "tokens_per_s", "bubble", "memory_bytes", "exposed_comm_ms"):
+            c.check(k in d, f"simulate --json has {k}")
+        c.check(d.get("step_ms", 0) > 0 and len(d.get("memory_bytes", [])) == 1, f"one rank, a positive step: {d}")
+        c.check(abs(d["tokens_per_s"] - 8 * 16 / (d["step_ms"] / 1e3)) < 1e-6 * d["tokens_per_s"],
+                "tokens/s = batch x T / step")
+
+    # A pipeline on 2 ranks: a bubble, two memory entries.
+    r = run("simulate", P("tiny.toml"), "--calibrate", P("cal.h5"), "--ranks", "2", "--set", "parallel.pp=2",
+            "--set", "parallel.microbatches=4", "--set", "parallel.schedule=gpipe", "--json")
+    c.check(r.rc == 0, f"simulate pp 2 exits 0 ({r.err.strip()})")
+    if r.rc == 0:
+        d = json.loads(r.out)
+        c.check(len(d["memory_bytes"]) == 2 and d["bubble"] > 0, f"pp 2: two ranks and a bubble: {d}")
+        c.check(d["layout"]["pp"] == 2 and d["layout"]["dp"] == 1, "the layout is the deck's")
+    r = run("simulate", P("tiny.toml"), "--calibrate", P("cal.h5"), "--ranks", "2")
+    c.check(r.rc == 0 and "predicted step" in r.out and "dp 2" in r.out, f"--ranks 2 makes dp 2 ({r.out}{r.err})")
+    r = run("simulate", P("tiny.toml"))
+    c.check(r.rc == 0 and "calibration: none" in r.out, "without a trace: the hardware's peak")
+
+    # The plan at scale.
+    r = run("plan", os.path.join(ROOT, "inputs", "gpt2-124M.toml"), "--hardware",
+            os.path.join(ROOT, "inputs", "hardware", "h100.toml"), "--gpus", "1024", "--json")
+    c.check(r.rc == 0, f"plan 124M on 1024 H100s exits 0 ({r.err.strip()})")
+    if r.rc == 0:
+        d = json.loads(r.out)
+        tok = [x["tokens_per_s"] for x in d["layouts"]]
+        c.check(len(tok) > 1 and tok == sorted(tok, reverse=True), "ranked by tokens/s")
+        c.check(all(x["dp"] * x["tp"] * x["pp"] == 1024 for x in d["layouts"]), "every layout uses 1024 GPUs")
+        c.check(d["fitting"] > 0 and d["considered"] >= d["fitting"], "counts")
+    r = run("plan", os.path.join(ROOT, "inputs", "gpt2-124M.toml"), "--hardware",
+            os.path.join(ROOT, "inputs", "hardware", "h100.toml"), "--gpus", "8")
+    c.check(r.rc == 0 and "best:" in r.out, f"plan text names the best layout ({r.err.strip()})")
+
+    # Bad input: one line naming the input, exit 2.
+    def bad(what, cmd, *needles, one_line=True):
+        r = run(*cmd)
+        lines = [x for x in r.err.strip().splitlines() if x]
+        ok = r.rc == 2 and (len(lines) == 1 or not one_line) and lines and all(n in lines[0] for n in needles)
+        c.check(ok, f"{what}: exit 2 and one line with {needles} (got {r.rc}: {r.err.strip()})")
+
+    bad("trace of another model shape", ["simulate", P("other.toml"), "--calibrate", P("cal.h5")],
+        P("cal.h5"), "another model shape", "n_layer: 3 vs 2")
+    with open(os.path.join(ROOT, "inputs", "hardware", "h100.toml")) as f:
+        text = f.read()
+    with open(P("no_latency.toml"), "w") as f:
+        f.write(text.replace("latency_us = 8.0", ""))
+    bad("hardware file missing a key", ["simulate", P("tiny.toml"), "--hardware", P("no_latency.toml")],
+        P("no_latency.toml"), "missing key inter_node.latency_us")
+    bad("plan with it", ["plan", P("tiny.toml"), "--hardware", P("no_latency.toml"), "--gpus", "8"],
+        "missing key inter_node.latency_us")
+    bad("not a trace", ["simulate", P("tiny.toml"), "--calibrate", P("tiny.toml")], P("tiny.toml"), "HDF5")
+    bad("no such trace", ["simulate", P("tiny.toml"), "--calibrate", P("nope.h5")], P("nope.h5"))
+    bad("ranks that split no pipeline", ["simulate", P("tiny.toml"), "--ranks", "3", "--set", "parallel.pp=2"],
+        "--ranks")
+    bad("plan without --gpus", ["plan", P("tiny.toml"), "--hardware", P("no_latency.toml")], "--gpus",
+        one_line=False)  # the command line's own errors add a hint to --help
+
+    with open(P("tiny_device.toml"), "w") as f:
+        f.write(text.replace("memory_gb = 80", "memory_gb = 0.001"))
+    r = run("plan", os.path.join(ROOT, "inputs", "gpt2-124M.toml"), "--hardware", P("tiny_device.toml"), "--gpus", "8")
+    c.check(r.rc == 1 and "no layout fits" in r.out, f"nothing fits a 1 MB device: exit 1 ({r.rc})")
+    for sub in ("simulate", "plan"):
+        r = run(sub, "--help")
+        c.check(r.rc == 0 and "--hardware" in r.out, f"{sub} --help")
+    c.finish("perf_model")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+// The performance model without a trace: hardware files, the cost model's scaling rules, the step
+// simulation against schedule theory and ParamStore's memory table, the layout enumerator.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.hpp"
+#include "model/param_layout.hpp"
+#include "perf/planner.hpp"
+#include "perf/simulator.hpp"
+#include "runtime/schedule.hpp"
+
+using namespace gpt2;
+
+namespace {
+// A round-numbered device: 100 TFLOP/s, 1 TB/s, 8 per node, 100 GB/s inside, 10 GB/s across nodes.
+Hardware test_hardware(double overlap = 1.0) {
+  Hardware h;
+  h.file = "test", h.name = "test device";
+  h.peak_fp32 = 100e12, h.peak_bf16 = 200e12;
+  h.gemm_efficiency = 0.5, h.memory_bytes = 80e9, h.memory_bandwidth = 1e12, h.memory_efficiency = 0.5;
+  h.kernel_overhead = 0;
+  h.devices_per_node = 8, h.comm_overlap = overlap;
+  h.intra = {100e9, 1e-6}, h.inter = {10e9, 5e-6};
+  return h;
+}
+
+Workload small_model(int64_t batch = 16) {
+  Workload w;
+  w.model.n_layer = 8, w.model.n_head = 8, w.model.n_embd = 256, w.model.vocab_size = 256, w.model.block_size = 128;
+  w.seq_len = 128, w.batch = batch;
+  return w;
+}
+
+Workload gpt2_124m(int64_t batch = 512) {
+  Workload w;  // ModelConfig's defaults are GPT-2 124M
+  w.seq_len = 1024, w.batch = batch;
+  return w;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kFullHardware =
+    "[device]\nname = \"x\"\npeak_tflops_fp32 = 1.0\npeak_tflops_tf32 = 0\npeak_tflops_bf16 = 2\n"
+    "gemm_efficiency = 0.5\nmemory_gb = 16\nmemory_bandwidth_gbs = 100\nmemory_efficiency = 0.5\n"
+    "kernel_overhead_us = 3\n[node]\ndevices_per_node = 4\ncomm_overlap = 1\nshared_slowdown = 1.3\n"
+    "[intra_node]\nbandwidth_gbs = 50\nlatency_us = 2\n[inter_node]\nbandwidth_gbs = 10\nlatency_us = 5\n";
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Hardware, ReadsEveryKeyAndNamesAMissingOne) {
+  const Hardware h = Hardware::load(write_file("hw_full.toml", kFullHardware));
+  EXPECT_EQ(h.name, "x");
+  EXPECT_DOUBLE_EQ(h.peak("fp32"), 1e12);
+  EXPECT_DOUBLE_EQ(h.peak("bf16"), 2e12);
+  EXPECT_EQ(h.devices_per_node, 4);
+  EXPECT_DOUBLE_EQ(h.intra.bandwidth, 50e9);
+  EXPECT_DOUBLE_EQ(h.inter.latency, 5e-6);
+  EXPECT_DOUBLE_EQ(h.kernel_overhead, 3e-6);
+  EXPECT_DOUBLE_EQ(h.shared_slowdown, 1.3);
+
+  std::string text = kFullHardware;
+  text.erase(text.find("memory_bandwidth_gbs = 100\n"), std::string("memory_bandwidth_gbs = 100\n").size());
+  const std::string path = write_file("hw_missing.toml", text);
+  const std::string msg = error_of([&] { Hardware::load(path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing key device.memory_bandwidth_gbs"), std::string::npos) << msg;
+
+  const std::string typo = write_file("hw_typo.toml", std::string(kFullHardware) + "[node]\ngpus = 8\n");
+  EXPECT_NE(error_of([&] { Hardware::load(typo); }).find(typo), std::string::npos);
+  std::string negative = kFullHardware;
+  negative.replace(negative.find("memory_gb = 16"), 14, "memory_gb = -1");
+  EXPECT_NE(error_of([&] { Hardware::load(write_file("hw_neg.toml", negative)); }).find("memory_gb"), std::string::npos);
+  EXPECT_NE(error_of([] { Hardware::load("/nonexistent/hw.toml"); }).find("/nonexistent/hw.toml"), std::string::npos);
+}
+
+TEST(Hardware, GroupsInsideANodeUseItsLinks) {
+  const Hardware h = test_hardware();
+  EXPECT_EQ(&h.link(8, 1), &h.intra);   // tp 8: one node
+  EXPECT_EQ(&h.link(2, 4), &h.intra);   // ranks 0 and 4
+  EXPECT_EQ(&h.link(2, 8), &h.inter);   // ranks 0 and 8: two nodes
+  EXPECT_EQ(&h.link(16, 1), &h.inter);
+}
+
+TEST(CostModel, WorkScalesWithMicrobatchTensorSplitAndSequenceParallelism) {
+  const CostModel cm(small_model(), test_hardware());
+  Layout one, two;
+  two.tp = 2;
+  const UnitWork b1 = cm.unit_work(1, 4, one), b2 = cm.unit_work(1, 8, one), t2 = cm.unit_work(1, 4, two);
+  EXPECT_DOUBLE_EQ(b2.forward.gemm_flops, 2 * b1.forward.gemm_flops);  // linear in tokens
+  EXPECT_DOUBLE_EQ(b2.forward.bytes, 2 * b1.forward.bytes);
+  EXPECT_DOUBLE_EQ(t2.forward.gemm_flops, b1.forward.gemm_flops / 2);  // tp divides the GEMMs
+  EXPECT_DOUBLE_EQ(t2.forward.attention_flops, b1.forward.attention_flops / 2);
+  EXPECT_GT(t2.forward.bytes, b1.forward.bytes / 2);  // but not the residual stream's LayerNorms
+  Layout sp = two;
+  sp.sequence_parallel = true;
+  EXPECT_NEAR(cm.unit_work(1, 4, sp).forward.bytes, b1.forward.bytes / 2, 1e-6 * b1.forward.bytes);
+  // GPT-2 block: 24 N C^2 GEMM FLOPs forward, backward twice that.
+  const double N = 4 * 128, C = 256;
+  EXPECT_DOUBLE_EQ(b1.forward.gemm_flops, 24 * N * C * C);
+  EXPECT_DOUBLE_EQ(b1.backward_input.gemm_flops + b1.backward_weight.gemm_flops, 48 * N * C * C);
+  // bf16 halves the bytes and runs the GEMMs at the bf16 peak.
+  Layout half;
+  half.precision = "bf16";
+  EXPECT_DOUBLE_EQ(cm.unit_work(1, 4, half).forward.bytes, b1.forward.bytes / 2);
+  EXPECT_LT(cm.unit_time(1, 4, half).forward, cm.unit_time(1, 4, one).forward);
+}
+
+TEST(CostModel, CalibrationReproducesTheTraceAndScalesByWork) {
+  const Workload w = small_model();
+  Calibration cal;
+  cal.model = w.model, cal.seq_len = w.seq_len, cal.microbatch = 16, cal.tp = 1;
+  cal.forward = {0.001, 0.080, 0.020};
+  cal.backward = {0.002, 0.150, 0.001};
+  cal.optimizer_per_param = 1e-9, cal.other_per_param = 2e-9, cal.data_per_sequence = 1e-5;
+  const CostModel cm(w, test_hardware(), &cal);
+  Layout l;
+  const UnitTime block = cm.unit_time(1, 16, l), head = cm.unit_time(w.model.n_layer + 1, 16, l);
+  EXPECT_NEAR(block.forward, 0.080, 1e-12);
+  EXPECT_NEAR(block.backward(), 0.150, 1e-12);
+  EXPECT_NEAR(head.forward, 0.020, 1e-12);
+  EXPECT_NEAR(cm.unit_time(0, 16, l).backward(), 0.002, 1e-12);
+  // No kernel overhead here: the work, so the time, is linear in the microbatch.
+  EXPECT_NEAR(cm.unit_time(1, 4, l).forward, 0.020, 1e-12);
+  Layout tp2;
+  tp2.tp = 2;
+  const double split = cm.unit_time(1, 16, tp2).forward;
+  EXPECT_GT(split, 0.040);  // more than half: the LayerNorms stay whole
+  EXPECT_LT(split, 0.060);
+  EXPECT_NEAR(cm.optimizer(1e6), 1e-3, 1e-12);
+  EXPECT_NEAR(cm.gradient_pass(1e6), 1e-3, 1e-12);
+  EXPECT_NEAR(cm.data(4), 4e-5, 1e-15);
+  // Another shape is refused with a message naming the trace and the difference.
+  cal.path = "cal.h5";
+  Workload other = w;
+  other.model.n_layer = 12;
+  const std::string msg = error_of([&] { cal.require_shape(other.model, other.seq_len, "x.toml"); });
+  EXPECT_NE(msg.find("cal.h5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("n_layer: 12 vs 8"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { cal.require_shape(w.model, 64, "x.toml"); }).find("seq_len: 64 vs 128"), std::string::npos);
+  EXPECT_EQ(error_of([&] { cal.require_shape(w.model, w.seq_len, "x.toml"); }), "");
+}
+
+TEST(CostModel, ABusyNodeSlowsItsRanks) {
+  Hardware h = test_hardware();
+  h.shared_slowdown = 1.4;  // 8 devices a node
+  const CostModel cm(small_model(), h);
+  Layout l;
+  EXPECT_DOUBLE_EQ(cm.node_slowdown(l), 1.0);  // one rank: nothing shared
+  l.dp = 8;
+  EXPECT_DOUBLE_EQ(cm.node_slowdown(l), 1.4);
+  l.dp = 64;
+  EXPECT_DOUBLE_EQ(cm.node_slowdown(l), 1.4);
+  l.dp = 2;
+  EXPECT_NEAR(cm.node_slowdown(l), 1 + 0.4 / 7, 1e-12);
+  // and the step with it
+  const CostModel cm1(small_model(), test_hardware());
+  l.dp = 1, l.pp = 2;
+  EXPECT_GT(predict_step(cm, l).step_s, predict_step(cm1, l).step_s);
+}
+
+TEST(CostModel, StragglersFollowNormalOrderStatistics) {
+  EXPECT_DOUBLE_EQ(CostModel::expected_max_normal(1), 0);
+  EXPECT_NEAR(CostModel::expected_max_normal(2), 1 / std::sqrt(M_PI), 1e-4);  // E[max of 2] = 1/sqrt(pi)
+  for (int n = 2; n < 4096; n *= 2)
+    EXPECT_LT(CostModel::expected_max_normal(n), CostModel::expected_max_normal(2 * n)) << n;
+  EXPECT_NEAR(CostModel::expected_max_normal(1024), 3.2414, 0.05);  // tabulated value
+  // A calibration with noise slows the tensor- and data-parallel layouts that wait for each other.
+  const Workload w = small_model();
+  Calibration cal;
+  cal.model = w.model, cal.seq_len = w.seq_len, cal.microbatch = 16;
+  cal.forward = {0.001, 0.080, 0.020};
+  cal.backward = {0.002, 0.150, 0.001};
+  Calibration noisy = cal;
+  noisy.jitter = 0.2;
+  const CostModel quiet(w, test_hardware(), &cal), loud(w, test_hardware(), &noisy);
+  for (const auto& [dp, tp] : std::vector<std::pair<int, int>>{{2, 1}, {1, 2}}) {
+    Layout l;
+    l.dp = dp, l.tp = tp;
+    EXPECT_GT(predict_step(loud, l).step_s, predict_step(quiet, l).step_s) << dp << " " << tp;
+  }
+  Layout one;
+  EXPECT_DOUBLE_EQ(predict_step(loud, one).step_s, predict_step(quiet, one).step_s);  // nobody to wait for
+}
+
+TEST(CostModel, CollectivesFollowTheRingFormulas) {
+  const CostModel cm(small_model(), test_hardware());
+  const double S = 1e9;
+  EXPECT_DOUBLE_EQ(cm.all_reduce(S, 1, 1), 0);
+  EXPECT_NEAR(cm.all_reduce(S, 2, 1), 2 * 1e-6 + S / 100e9, 1e-12);
+  EXPECT_NEAR(cm.all_reduce(S, 8, 1), 14 * 1e-6 + 2.0 * 7 / 8 * S / 100e9, 1e-12);
+  EXPECT_NEAR(cm.reduce_scatter(S, 4, 1), 3 * 1e-6 + 0.75 * S / 100e9, 1e-12);
+  EXPECT_NEAR(cm.all_reduce(S, 16, 1), 30 * 5e-6 + 2.0 * 15 / 16 * S / 10e9, 1e-12);  // spans nodes
+  EXPECT_NEAR(cm.send(S, 1), 1e-6 + S / 100e9, 1e-12);
+  CostModel free = cm;
+  free.set_free_communication(true);
+  EXPECT_DOUBLE_EQ(free.all_reduce(S, 8, 1), 0);
+}
+
+TEST(StepModel, OneRankIsTheSumOfItsParts) {
+  const Workload w = small_model();
+  const CostModel cm(w, test_hardware());
+  Layout l;
+  l.microbatches = 4;
+  const StepPrediction p = predict_step(cm, l);
+  ASSERT_TRUE(p.valid()) << p.problem;
+  double per_mb = cm.data(4);
+  for (int u = 0; u <= w.model.n_layer + 1; ++u) {
+    const UnitTime t = cm.unit_time(u, 4, l);
+    per_mb += t.forward + t.backward();
+  }
+  const double params = double(ParamLayout(w.model).total());
+  const double want = 4 * per_mb + cm.optimizer(params) + 2 * cm.gradient_pass(params);
+  EXPECT_NEAR(p.step_s, want, 1e-9 * want);
+  EXPECT_NEAR(p.tokens_per_s, 16 * 128 / want, 1e-6 * p.tokens_per_s);
+  EXPECT_DOUBLE_EQ(p.exposed_comm_s, 0);
+  EXPECT_EQ(p.memory_per_rank().size(), 1u);
+}
+
+TEST(StepModel, PipelineBubbleAndInFlightFollowTheSchedules) {
+  // Eight equal blocks, a tiny head, free messages: stages of (almost) equal cost.
+  Hardware h = test_hardware();
+  h.intra = h.inter = {1e18, 0};
+  const Workload w = small_model(32);
+  const CostModel cm(w, h);
+  for (const char* sched : {"gpipe", "1f1b"})
+    for (int m : {1, 4, 8}) {
+      Layout l;
+      l.pp = 2, l.microbatches = m, l.schedule = sched;
+      l.stage_layers = {4, 4};
+      const StepPrediction p = predict_step(cm, l);
+      ASSERT_TRUE(p.valid()) << p.problem;
+      EXPECT_NEAR(p.bubble, 1.0 / (m + 1), 0.05) << sched << " m " << m;
+      EXPECT_EQ(p.peak_in_flight[0], std::string(sched) == "gpipe" ? m : std::min(m, 2));
+      EXPECT_EQ(p.peak_in_flight[1], std::string(sched) == "gpipe" ? m : 1);
+      // Saved activations held: peak in flight x one microbatch's.
+      EXPECT_NEAR(p.stage_memory[0].activations / p.peak_in_flight[0],
+                  p.stage_memory[1].activations / p.peak_in_flight[1], 0.2 * p.stage_memory[0].activations);
+    }
+  Layout naive;
+  naive.pp = 2, naive.schedule = "naive", naive.stage_layers = {4, 4};
+  EXPECT_NEAR(predict_step(cm, naive).bubble, 0.5, 0.05);
+}
+
+TEST(StepModel, SlowerLinksNeverMakeAStepFaster) {
+  const Workload w = gpt2_124m(64);
+  Hardware fast = test_hardware(), slow = test_hardware();
+  slow.intra.bandwidth /= 10, slow.inter.bandwidth /= 10;
+  for (const auto& [dp, tp, pp, zero] : std::vector<std::array<int, 4>>{{8, 1, 1, 0}, {4, 2, 1, 1}, {2, 2, 2, 3}, {1, 4, 2, 0}}) {
+    Layout l;
+    l.dp = dp, l.tp = tp, l.pp = pp, l.zero = zero, l.microbatches = 4;
+    const StepPrediction a = predict_step(CostModel(w, fast), l), b = predict_step(CostModel(w, slow), l);
+    ASSERT_TRUE(a.valid()) << l.describe() << ": " << a.problem;
+    EXPECT_GE(b.step_s, a.step_s) << l.describe();
+    EXPECT_GT(b.exposed_comm_s, 0) << l.describe();
+  }
+  // Without overlap the reductions' full time adds to the step; with it, backward hides them.
+  Layout dp;
+  dp.dp = 8, dp.microbatches = 1;
+  EXPECT_GT(predict_step(CostModel(w, test_hardware(0.0)), dp).step_s, predict_step(CostModel(w, fast), dp).step_s);
+}
+
+TEST(StepModel, MemoryFollowsTheZeroTable) {
+  const Workload w = gpt2_124m(64);
+  const CostModel cm(w, test_hardware());
+  const double psi = double(ParamLayout(w.model).total());
+  for (int zero = 0; zero <= 3; ++zero) {
+    Layout l;
+    l.dp = 8, l.zero = zero, l.microbatches = 2;
+    const StepPrediction p = predict_step(cm, l);
+    ASSERT_TRUE(p.valid()) << p.problem;
+    const RankMemory& r = p.stage_memory[0];
+    const double shard = zero ? psi / 8 : psi;
+    EXPECT_DOUBLE_EQ(r.optimizer, 8 * shard) << zero;  // AdamW: two fp32 moments
+    EXPECT_DOUBLE_EQ(r.grads, 4 * ((zero >= 2 ? 0 : psi) + (zero ? shard : 0))) << zero;
+    EXPECT_DOUBLE_EQ(r.params, 4 * ((zero == 3 ? 0 : psi) + (zero ? shard : 0))) << zero;
+    EXPECT_EQ(p.memory_per_rank().size(), 8u);
+  }
+}
+
+TEST(StepModel, RefusesWhatTheTrainerRefuses) {
+  const Workload w = gpt2_124m(64);
+  Layout l;
+  l.tp = 5;  // does not divide 12 heads
+  EXPECT_NE(check_layout(w, l), "");
+  l = Layout();
+  l.dp = 3;  // 64 sequences do not split in 3
+  EXPECT_NE(check_layout(w, l), "");
+  l = Layout();
+  l.pp = 13;  // more stages than blocks
+  EXPECT_NE(check_layout(w, l), "");
+  l = Layout();
+  l.dp = 1024, l.zero = 1;  // the final norm's 1536 values do not split 1024 ways
+  EXPECT_NE(check_layout(gpt2_124m(1024), l).find("ZeRO"), std::string::npos);
+  l.zero = 0;
+  EXPECT_EQ(check_layout(gpt2_124m(1024), l), "");
+  l = Layout();
+  l.schedule = "no-such";
+  EXPECT_NE(check_layout(w, l).find("no-such"), std::string::npos);
+  l = Layout();
+  l.dp = 8, l.zero = 1;
+  EXPECT_EQ(check_layout(w, l), "");
+  Layout three;
+  three.dp = 3;
+  EXPECT_FALSE(predict_step(CostModel(w, test_hardware()), three).valid());
+}
+
+TEST(Planner, EnumeratesValidGridsAndRanksFittingLayoutsByThroughput) {
+  const Workload w = gpt2_124m(512);
+  const Hardware h = test_hardware();
+  PlanOptions o;
+  o.devices = 64;
+  const std::vector<Layout> all = enumerate_layouts(w, h, o);
+  ASSERT_FALSE(all.empty());
+  bool saw_tp = false, saw_pp = false, saw_bf16 = false;
+  for (const Layout& l : all) {
+    EXPECT_EQ(l.world(), 64);
+    EXPECT_LE(l.tp, h.devices_per_node);
+    EXPECT_EQ(check_layout(w, l), "") << l.describe();
+    EXPECT_TRUE(l.pp > 1 || l.schedule == "1f1b");  // one stage: the schedules are all alike
+    EXPECT_TRUE(l.dp > 1 || l.zero == 0);
+    saw_tp |= l.tp > 1, saw_pp |= l.pp > 1, saw_bf16 |= l.precision == "bf16";
+  }
+  EXPECT_TRUE(saw_tp && saw_pp && saw_bf16);
+  const Plan plan = plan_layouts(CostModel(w, h), o);
+  EXPECT_EQ(plan.considered, all.size());
+  ASSERT_FALSE(plan.ranked.empty());
+  for (size_t i = 1; i < plan.ranked.size(); ++i) EXPECT_GE(plan.ranked[i - 1].tokens_per_s, plan.ranked[i].tokens_per_s);
+  for (const StepPrediction& p : plan.ranked) EXPECT_LE(p.peak_memory(), 0.9 * h.memory_bytes);
+  EXPECT_EQ(plan.ranked.front().layout.precision, "bf16");  // twice the peak here
+
+  // A device too small for anything: every layout dropped, the least demanding remembered.
+  Hardware tiny = h;
+  tiny.memory_bytes = 1e8;
+  const Plan none = plan_layouts(CostModel(w, tiny), o);
+  EXPECT_TRUE(none.ranked.empty());
+  EXPECT_EQ(none.too_big + none.invalid, none.considered);
+  EXPECT_GT(none.smallest_too_big.peak_memory(), 0.9 * tiny.memory_bytes);
+}
+
+TEST(Simulator, MessagesTakeTheirTransferTime) {
+  // Naive, 2 stages, 1 microbatch: F0, send, F1 B1, send back, B0 -- two transfers on the path.
+  std::vector<std::vector<Action>> s = {make_schedule("naive", 2, 1, 0), make_schedule("naive", 2, 1, 1)};
+  SimCosts c;
+  c.compute = [](int, const Action& a) { return a.kind == ActionKind::forward ? 1.0 : 2.0; };
+  c.transfer = [](int, int) { return 0.25; };
+  Placement pl;
+  pl.ranks = 2;
+  const Simulation sim = simulate(s, 1, c, pl);
+  ASSERT_TRUE(sim.problem.empty()) << sim.problem;
+  EXPECT_DOUBLE_EQ(sim.makespan, 1 + 0.25 + 1 + 2 + 0.25 + 2);
+  EXPECT_DOUBLE_EQ(sim.finish[1], 1 + 0.25 + 1 + 2);
+  EXPECT_DOUBLE_EQ(sim.busy[0], 3);
+}
