@@ -13,20 +13,29 @@ AdamW::AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerCo
     else
       spans_.push_back({t.range, t.decay});
   }
+  size_t at = 0;
+  for (const Span& sp : spans_) {
+    if (sp.range.begin > at) gaps_.push_back({at, sp.range.begin});
+    at = sp.range.end;
+  }
+  if (at < n) gaps_.push_back({at, n});
 }
 
-void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale) {
+void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads) {
   ++t_;
   AdamWStep s;
   s.lr = lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;
   s.grad_scale = grad_scale;
   s.step = int(t_);
+  s.zero_grads = zero_grads;
   for (const Span& sp : spans_) {
     s.weight_decay = sp.decay ? cfg_.weight_decay : 0.0;
     const size_t b = sp.range.begin, n = sp.range.size();
     adamw_update<float>(Vec<float>(params.data() + b, n), Vec<float>(grads.data() + b, n),
                         Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s);
   }
+  if (zero_grads)
+    for (const Range& r : gaps_) Kokkos::deep_copy(Vec<float>(grads.data() + r.begin, r.size()), 0.0f);
 }
 
 std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {

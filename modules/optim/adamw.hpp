@@ -8,7 +8,7 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg);
   std::string name() const override { return "adamw"; }
-  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale) override;
+  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads) override;
   int64_t steps_taken() const override { return t_; }
   void set_steps_taken(int64_t n) override { t_ = n; }
   std::vector<std::pair<std::string, Vec<float>>> state() override;
@@ -19,6 +19,7 @@ class AdamW final : public Optimizer {
     bool decay;
   };
   std::vector<Span> spans_;  // maximal runs of tensors with the same decay flag
+  std::vector<Range> gaps_;  // parts of the buffer no tensor covers (zeroed apart)
   OptimizerConfig cfg_;
   Buffer<float> m_, v_;
   int64_t t_ = 0;

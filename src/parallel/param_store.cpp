@@ -146,8 +146,11 @@ void ParamStore::begin_step(int step, int microbatches) {
   microbatches_ = microbatches;
   reducer_.begin_step(step);
   std::fill(done_count_.begin(), done_count_.end(), 0);
-  if (grads_.extent(0)) Kokkos::deep_copy(grads_, 0.0f);
-  if (policy_.grads) Kokkos::deep_copy(grad_shard_, 0.0f);
+  // The accumulating buffer is the shard (ZeRO-0: the whole gradients; ZeRO-2/3) unless ZeRO-1's
+  // reduce-scatter overwrites it from whole gradients; the last update may have zeroed it already.
+  if (grads_.extent(0) && !(grads_zeroed_ && grad_shard_.data() == grads_.data())) Kokkos::deep_copy(grads_, 0.0f);
+  if (policy_.grads && !grads_zeroed_) Kokkos::deep_copy(grad_shard_, 0.0f);
+  grads_zeroed_ = false;
 }
 
 void ParamStore::finish_gradients() {
@@ -200,7 +203,10 @@ void ParamStore::sync_replicated(Communicator& tp) {
 }
 
 void ParamStore::optimizer_step(double lr, GradScale scale) {
-  opt_->step(vec(param_shard_.data(), shards_.shard_size()), vec(grad_shard_.data(), shards_.shard_size()), lr, scale);
+  const bool accumulates = !policy_.optimizer || policy_.grads;  // see begin_step
+  opt_->step(vec(param_shard_.data(), shards_.shard_size()), vec(grad_shard_.data(), shards_.shard_size()), lr, scale,
+             accumulates);
+  grads_zeroed_ = accumulates;
   if (!policy_.optimizer || policy_.params) return;
   // ZeRO-1/2: every rank's updated pieces back into the whole parameters.
   std::vector<Request> pending;

@@ -90,6 +90,7 @@ class ParamStore final : public UnitStore<float> {
   std::unique_ptr<Optimizer> opt_;
   Buffer<float> params_, grads_;            // whole local layout (when kept)
   Buffer<float> param_shard_, grad_shard_;  // the shard (aliases of the above without sharding)
+  bool grads_zeroed_ = false;               // the last update left the accumulating gradients 0
   struct Gathered {
     Buffer<float> buf;
     std::vector<Request> pending;

@@ -45,14 +45,17 @@ struct AdamWStep {
   double weight_decay = 0;  // applied only where the caller says (tensors of rank >= 2)
   GradScale grad_scale;     // clipping factor, folded in here to save a pass over the gradients
   int step = 1;             // 1-based, for the bias corrections
+  bool zero_grads = false;  // leave g = 0 for the next step's accumulation: saves a pass of its own
 };
 
 // p (n), m (n), v (n) updated in place from g (n):
 //   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;  g' = grad_scale * g
 //   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
+//   g = 0 if s.zero_grads
 template <class T>
-void adamw_update(Vec<T> p, CVec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
+void adamw_update(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
   const T b1 = s.beta1, b2 = s.beta2, eps = s.eps, lr = s.lr, wd = s.weight_decay;
+  const bool zero_grads = s.zero_grads;
   const GradScale grad_scale = s.grad_scale.on_host_if_possible();
   const T bc1 = T(1) / (T(1) - T(std::pow(s.beta1, s.step)));
   const T bc2 = T(1) / (T(1) - T(std::pow(s.beta2, s.step)));
@@ -60,6 +63,7 @@ void adamw_update(Vec<T> p, CVec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
       "adamw_update", Kokkos::RangePolicy<ExecSpace>(0, p.extent(0)), KOKKOS_LAMBDA(int64_t i) {
         const T scale = T(grad_scale());
         const T gi = g(i) * scale;
+        if (zero_grads) g(i) = T(0);
         const T mi = b1 * m(i) + (T(1) - b1) * gi;
         const T vi = b2 * v(i) + (T(1) - b2) * gi * gi;
         m(i) = mi;

@@ -153,7 +153,9 @@ void maybe_write_kernel_table(const ModelConfig& cfg, int B, int T, Step&& step)
   std::fclose(f);
 }
 
-void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T) {
+// fused_tail: as the trainer does it, AdamW leaves the gradients zeroed for the next step (no pass
+// of its own); else a separate zeroing pass (zero_ms), for comparison.
+void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, bool fused_tail = true) {
   const ParamLayout layout(cfg);
   const StageLayout sl(layout, 0, cfg.n_layer);
   Stage<float> stage(sl, B, T);
@@ -179,20 +181,21 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T) {
     Kokkos::fence();
     acc += t.seconds();
   };
+  stage.zero_grads();
   for (auto _ : state) {
-    lap(t_zero, [&] { stage.zero_grads(); });
+    if (!fused_tail) lap(t_zero, [&] { stage.zero_grads(); });
     lap(t_fwd, [&] { stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N); });
     lap(t_bwd, [&] { stage.backward(a); });
     double norm = 0;
     lap(t_norm, [&] { norm = std::sqrt(sum_of_squares<float>(grads)); });
-    lap(t_opt, [&] { opt->step(params, grads, 1e-4, clip_factor(norm, 1.0)); });
+    lap(t_opt, [&] { opt->step(params, grads, 1e-4, clip_factor(norm, 1.0), fused_tail); });
   }
   maybe_write_kernel_table(cfg, B, T, [&] {
-    stage.zero_grads();
+    if (!fused_tail) stage.zero_grads();
     stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N);
     stage.backward(a);
     const double norm = std::sqrt(sum_of_squares<float>(grads));
-    opt->step(params, grads, 1e-4, clip_factor(norm, 1.0));
+    opt->step(params, grads, 1e-4, clip_factor(norm, 1.0), fused_tail);
   });
   const double it = double(state.iterations());
   state.counters["zero_ms"] = 1e3 * t_zero / it;
@@ -208,8 +211,10 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T) {
 }
 
 void BM_TrainStep_124M_B4_T64(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64); }
+void BM_TrainStep_124M_B4_T64_UnfusedTail(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64, false); }
 void BM_TrainStep_Small_B8_T256(benchmark::State& s) { train_step(s, small(), 8, 256); }
 BENCHMARK(BM_TrainStep_124M_B4_T64)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+BENCHMARK(BM_TrainStep_124M_B4_T64_UnfusedTail)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_Small_B8_T256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
 
 // ---- kernels at GPT-2 124M shapes (B=4, T=64: N=256 rows, C=768) ----------------------------

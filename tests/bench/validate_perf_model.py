@@ -44,7 +44,7 @@ def base_deck():
         "model": MODEL,
         "data": {"train": os.path.join(ARGS.workdir, "train.bin"), "seq_len": 128},
         "train": {"batch_size": 16, "steps": ARGS.steps, "lr": 1e-4, "log_every": 1000},
-        "parallel": {"blas_threads": 1},
+        "parallel": {"blas_threads": 1, "host_threads": 1},  # 1 thread per rank: ranks do not share cores
     })
     return path
 

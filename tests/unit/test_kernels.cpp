@@ -260,6 +260,25 @@ TEST(Kernels, AdamWMatchesReference) {
   }
 }
 
+// zero_grads: the same update, and the gradients left 0 for the next step's accumulation.
+TEST(Kernels, AdamWZeroesGradientsInTheSamePass) {
+  const int n = 1000;
+  auto g1 = random_buffer<D>(n, 2), g2 = random_buffer<D>(n, 2);
+  auto p1 = random_buffer<D>(n, 1), p2 = random_buffer<D>(n, 1);
+  auto m1 = random_buffer<D>(n, 3, 0.0), m2 = random_buffer<D>(n, 3, 0.0);
+  auto v1 = random_buffer<D>(n, 4, 0.0), v2 = random_buffer<D>(n, 4, 0.0);
+  AdamWStep s;
+  s.lr = 1e-2, s.weight_decay = 0.1, s.step = 1;
+  adamw_update<D>(V(p1), V(g1), V(m1), V(v1), s);
+  s.zero_grads = true;
+  adamw_update<D>(V(p2), V(g2), V(m2), V(v2), s);
+  EXPECT_EQ(to_host(p1), to_host(p2));
+  EXPECT_EQ(to_host(m1), to_host(m2));
+  EXPECT_EQ(to_host(v1), to_host(v2));
+  EXPECT_EQ(to_host(g2), std::vector<D>(n, 0.0));
+  EXPECT_NE(to_host(g1), std::vector<D>(n, 0.0));
+}
+
 TEST(Kernels, GradNormAndClipFactor) {
   auto g = random_buffer<D>(1000, 5);
   double ref = 0;
