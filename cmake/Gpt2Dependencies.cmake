@@ -143,6 +143,20 @@ else()
   set(BLA_VENDOR OpenBLAS)
   find_package(BLAS REQUIRED)
   find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-pthread openblas REQUIRED)
+  # With the OpenMP Kokkos, the OpenMP build of OpenBLAS (Debian's libopenblas0-openmp): GEMMs and
+  # Kokkos kernels then run on one pool of threads. Measured on GPT-2 124M: OpenBLAS's own pthreads
+  # and Kokkos' spinning OpenMP threads fight for the cores (1.9 s a step against 1.05 s).
+  if(GPT2_KOKKOS_HOST_BACKEND STREQUAL "openmp")
+    find_library(GPT2_OPENBLAS_OPENMP NAMES libopenblas.so.0 openblas
+                 PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
+    if(GPT2_OPENBLAS_OPENMP)
+      set(BLAS_LIBRARIES ${GPT2_OPENBLAS_OPENMP})
+      message(STATUS "Host BLAS: OpenBLAS, OpenMP build (${GPT2_OPENBLAS_OPENMP}), sharing Kokkos' threads")
+    else()
+      message(WARNING "The OpenMP Kokkos with OpenBLAS's pthreads build: their threads compete for the cores "
+                      "(install libopenblas0-openmp; job_scripts/setup.sh does).")
+    endif()
+  endif()
 endif()
 
 if(GPT2_BUILD_TESTS)

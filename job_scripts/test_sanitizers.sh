@@ -2,7 +2,8 @@
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer): builds the
 # tests with GPT2_SANITIZE=address,undefined into BUILD_DIR (default build-asan) and runs the unit
 # tests, the fuzz harnesses on their seed corpora, the MPI tests on 2 ranks and the end-to-end tests
-# of the gpt2 command (the bad-input suite among them). Any report fails the run: a memory error,
+# of the gpt2 command (the bad-input suite among them). It builds against Debian's Serial Kokkos
+# package (GPT2_HOST_KOKKOS=serial) while test.sh uses the threaded one: CI builds and tests both. Any report fails the run: a memory error,
 # undefined behaviour (not recoverable: -fno-sanitize-recover=undefined) or a leak at exit. Known leaks inside the system libraries are
 # suppressed by tests/sanitizers/lsan.supp (each justified there). CI runs it after test.sh.
 #   job_scripts/test_sanitizers.sh [BUILD_DIR] [extra ctest arguments]
@@ -18,7 +19,7 @@ job_scripts/setup.sh
 # GPT-2's vocabulary: the real-vocabulary tokenizer tests run on it (skipped without it).
 job_scripts/fetch_gpt2_vocab.sh > /dev/null 2>&1 || echo "test_sanitizers: GPT-2 vocabulary unavailable; those tokenizer tests will be skipped"
 
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DGPT2_HOST_KOKKOS=openmp \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DGPT2_HOST_KOKKOS=serial \
       -DGPT2_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=undefined" \
       -DGPT2_BUILD_BENCHMARKS=OFF > /dev/null
 cmake --build "$build" -j"${JOBS:-$(nproc)}"  # everything the tests run (no benchmarks)
