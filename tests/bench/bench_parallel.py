@@ -12,11 +12,13 @@ same run (the box is shared and noisy; runs are interleaved and repeated, median
   trace  step time with tracing on vs off, tiny and small configs (target: < 2% apart)
   frontier  2 stages, one core each, 8 layers, 4 microbatches: interleaved (v 2), zb-h1, zb-v against
          1f1b: measured bubble (target <= 0.8x, 0.65x, 0.5x 1f1b's), tokens/s, peak activations per stage
+  tp     GPT-2 124M (B 4, T 64): tp 2 (one core per rank), with and without sequence parallelism,
+         against one rank with both cores: tokens/s, tp collective time per step, memory per rank
   zero   dp 2, one core per rank, the dp config: parallel.zero 0/1/2/3 interleaved; tokens/s against
          zero 0 (target: ZeRO-1 within 5%), data-parallel volume per step against theory, time blocked
          in data-parallel collectives per step (exposed), memory at rest per rank
 
-Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,frontier,trace,zero,all}
+Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,frontier,trace,zero,tp,all}
 Writes a JSON summary to DIR/bench_parallel.json and prints a table.
 """
 import argparse
@@ -38,10 +40,10 @@ ARGS = None
 
 def deck(name, model, seq_len, batch, steps, **parallel):
     d = {
-        "model": dict(model, vocab_size=256, block_size=seq_len),
+        "model": dict(dict(vocab_size=256, block_size=seq_len), **model),
         "data": {"train": os.path.join(ARGS.workdir, "train.bin"), "seq_len": seq_len},
         "train": {"batch_size": batch, "steps": steps, "lr": 1e-4, "log_every": 1000},
-        "parallel": dict(parallel, blas_threads=1),
+        "parallel": dict(dict(blas_threads=1, host_threads=1), **parallel),  # one core per rank unless asked
     }
     path = os.path.join(ARGS.workdir, name + ".toml")
     gpt2test.write_deck(path, d)
@@ -187,6 +189,37 @@ def bench_zero(out):
               f"{'/'.join(f'{m:.1f}' for m in r['mib_params_grads_optimizer'])} MiB (+{r['workspace_mib']:.1f} workspace)")
 
 
+def bench_tp(out):
+    """Tensor parallelism on GPT-2 124M (B 4, T 64): tp 2 (1 core per rank) against one rank with both
+    cores, with and without sequence parallelism; time in tp collectives, memory per rank."""
+    model = {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 1024}
+    cfgs = {"1 rank": (deck("tp1", model, 64, 4, 6, host_threads=2, blas_threads=2), 1),
+            "tp 2": (deck("tp2", model, 64, 4, 6, dp=1, tp=2), 2),
+            "tp 2 + sp": (deck("tp2sp", model, 64, 4, 6, dp=1, tp=2, sequence_parallel=True), 2)}
+    tok = {k: [] for k in cfgs}
+    for _ in range(ARGS.repeats):
+        for k, (c, n) in cfgs.items():
+            tok[k].append(run(c, n)[0])
+    res = {}
+    for k, (c, n) in cfgs.items():
+        path = os.path.join(ARGS.workdir, f"tp_{k.replace(' ', '').replace('+', '_')}.h5")
+        run(c, n, trace=path)
+        t = tracelib.load([path])[0]
+        steps = set(t.train_steps(2))
+        ev = t.events[t.mask(["tp_collective"]) & np.isin(t.events["step"], list(steps))]
+        res[k] = {"tokens_per_s": statistics.median(tok[k]),
+                  "vs_1rank": statistics.median(a / b for a, b in zip(tok[k], tok["1 rank"])),
+                  "tp_collective_ms": 1e3 * float(np.sum(ev["end"] - ev["start"])) / max(1, len(steps)) / n,
+                  "param_mib_per_rank": [b / 2**20 for b in tracelib.as_list(t.meta["param_bytes"])],
+                  "peak_activation_mib_per_rank": [b / 2**20 for b in tracelib.as_list(t.meta["peak_activation_bytes"])]}
+    out["tp"] = res
+    print("tensor parallelism, GPT-2 124M, B 4, T 64 (2 cores: tp ranks get one each, the one rank both):")
+    for k, r in res.items():
+        print(f"  {k:10s} {r['tokens_per_s']:7.0f} tok/s  {r['vs_1rank']:.2f}x one rank  tp collectives "
+              f"{r['tp_collective_ms']:.1f} ms/step/rank  params {', '.join(f'{m:.0f}' for m in r['param_mib_per_rank'])} MiB"
+              f"  peak activations {', '.join(f'{m:.1f}' for m in r['peak_activation_mib_per_rank'])} MiB")
+
+
 def bench_trace(out):
     res = {}
     for name, model, T, B in (("tiny", {"n_layer": 2, "n_head": 2, "n_embd": 64}, 64, 8),
@@ -205,7 +238,7 @@ def bench_trace(out):
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["dp", "pp", "frontier", "trace", "zero", "all"])
+    ap.add_argument("what", choices=["dp", "pp", "frontier", "trace", "zero", "tp", "all"])
     ap.add_argument("--gpt2", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", default="/tmp/gpt2-bench")
@@ -215,7 +248,7 @@ def main():
     gpt2test.write_shard(os.path.join(ARGS.workdir, "train.bin"), gpt2test.learnable_tokens(2_000_000, 256))
     out = {}
     for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("frontier", bench_frontier), ("trace", bench_trace),
-                     ("zero", bench_zero)):
+                     ("zero", bench_zero), ("tp", bench_tp)):
         if ARGS.what in (what, "all"):
             fn(out)
     summary = os.path.join(ARGS.workdir, "bench_parallel.json")

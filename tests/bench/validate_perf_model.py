@@ -11,7 +11,8 @@ plots what gpt2 plan predicts at scale.
            time of a run (steps after the first 2); reported: medians over the rounds. Also
            compares predicted memory per rank with the traces' (params, grads, optimizer, peak
            activations).
-  scale    gpt2 plan for GPT-2 124M / 350M / 774M / 1.5B and a 6.7B-shaped model on 8 ... 4096 H100s
+  scale    (also: published figures -- llm.c's 124M on 8 A100s, Megatron's 1.7B on 32 -- beside the
+           model's prediction for the same setups) gpt2 plan for GPT-2 124M / 350M / 774M / 1.5B and a 6.7B-shaped model on 8 ... 4096 H100s
            (uncalibrated): the best layout's tokens/s and MFU at each count
   all      both
 
@@ -241,6 +242,43 @@ def scale():
     tracelib.save(fig, ARGS.out, "perf_model_scaling.png")
 
 
+# Published measurements next to the model's prediction for the same setup (uncalibrated, A100 file).
+# Other trainers' kernels differ from ours (fused/flash attention, recomputation), so these say how far
+# this trainer's predicted throughput is from the state of the art, not how accurate the model is.
+PUBLISHED = [
+    {"what": "llm.c GPT-2 124M, 8 x A100 80GB, bf16, 0.5M tokens per step (about 1.75M tokens/s reported)",
+     "published_tokens_per_s": 1.75e6, "published_mfu": None, "ranks": 8,
+     "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "vocab_size": 50257, "block_size": 1024},
+     "seq_len": 1024, "batch": 512, "parallel": {"dp": 8, "zero": 1, "microbatches": 8}, "precision": "bf16"},
+    {"what": "Megatron-LM (Narayanan et al. 2021, Table 1): 1.7B GPT, 32 x A100, batch 512 x 2048, 44% of peak",
+     "published_tokens_per_s": None, "published_mfu": 0.44, "ranks": 32,
+     "model": {"n_layer": 24, "n_head": 24, "n_embd": 2304, "vocab_size": 51200, "block_size": 2048},
+     "seq_len": 2048, "batch": 512, "parallel": {"dp": 32, "zero": 1, "microbatches": 16}, "precision": "bf16"},
+]
+
+
+def published():
+    rows = []
+    for i, p in enumerate(PUBLISHED):
+        deck = os.path.join(ARGS.workdir, f"published_{i}.toml")
+        gpt2test.write_deck(deck, {"model": p["model"], "data": {"train": "unused.bin", "seq_len": p["seq_len"]},
+                                   "train": {"batch_size": p["batch"], "steps": 1}, "parallel": p["parallel"]})
+        cmd = [ARGS.gpt2, "simulate", deck, "--hardware", os.path.join(ROOT, "inputs/hardware/a100.toml"),
+               "--ranks", str(p["ranks"]), "--precision", p["precision"], "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr}")
+        pred = json.loads(r.stdout)
+        row = {"setup": p["what"], "published_tokens_per_s": p["published_tokens_per_s"],
+               "published_mfu": p["published_mfu"], "predicted_tokens_per_s": pred["tokens_per_s"],
+               "predicted_mfu": pred.get("mfu")}
+        rows.append(row)
+        print(f"{p['what']}:\n  predicted for this trainer: {pred['tokens_per_s']:.3g} tokens/s, "
+              f"MFU {100 * (pred.get('mfu') or 0):.1f}%", flush=True)
+    with open(os.path.join(ARGS.out, "perf_model_published.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,6 +296,7 @@ def main():
         measure()
     if ARGS.what in ("scale", "all"):
         scale()
+        published()
 
 
 if __name__ == "__main__":
