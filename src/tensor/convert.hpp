@@ -14,4 +14,12 @@ void convert(Vec<To> out, Vec<const From> in) {
       "convert", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) { out(i) = To(C(in(i))); });
 }
 
+// out (n) += To(in (n))
+template <class To, class From>
+void convert_add(Vec<To> out, Vec<const From> in) {
+  using C = typename compute_type<From>::type;
+  Kokkos::parallel_for(
+      "convert_add", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) { out(i) += To(C(in(i))); });
+}
+
 }  // namespace gpt2

@@ -69,7 +69,8 @@ void Trainer::setup_model() {
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
   store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, sharding_policy(p.zero), bucket,
-                                        cfg_.train.optimizer, oc, tracer_);
+                                        cfg_.train.optimizer, oc, tracer_,
+                                        p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
   StageOptions<float> so;
   so.store = store_.get();
