@@ -5,6 +5,7 @@
 
 #include "perf/simulator.hpp"
 #include "runtime/stop_signals.hpp"
+#include "tensor/gemm_lowp.hpp"
 #include "trace/hdf5_trace.hpp"
 #include "train/nonfinite.hpp"
 #include "train/trainer.hpp"
@@ -78,6 +79,10 @@ RunEnd Trainer::run() {
     std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
                 layout_->total() / 1e6, (long long)t.batch_size, cfg_.data.seq_len,
                 cfg_.parallel.microbatches, mb_size_, (long long)train_loader_->batches_per_epoch());
+    if (cfg_.train.precision != "fp32")
+      std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", cfg_.train.precision.c_str(),
+                  gemm_lowp_backend(cfg_.train.precision == "bf16").c_str(),
+                  loss_scale_.dynamic() ? ", dynamic loss scaling" : "");
     std::fflush(stdout);
   }
   double time_sum = 0, tok_sum = 0, rank_tok_sum = 0;
