@@ -65,6 +65,12 @@ class Linear {
     else if (p_ == Precision::bf16) f(x.template as<bf16>());
     else f(x.template as<fp16>());
   }
+  // Bytes of the 16-bit copies of weights and gradients held for the GEMMs (mixed precision).
+  size_t scratch_bytes() const {
+    size_t n = 0;
+    for (const auto& s : scratch_) n += s.extent(0) * sizeof(uint16_t);
+    return n;
+  }
   // x = values (rounded to 16 bits under mixed precision).
   void store(const GemmInput<T>& x, CMat<T> values) const;
 

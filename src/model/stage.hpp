@@ -96,6 +96,7 @@ class Stage {
   // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
   int stream_rows(int B) const { return sp_ ? B * T_ / tp_->size() : B * T_; }
   Precision precision() const { return lin_.precision(); }
+  size_t gemm16_scratch_bytes() const { return lin_.scratch_bytes(); }  // (after a step: at its peak)
 
   // The stage's own flat buffers in the local layout (empty with an external store).
   Buffer<T> params;

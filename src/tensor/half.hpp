@@ -10,20 +10,17 @@
 namespace gpt2 {
 
 namespace half_bits {
-KOKKOS_INLINE_FUNCTION uint32_t of(float f) {
+// The same bits as another type (float <-> uint32_t), in device code too.
+template <class To, class From>
+KOKKOS_INLINE_FUNCTION To reinterpret(From x) {
   union {
-    float f;
-    uint32_t u;
-  } x{f};
-  return x.u;
+    From from;
+    To to;
+  } u{x};
+  return u.to;
 }
-KOKKOS_INLINE_FUNCTION float to_float(uint32_t u) {
-  union {
-    uint32_t u;
-    float f;
-  } x{u};
-  return x.f;
-}
+KOKKOS_INLINE_FUNCTION uint32_t of(float f) { return reinterpret<uint32_t>(f); }
+KOKKOS_INLINE_FUNCTION float to_float(uint32_t u) { return reinterpret<float>(u); }
 
 KOKKOS_INLINE_FUNCTION uint16_t bf16_from_float(float f) {
   const uint32_t u = of(f);
@@ -65,21 +62,28 @@ KOKKOS_INLINE_FUNCTION float fp16_to_float(uint16_t h) {
 }
 }  // namespace half_bits
 
-struct bf16 {
-  uint16_t bits;
-  bf16() = default;
-  KOKKOS_INLINE_FUNCTION bf16(float f) : bits(half_bits::bf16_from_float(f)) {}  // NOLINT: implicit
-  KOKKOS_INLINE_FUNCTION bf16(double d) : bf16(float(d)) {}                       // NOLINT
-  KOKKOS_INLINE_FUNCTION operator float() const { return half_bits::bf16_to_float(bits); }
+namespace half_bits {
+struct Bf16Format {
+  static KOKKOS_INLINE_FUNCTION uint16_t from_float(float f) { return bf16_from_float(f); }
+  static KOKKOS_INLINE_FUNCTION float to_float(uint16_t b) { return bf16_to_float(b); }
 };
+struct Fp16Format {
+  static KOKKOS_INLINE_FUNCTION uint16_t from_float(float f) { return fp16_from_float(f); }
+  static KOKKOS_INLINE_FUNCTION float to_float(uint16_t h) { return fp16_to_float(h); }
+};
+}  // namespace half_bits
 
-struct fp16 {
+// A 16-bit float of the given format, converting implicitly to and from float.
+template <class Format>
+struct Float16 {
   uint16_t bits;
-  fp16() = default;
-  KOKKOS_INLINE_FUNCTION fp16(float f) : bits(half_bits::fp16_from_float(f)) {}  // NOLINT: implicit
-  KOKKOS_INLINE_FUNCTION fp16(double d) : fp16(float(d)) {}                       // NOLINT
-  KOKKOS_INLINE_FUNCTION operator float() const { return half_bits::fp16_to_float(bits); }
+  Float16() = default;
+  KOKKOS_INLINE_FUNCTION Float16(float f) : bits(Format::from_float(f)) {}  // NOLINT: implicit
+  KOKKOS_INLINE_FUNCTION Float16(double d) : Float16(float(d)) {}            // NOLINT
+  KOKKOS_INLINE_FUNCTION operator float() const { return Format::to_float(bits); }
 };
+using bf16 = Float16<half_bits::Bf16Format>;
+using fp16 = Float16<half_bits::Fp16Format>;
 
 static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2, "16-bit storage types");
 
@@ -88,12 +92,8 @@ template <class S>
 struct compute_type {
   using type = S;
 };
-template <>
-struct compute_type<bf16> {
-  using type = float;
-};
-template <>
-struct compute_type<fp16> {
+template <class Format>
+struct compute_type<Float16<Format>> {
   using type = float;
 };
 
