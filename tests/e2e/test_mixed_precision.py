@@ -2,8 +2,8 @@
 """Mixed precision end to end (ctest: mixed_precision): 20 steps of the tiny model.
 
 - bf16 and fp16 (initial loss scale 2^16) losses within 5e-2 relative of fp32's at every step, and
-  not equal to them (the low precision is really in use); bf16 on dp = 2 within 1e-2 of bf16 on one
-  rank at every step.
+  not equal to them (the low precision is really in use); bf16 on dp = 2, pp = 2 and tp = 2 with
+  sequence parallelism within 1e-2 of bf16 on one rank at every step.
 - fp16 from train.initial_loss_scale = 2^40: steps are skipped ("skipped": true, the scale halved
   each time, printed), the scale falls, the run completes and its loss falls.
 - Every metrics line carries "loss_scale" and "skipped".
@@ -68,6 +68,12 @@ def main():
     checks.check(all(x["loss_scale"] == 65536 and not x["skipped"] for x in fp16), f"fp16 at 2^16: {fp16}")
     _, bf16_dp2 = run("bf16_dp2", 2, train__precision="bf16", parallel__dp=2)
     close("bf16 dp 2 vs bf16 1 rank", bf16_dp2, bf16, 1e-2)
+    # Other layouts carry 16-bit activations too: pipeline stages, and tensor parallelism with
+    # sequence parallelism (16-bit rows gathered over tp).
+    _, bf16_pp2 = run("bf16_pp2", 2, train__precision="bf16", parallel__pp=2, parallel__microbatches=2)
+    close("bf16 pp 2 vs bf16 1 rank", bf16_pp2, bf16, 1e-2)
+    _, bf16_sp = run("bf16_tp2_sp", 2, train__precision="bf16", parallel__tp=2, parallel__sequence_parallel=True)
+    close("bf16 tp 2 + sequence parallel vs bf16 1 rank", bf16_sp, bf16, 1e-2)
 
     # fp16 from 2^40: overflows until the scale fits fp16's range, then training.
     steps = 40
