@@ -157,6 +157,27 @@ else()
                       "(install libopenblas0-openmp; job_scripts/setup.sh does).")
     endif()
   endif()
+  # oneDNN (Debian's libdnnl-dev) gives the host a real bf16 GEMM on CPUs with AVX512_BF16 / AMX;
+  # without it bf16 GEMMs convert their inputs to fp32 and call sgemm (README, Mixed precision).
+  if(NOT GPT2_ONEDNN STREQUAL "off")
+    # Found directly: Debian's dnnl-config.cmake insists on OpenCL headers for its GPU runtime,
+    # which the CPU matmul never uses.
+    find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+    find_library(DNNL_LIBRARY dnnl)
+    if(DNNL_INCLUDE_DIR AND DNNL_LIBRARY AND NOT TARGET DNNL::dnnl)
+      add_library(DNNL::dnnl UNKNOWN IMPORTED)
+      set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION "${DNNL_LIBRARY}"
+                            INTERFACE_INCLUDE_DIRECTORIES "${DNNL_INCLUDE_DIR}")
+    endif()
+    if(TARGET DNNL::dnnl)
+      set(dnnl_FOUND TRUE)
+      message(STATUS "oneDNN (${DNNL_LIBRARY}): host bf16 GEMMs")
+    elseif(GPT2_ONEDNN STREQUAL "on")
+      message(FATAL_ERROR "GPT2_ONEDNN=on but no oneDNN found (Debian: libdnnl-dev)")
+    else()
+      message(STATUS "oneDNN not found: host bf16 GEMMs convert to fp32 and use sgemm")
+    endif()
+  endif()
 endif()
 
 if(GPT2_BUILD_TESTS)

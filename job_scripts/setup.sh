@@ -13,7 +13,7 @@ kokkos() { "$(dirname "$0")/build_kokkos.sh" openmp; }
 
 packages=(
   build-essential cmake git pkg-config
-  libtrilinos-kokkos-dev libopenblas-dev libopenblas0-openmp
+  libtrilinos-kokkos-dev libopenblas-dev libopenblas0-openmp libdnnl-dev
   mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libtomlplusplus-dev libcli11-dev libgtest-dev libbenchmark-dev
   python3 python3-numpy python3-h5py python3-matplotlib

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "tensor/half.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -14,7 +15,25 @@ constexpr bool kHostAccessible = Kokkos::SpaceAccessibility<Kokkos::HostSpace, M
 using HostBytes = Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 using DevBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryUnmanaged>;
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+// bf16 sums: each pair added in fp32 and rounded back to bf16 (MPI has no bf16 type or sum).
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16(float(a[i]) + float(b[i]));
+}
+
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::bf16) {
+    if (op == ReduceOp::max) fail("MPI communicator: no bf16 max");
+    static MPI_Op sum = [] {  // made once, after MPI_Init (at the first bf16 reduction); kept to the end
+      MPI_Op o;
+      MPI_Op_create(&bf16_sum, 1, &o);
+      return o;
+    }();
+    return sum;
+  }
+  return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+}
 
 void to_host(std::vector<char>& dst, const void* src, size_t bytes) {
   dst.resize(bytes);
@@ -28,6 +47,11 @@ template <class T>
 void scale(void* p, size_t n, double f) {
   T* x = static_cast<T*>(p);
   for (size_t i = 0; i < n; ++i) x[i] = T(x[i] * f);
+}
+template <>
+void scale<bf16>(void* p, size_t n, double f) {
+  bf16* x = static_cast<bf16*>(p);
+  for (size_t i = 0; i < n; ++i) x[i] = bf16(float(x[i]) * float(f));
 }
 
 }  // namespace
@@ -73,7 +97,7 @@ Request MpiCommunicator::iallreduce(void* buf, size_t count, DType t, ReduceOp o
     to_host(o.staging, buf, bytes);
     p = o.staging.data();
   }
-  if (size_ > 1) MPI_Iallreduce(MPI_IN_PLACE, p, int(count), mpi_datatype(t), mpi_op(op), comm_, &o.req);
+  if (size_ > 1) MPI_Iallreduce(MPI_IN_PLACE, p, int(count), mpi_datatype(t), mpi_op(op, t), comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -97,12 +121,12 @@ Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t co
   // MPI copies the send buffer before Ireduce_scatter_block returns? Not guaranteed: keep it alive
   // by blocking here when staged (rare path: CUDA build without NCCL).
   if (!kHostAccessible) {
-    MPI_Reduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op), comm_);
+    MPI_Reduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op, t), comm_);
     o.done = true;
     finish(o);
     return start(std::move(o));
   }
-  MPI_Ireduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op), comm_, &o.req);
+  MPI_Ireduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op, t), comm_, &o.req);
   return start(std::move(o));
 }
 
@@ -183,6 +207,7 @@ void MpiCommunicator::finish(Op& op) {
       case DType::f64: scale<double>(host, op.result_count, f); break;
       case DType::i32: scale<int32_t>(host, op.result_count, f); break;
       case DType::i64: scale<int64_t>(host, op.result_count, f); break;
+      case DType::bf16: scale<bf16>(host, op.result_count, f); break;
     }
   }
   if (!kHostAccessible && op.result) to_device(op.result, op.staging, op.result_count * dtype_size(op.type));

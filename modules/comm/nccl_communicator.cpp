@@ -22,6 +22,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::f32: return ncclFloat32;
     case DType::f64: return ncclFloat64;
     case DType::i32: return ncclInt32;
+    case DType::bf16: return ncclBfloat16;  // NCCL >= 2.10; sums in fp32 internally
     default: return ncclInt64;
   }
 }

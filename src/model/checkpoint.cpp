@@ -52,7 +52,9 @@ CheckpointWriter::CheckpointWriter(const std::string& path, const CheckpointMeta
       {"meta", meta_bytes(meta)},
       {"config", meta.config_toml},
       {"optimizer", meta.optimizer},
-      {"updates", std::string(reinterpret_cast<const char*>(&updates), sizeof(updates))}};
+      {"updates", std::string(reinterpret_cast<const char*>(&updates), sizeof(updates))},
+      {"loss_scale", std::string(reinterpret_cast<const char*>(&meta.loss_scale), sizeof(double)) +
+                         std::string(reinterpret_cast<const char*>(&meta.loss_scale_clean), sizeof(int64_t))}};
   const uint32_t nsec = uint32_t(small.size() + floats.size());
   uint64_t offset = 16 + nsec * sizeof(Entry);
   for (const auto& [name, bytes] : small) {
@@ -161,6 +163,12 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     const std::string u = small("updates");
     if (u.size() != sizeof(int64_t)) fail_input(path, "corrupt checkpoint metadata (updates)");
     std::memcpy(&meta_.updates, u.data(), sizeof(int64_t));
+  }
+  if (has("loss_scale")) {  // (checkpoints from before mixed precision have none)
+    const std::string u = small("loss_scale");
+    if (u.size() != 16) fail_input(path, "corrupt checkpoint metadata (loss_scale)");
+    std::memcpy(&meta_.loss_scale, u.data(), 8);
+    std::memcpy(&meta_.loss_scale_clean, u.data() + 8, 8);
   }
   close_on_error.armed = false;
 }

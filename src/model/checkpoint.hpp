@@ -26,6 +26,8 @@ struct CheckpointMeta {
   std::string config_toml;
   std::string optimizer;  // "adamw" or empty (weights only)
   int64_t updates = -1;   // optimizer updates applied; -1: as many as steps
+  double loss_scale = 0;          // fp16's dynamic loss scale (0: the run that wrote it had none)
+  int64_t loss_scale_clean = 0;    // and its clean steps since the last change
 };
 
 // Streams a checkpoint out: the caller hands over each float section in order of the global layout.

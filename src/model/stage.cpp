@@ -28,7 +28,7 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
-      chunk_(o.chunk), maxB_(max_batch), T_(seq_len) {
+      chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
   const ModelConfig& c = config();
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
   first_ = layout_.chunks()[size_t(chunk_)].first;
@@ -56,6 +56,8 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   datty_ = uninitialized<T>("datty", N * C / tp);
   if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
   if (sp_) full_ = uninitialized<T>("sp_full", N * C);
+  if (sp_ && lin_.mixed()) full16_ = uninitialized<uint16_t>("sp_full16", N * C);
+  if (has_head() && lin_.mixed()) lnf16_ = uninitialized<uint16_t>("lnf16", N * C);
   if (has_head()) {
     lnf_ = uninitialized<T>("lnf", N * C);
     logits_ = uninitialized<T>("logits", N * size_t(layout_.local_vocab()));
@@ -91,9 +93,12 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const int nblocks = end_ - first_;
   auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // keep every slice 256-byte aligned
   // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
-  // region's (qkv, att, atty, fch) have all N rows and 1/tp of the columns.
-  const size_t per_block = pad(R * C) * 4 + pad(N * 3 * C / tp) + pad(att) + pad(N * C / tp) +
-                           pad(N * 4 * C / tp) * 2 + pad(R) * 4 +
+  // region's (qkv, att, atty, fch) have all N rows and 1/tp of the columns. The GEMMs' inputs (ln1,
+  // atty, ln2, fch_gelu) go to the 16-bit allocation under mixed precision.
+  const size_t gemm_inputs = pad(R * C) * 2 + pad(N * C / tp) + pad(N * 4 * C / tp);
+  const bool mixed = lin_.mixed();
+  const size_t per_block = pad(R * C) * 2 + pad(N * 3 * C / tp) + pad(att) + pad(N * 4 * C / tp) + pad(R) * 4 +
+                           (mixed ? 0 : gemm_inputs) +
                            (split ? pad(R * C) * 4 + pad(N * 4 * C / tp) + pad(N * 3 * C / tp) : 0);
   const size_t head = has_head() ? pad(R) * 2 + pad(R * C) : 0;
   const size_t embed = split && has_embedding() ? pad(R * C) : 0;
@@ -101,6 +106,7 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   a.B = B;
   a.seq_len = T_;
   a.mem = uninitialized<T>("activations", pad(R * C) + nblocks * per_block + head + embed);
+  if (mixed) a.mem16 = uninitialized<uint16_t>("activations16", nblocks * gemm_inputs);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   size_t off = 0;
@@ -109,19 +115,26 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
     off += pad(n);
     return p;
   };
+  size_t off16 = 0;
   auto m = [&](size_t rows, size_t cols) { return Mat<T>(take(rows * cols), rows, cols); };
+  auto g = [&](size_t rows, size_t cols) {  // a GEMM input
+    if (!mixed) return GemmInput<T>(m(rows, cols));
+    uint16_t* p = a.mem16.data() + off16;
+    off16 += pad(rows * cols);
+    return GemmInput<T>::low_bits(p, rows, cols);
+  };
   auto v = [&]() { return Vec<T>(take(R), R); };
   a.input = m(R, C);
   a.blocks.resize(nblocks);
   for (auto& s : a.blocks) {
-    s.ln1 = m(R, C);
+    s.ln1 = g(R, C);
     s.qkv = m(N, 3 * C / tp);
     s.att = Mat<T>(take(att), size_t(B) * c.n_head / tp * T_, T_);
-    s.atty = m(N, C / tp);
+    s.atty = g(N, C / tp);
     s.res2 = m(R, C);
-    s.ln2 = m(R, C);
+    s.ln2 = g(R, C);
     s.fch = m(N, 4 * C / tp);
-    s.fch_gelu = m(N, 4 * C / tp);
+    s.fch_gelu = g(N, 4 * C / tp);
     s.res3 = m(R, C);
     s.ln1_mean = v();
     s.ln1_rstd = v();
@@ -172,6 +185,17 @@ CMat<T> Stage<T>::gather(CMat<T> x, int B) {
   Mat<T> full = full_scratch(B);
   tp_->all_gather(x.data(), full.data(), x.size());
   return full;
+}
+
+template <class T>
+GemmInput<T> Stage<T>::gather_input(const GemmInput<T>& x, int B) {
+  if (!sp_) return x;
+  if (!x.is_low()) return gather(x.full, B);
+  // 16-bit rows travel as pairs of T (the bits are copied, not converted).
+  const size_t n = x.size();
+  if (n % 2 != 0 || sizeof(T) != 2 * sizeof(uint16_t)) fail("Stage: 16-bit rows of an odd size cannot be gathered");
+  tp_->all_gather(reinterpret_cast<const T*>(x.low.data()), reinterpret_cast<T*>(full16_.data()), n / 2);
+  return GemmInput<T>::low_bits(full16_.data(), size_t(B) * T_, x.cols());
 }
 
 template <class T>
@@ -252,24 +276,30 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
   const BlockParams p = block_view(store_->params(u), l);
   // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
   // once.
-  auto row_parallel = [&](Mat<T> out, CMat<T> x, CMat<T> w, CVec<T> b, CMat<T> residual) {
+  auto row_parallel = [&](Mat<T> out, const GemmInput<T>& x, CMat<T> w, CVec<T> b, CMat<T> residual) {
     if (!sp_) {
-      matmul_forward<T>(out, x, w, adds_once() ? b : CVec<T>(), adds_once() ? residual : CMat<T>());
+      lin_.forward(out, x, w, adds_once() ? b : CVec<T>(), adds_once() ? residual : CMat<T>());
       reduce_into(out, out);
       return;
     }
     Mat<T> partial = partial_scratch(a.B);
-    matmul_forward<T>(partial, x, w, CVec<T>());
+    lin_.forward(partial, x, w, CVec<T>());
     reduce_into(out, partial);
     add_bias_residual<T>(out, b, residual);
   };
-  layernorm_forward<T>(s.ln1, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b);
-  matmul_forward<T>(s.qkv, gather(s.ln1, a.B), p.qkvw, p.qkvb);
-  attention_forward<T>(s.atty, s.att, s.qkv, a.B, T_, nh);
+  lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
+  lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
+  if (s.atty.is_low()) {  // the attention's output GEMM writes T: rounded into the saved copy after
+    const Mat<T> y = as_mat(datty_, a.rows(), s.atty.cols());
+    attention_forward<T>(y, s.att, s.qkv, a.B, T_, nh);
+    lin_.store(s.atty, y);
+  } else {
+    attention_forward<T>(s.atty.full, s.att, s.qkv, a.B, T_, nh);
+  }
   row_parallel(s.res2, s.atty, p.attprojw, p.attprojb, in);  // res2 = in + attproj
-  layernorm_forward<T>(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b);
-  matmul_forward<T>(s.fch, gather(s.ln2, a.B), p.fcw, p.fcb);
-  gelu_forward<T>(flat(s.fch_gelu), flat(s.fch));
+  lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
+  lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);
+  lin_.write(s.fch_gelu, [&](auto out) { gelu_forward<T>(flat(out), flat(s.fch)); });
   row_parallel(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);  // res3 = res2 + mlp
   store_->release_params(u);
 }
@@ -277,7 +307,7 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
 template <class T>
 void Stage<T>::column_parallel_input(Mat<T> dln, CMat<T> dout, CMat<T> w, int B) {
   Mat<T> din = sp_ ? partial_scratch(B) : dln;
-  matmul_backward_input<T>(din, dout, w);
+  lin_.backward_input(din, dout, w);
   reduce_into(dln, din);
 }
 
@@ -300,12 +330,12 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, s.att.extent(0), T_);
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
-  auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, CMat<T> act, CMat<T> w, Mat<T> dw, Vec<T> db) {
+  auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, CMat<T> w, Mat<T> dw, Vec<T> db) {
     if (do_in && keep) Kokkos::deep_copy(kept, d);
     const CMat<T> rows = gather(kept, a.B);
-    if (do_in) matmul_backward_input<T>(din, rows, w);
+    if (do_in) lin_.backward_input(din, rows, w);
     if (do_w) {
-      matmul_backward_weight<T>(dw, Vec<T>(), rows, act);
+      lin_.backward_weight(dw, Vec<T>(), rows, act);  // (act has all N rows)
       bias_backward<T>(db, kept);
     }
   };
@@ -315,7 +345,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
     gelu_backward<T>(flat(dfch), flat(s.fch));
     column_parallel_input(dln2, dfch, p.fcw, a.B);
   }
-  if (do_w) matmul_backward_weight<T>(g.fcw, g.fcb, dfch, gather(s.ln2, a.B));
+  if (do_w) lin_.backward_weight(g.fcw, g.fcb, dfch, gather_input(s.ln2, a.B));
   if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
@@ -324,7 +354,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
     attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
     column_parallel_input(dln1, dqkv, p.qkvw, a.B);
   }
-  if (do_w) matmul_backward_weight<T>(g.qkvw, g.qkvb, dqkv, gather(s.ln1, a.B));
+  if (do_w) lin_.backward_weight(g.qkvw, g.qkvb, dqkv, gather_input(s.ln1, a.B));
   if (do_in) layernorm_backward_input<T>(d, dln1, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln1w, g.ln1b, dln1, in, s.ln1_mean, s.ln1_rstd);
   store_->release_params(u);

@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/linear.hpp"
 #include "model/stage_layout.hpp"
 #include "model/tp_group.hpp"
 #include "model/unit_store.hpp"
@@ -34,7 +35,9 @@ namespace gpt2 {
 template <class T>
 struct Activations {
   struct Block {
-    Mat<T> ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, res3;
+    // The GEMMs' saved inputs (16-bit under mixed precision) and the rest (always T).
+    GemmInput<T> ln1, atty, ln2, fch_gelu;
+    Mat<T> qkv, att, res2, fch, res3;
     Vec<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     // Split backward only: what the input pass leaves for the weight pass -- the gradients at the
     // block's output (d3) and at res2 (d2), at the projections' inputs (dfch, dqkv) and at the
@@ -42,7 +45,8 @@ struct Activations {
     Mat<T> d3, d2, dfch, dqkv, dln2, dln1;
   };
   int B = 0, seq_len = 0;
-  Buffer<T> mem;  // one allocation; the views below are slices of it
+  Buffer<T> mem;           // one allocation; the views below are slices of it
+  Buffer<uint16_t> mem16;  // mixed precision: the 16-bit GemmInputs' allocation
   Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> tokens, targets;  // (N) first / head stage
   Mat<T> input;                                                       // (rows,C) stage input
   std::vector<Block> blocks;
@@ -51,7 +55,7 @@ struct Activations {
   Mat<T> dembed;              // split backward, first stage: gradient at the embedding's output
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
   Mat<T> output() const { return blocks.back().res3; }  // (rows,C) sent to the next stage
-  size_t bytes() const { return mem.extent(0) * sizeof(T); }
+  size_t bytes() const { return mem.extent(0) * sizeof(T) + mem16.extent(0) * sizeof(uint16_t); }
 };
 
 // The parts of a microbatch's work on a stage: forward, the whole backward, or the backward split
@@ -69,6 +73,7 @@ struct StageOptions {
   TpGroup<T>* tp = nullptr;        // the layout's tensor-parallel group (null: one rank)
   bool sequence_parallel = false;  // LayerNorms and residuals on N / tp rows
   int chunk = 0;                   // which of the layout's chunks (virtual stages) this stage runs
+  Precision precision = Precision::fp32;  // GEMM inputs and their saved activations (model/linear.hpp)
   StageProbe probe;                // optional
 };
 
@@ -90,6 +95,8 @@ class Stage {
   bool sequence_parallel() const { return sp_; }
   // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
   int stream_rows(int B) const { return sp_ ? B * T_ / tp_->size() : B * T_; }
+  Precision precision() const { return lin_.precision(); }
+  size_t gemm16_scratch_bytes() const { return lin_.scratch_bytes(); }  // (after a step: at its peak)
 
   // The stage's own flat buffers in the local layout (empty with an external store).
   Buffer<T> params;
@@ -153,6 +160,7 @@ class Stage {
   // parallelism, the tensor itself otherwise). `reduce_into`: out (stream rows) = the sum over tp
   // of the partial (N,C) results in `partial` (a reduce-scatter, or an all-reduce in place).
   CMat<T> gather(CMat<T> x, int B);
+  GemmInput<T> gather_input(const GemmInput<T>& x, int B);  // the same for a GEMM's saved input
   void reduce_into(Mat<T> out, Mat<T> partial);
   Mat<T> full_scratch(int B) const { return Mat<T>(full_.data(), size_t(B) * T_, config().n_embd); }
   Mat<T> partial_scratch(int B) const { return Mat<T>(partial_.data(), size_t(B) * T_, config().n_embd); }
@@ -182,6 +190,8 @@ class Stage {
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
   Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;
+  Buffer<uint16_t> lnf16_, full16_;  // mixed precision: the head's GEMM input; gathered 16-bit rows
+  Linear<T> lin_;
 };
 
 }  // namespace gpt2

@@ -48,13 +48,18 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
   store_->prefetch_params(wu);
   const T* pnorm = store_->params(norm);
-  Mat<T> lnf(lnf_.data(), R, C), logits(logits_.data(), N, Vl);
-  layernorm_forward<T>(lnf, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
-                       unit_vec(pnorm, norm, Param::lnfb));
+  Mat<T> logits(logits_.data(), N, Vl);
+  // lnf: the LM head's input, 16-bit under mixed precision (the head's GEMMs all read it).
+  const GemmInput<T> lnf = lin_.mixed() ? GemmInput<T>::low_bits(lnf16_.data(), R, C) : GemmInput<T>(Mat<T>(lnf_.data(), R, C));
+  lin_.write(lnf, [&](auto out) {
+    layernorm_forward<T>(out, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
+                         unit_vec(pnorm, norm, Param::lnfb));
+  });
   store_->release_params(norm);
-  const Mat<T> wte(const_cast<T*>(store_->params(wu)), Vl, C);
-  const CMat<T> lnf_rows = gather(lnf, a.B);  // the LM head needs every row
-  matmul_forward<T>(logits, lnf_rows, wte, Vec<T>());
+  // wte is read by the forward GEMM and the input gradient's: rounded once under mixed precision.
+  const GemmInput<T> wte = lin_.hold(0, CMat<T>(store_->params(wu), Vl, C));
+  const GemmInput<T> lnf_rows = gather_input(lnf, a.B);  // the LM head needs every row
+  lin_.forward(logits, lnf_rows, wte, Vec<T>());
   if (tp_->size() > 1) {
     parallel_loss(logits, a, losses, need_grad, dloss);
   } else if (!need_grad) {
@@ -65,7 +70,9 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   if (need_grad) {
     // d(lnf) = dlogits @ wte: a column-parallel input gradient over the vocabulary.
     Mat<T> din = sp_ ? partial_scratch(a.B) : a.dlnf;
-    matmul_backward<T>(din, Mat<T>(store_->grads(wu), Vl, C), Vec<T>(), logits, lnf_rows, wte);
+    const GemmInput<T> dlogits = lin_.hold(1, logits);
+    lin_.backward_input(din, dlogits, wte);
+    lin_.backward_weight(Mat<T>(store_->grads(wu), Vl, C), Vec<T>(), dlogits, lnf_rows);
     reduce_into(a.dlnf, din);
   }
   store_->release_params(wu);

@@ -2,12 +2,21 @@
 
 #include <algorithm>
 
+#include "tensor/convert.hpp"
 #include "tensor/residual.hpp"
 
 namespace gpt2 {
 
-GradientReducer::GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer)
-    : dp_(dp), shards_(shards), mode_(mode), tracer_(tracer) {}
+GradientReducer::GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer, DType wire)
+    : dp_(dp), shards_(shards), mode_(mode), tracer_(tracer), wire_(wire) {}
+
+Buffer<bf16> GradientReducer::wire_buffer(size_t n) {
+  auto it = std::find_if(wire_pool_.begin(), wire_pool_.end(), [&](auto& b) { return b.extent(0) == n; });
+  if (it == wire_pool_.end()) return Buffer<bf16>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "reduce_bf16"), n);
+  Buffer<bf16> b = std::move(*it);
+  wire_pool_.erase(it);
+  return b;
+}
 
 void GradientReducer::begin_step(int step) {
   step_ = step;
@@ -25,9 +34,26 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
   for (size_t i = 0; i < ids.size(); ++i) {
     const Bucket& b = shards_.buckets()[size_t(ids[i])];
     const double t0 = tracer_.now();
-    Pending p{Request{}, u, nullptr, Buffer<float>(), i + 1 == ids.size() ? done : std::function<void()>()};
+    Pending p;
+    p.unit = u, p.dst = nullptr;
+    if (i + 1 == ids.size()) p.done = done;
     float* src = unit_grads + (b.range.begin - unit_begin);
-    if (!scatter) {
+    if (wire_ == DType::bf16) {
+      // Rounded into bf16 for the wire; back into fp32 when complete.
+      const size_t n = b.range.size(), piece = b.piece.size();
+      Buffer<bf16> send = wire_buffer(n);
+      convert<bf16, float>(Vec<bf16>(send.data(), n), Vec<const float>(src, n));
+      Kokkos::fence();  // the host communicator reads it next
+      if (!scatter) {
+        p.request = dp_.iallreduce(send.data(), n, DType::bf16, ReduceOp::avg);
+        p.wire = send, p.dst = src;
+      } else {
+        p.wire = wire_buffer(piece);
+        p.request = dp_.ireduce_scatter(send.data(), p.wire.data(), piece, DType::bf16, ReduceOp::avg);
+        p.wire_send = std::move(send);  // kept until the collective completes
+        p.dst = shard + b.shard_offset, p.add = accumulate;
+      }
+    } else if (!scatter) {
       p.request = dp_.iallreduce(src, b.range.size(), DType::f32, ReduceOp::avg);
     } else {
       float* out = shard + b.shard_offset;
@@ -47,7 +73,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
     }
     const double t1 = tracer_.now();
     issue_s_ += t1 - t0;
-    const size_t bytes = b.range.size() * sizeof(float) * (scatter ? 1 : 2);
+    const size_t bytes = b.range.size() * dtype_size(wire_) * (scatter ? 1 : 2);
     tracer_.record(scatter ? EventKind::reduce_scatter_issue : EventKind::allreduce_issue, step_, ids[i], t0, t1,
                    active() ? int64_t(bytes) : 0);
     pending_.push_back(std::move(p));
@@ -56,7 +82,14 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
 }
 
 void GradientReducer::complete(Pending& p) {
-  if (p.dst) {
+  if (p.wire.extent(0)) {
+    const size_t n = p.wire.extent(0);
+    const Vec<const bf16> in(p.wire.data(), n);
+    if (p.add) convert_add<float, bf16>(Vec<float>(p.dst, n), in);
+    else convert<float, bf16>(Vec<float>(p.dst, n), in);
+    wire_pool_.push_back(std::move(p.wire));
+    if (p.wire_send.extent(0)) wire_pool_.push_back(std::move(p.wire_send));
+  } else if (p.dst) {
     accumulate<float>(Vec<float>(p.dst, p.staging.extent(0)), Vec<float>(p.staging.data(), p.staging.extent(0)));
     staging_pool_.push_back(std::move(p.staging));
   }

@@ -7,11 +7,15 @@
 //                   its shard -- written, or added to what earlier microbatches left there
 // Trace events carry the collective's data volume as the ZeRO paper counts it (all-reduce twice the
 // buffer, reduce-scatter once); the bytes a rank puts on the wire are (D-1)/D of that.
+// On the wire the gradients are fp32, or bf16 (parallel.grad_reduce_dtype): each bucket is rounded
+// into a bf16 staging buffer, reduced there (fp32 adds, rounded back each time) and converted back
+// into the fp32 gradients or shard -- half the bytes, at bf16's precision.
 #include <functional>
 #include <vector>
 
 #include "parallel/shard_layout.hpp"
 #include "runtime/communicator.hpp"
+#include "tensor/half.hpp"
 #include "tensor/views.hpp"
 #include "trace/tracer.hpp"
 
@@ -20,7 +24,7 @@ namespace gpt2 {
 class GradientReducer {
  public:
   enum class Mode { all_reduce, reduce_scatter };
-  GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer);
+  GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer, DType wire = DType::f32);
 
   void begin_step(int step);
   // Reduces unit u's gradient, which lies at `unit_grads` (the unit's first element). All-reduce:
@@ -37,17 +41,23 @@ class GradientReducer {
  private:
   struct Pending {
     Request request;
-    int unit;
-    float* dst;              // accumulate: where the staged piece is added
+    int unit = 0;
+    float* dst = nullptr;              // accumulate: where the staged piece is added (bf16: where it goes)
     Buffer<float> staging;   // accumulate: the reduced piece
     std::function<void()> done;  // set on the unit's last bucket
+    Buffer<bf16> wire;       // bf16 on the wire: the bucket (all-reduce) or the received piece
+    Buffer<bf16> wire_send;  // bf16 reduce-scatter: the bucket sent
+    bool add = false;        // bf16: dst += the piece (else dst = it)
   };
+  Buffer<bf16> wire_buffer(size_t n);
   void complete(Pending& p);
   bool active() const { return dp_.size() > 1; }
   Communicator& dp_;
   const ShardLayout& shards_;
   Mode mode_;
   Tracer& tracer_;
+  DType wire_;
+  std::vector<Buffer<bf16>> wire_pool_;
   std::vector<Pending> pending_;
   std::vector<Buffer<float>> staging_pool_;
   int step_ = 0;

@@ -11,14 +11,15 @@ Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 }  // namespace
 
 ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
-                       const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer)
+                       const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire)
     : layout_(layout),
       dp_(dp),
       policy_(policy),
       tracer_(tracer),
       shards_(layout_, policy.optimizer ? dp.size() : 1, policy.optimizer ? dp.rank() : 0, bucket_elems),
       reducer_(dp, shards_,
-               policy.optimizer ? GradientReducer::Mode::reduce_scatter : GradientReducer::Mode::all_reduce, tracer) {
+               policy.optimizer ? GradientReducer::Mode::reduce_scatter : GradientReducer::Mode::all_reduce, tracer,
+               grad_wire) {
   const size_t n = layout_.local_size(), s = shards_.shard_size();
   if (!policy_.params) params_ = Buffer<float>("params", n);
   if (!policy_.grads) grads_ = Buffer<float>("grads", n);

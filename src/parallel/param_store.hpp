@@ -31,8 +31,9 @@ struct MemoryUse {
 
 class ParamStore final : public UnitStore<float> {
  public:
+  // grad_wire: the data-parallel gradient reduction's type on the wire (f32, or bf16).
   ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
-             const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer);
+             const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire = DType::f32);
   ~ParamStore() override;
 
   // ---- UnitStore ----

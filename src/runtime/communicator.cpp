@@ -11,13 +11,14 @@
 
 namespace gpt2 {
 
-size_t dtype_size(DType t) { return t == DType::f32 || t == DType::i32 ? 4 : 8; }
+size_t dtype_size(DType t) { return t == DType::bf16 ? 2 : t == DType::f32 || t == DType::i32 ? 4 : 8; }
 
 MPI_Datatype mpi_datatype(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
+    case DType::bf16: return MPI_UINT16_T;  // its sums need bf16_sum_op (mpi_communicator)
     default: return MPI_INT64_T;
   }
 }
@@ -93,6 +94,7 @@ void divide(void* p, size_t n, int by) {
 
 void Communicator::host_allreduce(void* buf, size_t count, DType t, ReduceOp op) {
   if (size() == 1 || count == 0) return;
+  if (t == DType::bf16) fail("host_allreduce: bf16 is for gradient reductions only");
   MPI_Request r;
   MPI_Iallreduce(MPI_IN_PLACE, buf, int(count), mpi_datatype(t), op == ReduceOp::max ? MPI_MAX : MPI_SUM,
                  mpi_comm(), &r);
@@ -103,6 +105,7 @@ void Communicator::host_allreduce(void* buf, size_t count, DType t, ReduceOp op)
     case DType::f64: divide<double>(buf, count, size()); break;
     case DType::i32: divide<int32_t>(buf, count, size()); break;
     case DType::i64: divide<int64_t>(buf, count, size()); break;
+    case DType::bf16: break;
   }
 }
 

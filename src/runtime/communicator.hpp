@@ -25,7 +25,9 @@
 
 namespace gpt2 {
 
-enum class DType { f32, f64, i32, i64 };
+// bf16: gradient reductions on the wire at half the bytes (parallel.grad_reduce_dtype); sums and
+// averages of bf16 add in fp32 and round back (MPI: a user-defined operation; NCCL: ncclBfloat16).
+enum class DType { f32, f64, i32, i64, bf16 };
 enum class ReduceOp { sum, avg, max };
 
 template <class T>

@@ -5,14 +5,14 @@
 
 namespace gpt2 {
 
-// out (n) = gelu(in (n));   flat over all elements
-template <class T>
-void gelu_forward(Vec<T> out, CVec<T> in) {
+// out (n) = gelu(in (n));   flat over all elements; computed in T, out stored as S (T, bf16, fp16)
+template <class T, class S = T>
+void gelu_forward(Vec<S> out, CVec<T> in) {
   Kokkos::parallel_for(
       "gelu_forward", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) {
         const T x = in(i);
         const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-        out(i) = T(0.5) * x * (T(1) + km::tanhf_(u));
+        out(i) = S(T(0.5) * x * (T(1) + km::tanhf_(u)));
       });
 }
 

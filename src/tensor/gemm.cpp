@@ -3,6 +3,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "core/error.hpp"
+#include "tensor/gemm_lowp.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
@@ -22,7 +23,11 @@ void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS ", what, " failed with status ", int(s));
 }
 
-cublasHandle_t handle() {
+}  // namespace
+
+namespace detail {
+// Shared with gemm_lowp.cpp's 16-bit GEMMs.
+cublasHandle_t cublas_handle() {
   if (!g_handle) {
     check(cublasCreate(&g_handle), "cublasCreate");
     check(cublasSetMathMode(g_handle, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
@@ -32,6 +37,10 @@ cublasHandle_t handle() {
   check(cublasSetStream(g_handle, Kokkos::Cuda().cuda_stream()), "cublasSetStream");
   return g_handle;
 }
+}  // namespace detail
+
+namespace {
+cublasHandle_t handle() { return detail::cublas_handle(); }
 
 cublasOperation_t op(Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
 }  // namespace
@@ -76,6 +85,7 @@ void gemm_set_tf32(bool on) {
 void gemm_set_host_threads(int) {}
 int gemm_host_threads() { return 0; }
 void gemm_finalize() {
+  gemm_lowp_finalize();
   if (g_handle) cublasDestroy(g_handle);
   g_handle = nullptr;
 }
@@ -113,9 +123,10 @@ template void gemm_strided_batched<double>(Op, Op, int, int, int, double, const 
 void gemm_set_tf32(bool) {}
 void gemm_set_host_threads(int n) {
   if (n > 0) openblas_set_num_threads(n);
+  gemm_lowp_set_threads(n);
 }
 int gemm_host_threads() { return openblas_get_num_threads(); }
-void gemm_finalize() {}
+void gemm_finalize() { gemm_lowp_finalize(); }
 
 #endif
 

@@ -9,8 +9,9 @@ namespace gpt2 {
 constexpr double kLayerNormEps = 1e-5;
 
 // out (N,C) = (in - mean) * rstd * w (C) + b (C);   saves mean (N), rstd (N) for backward
-template <class T>
-void layernorm_forward(Mat<T> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T> w, CVec<T> b) {
+// Statistics in T; out may be stored in another type S (bf16 / fp16 under mixed precision).
+template <class T, class S = T>
+void layernorm_forward(Mat<S> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T> w, CVec<T> b) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int N = in.extent(0), C = in.extent(1);
@@ -31,7 +32,7 @@ void layernorm_forward(Mat<T> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T>
             var);
         const T s = T(1) / km::sqrt(var / C + T(kLayerNormEps));
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                             [&](int c) { out(n, c) = (in(n, c) - m) * s * w(c) + b(c); });
+                             [&](int c) { out(n, c) = S((in(n, c) - m) * s * w(c) + b(c)); });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           mean(n) = m;
           rstd(n) = s;

@@ -60,9 +60,9 @@ void MetricsLog::step(const StepMetrics& m) {
   if (!f_) return;
   std::fprintf(f_,
                "{\"step\": %d, \"loss\": %s, \"lr\": %.17g, \"grad_norm\": %s, \"step_ms\": %.6g, "
-               "\"tokens_per_s\": %.6g, \"skipped\": %s}\n",
+               "\"tokens_per_s\": %.6g, \"skipped\": %s, \"loss_scale\": %.17g}\n",
                m.step, number(m.loss).c_str(), m.lr, number(m.grad_norm).c_str(), m.step_ms, m.tokens_per_s,
-               m.skipped ? "true" : "false");
+               m.skipped ? "true" : "false", m.loss_scale);
   std::fflush(f_);
 }
 

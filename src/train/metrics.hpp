@@ -14,7 +14,8 @@ struct StepMetrics {
   double tokens_per_s = 0;      // whole job
   double rank_tokens_per_s = 0; // this rank's share (its dp slice)
   double val_loss = -1;         // < 0: not evaluated at this step
-  bool skipped = false;         // update skipped: loss or gradient norm not finite (train.nonfinite)
+  bool skipped = false;         // update skipped: not finite (train.nonfinite), or an fp16 overflow
+  double loss_scale = 1;        // the loss scale the step ran with (fp16; 1 otherwise)
 };
 
 class MetricsLog {

@@ -6,6 +6,8 @@
 #include "runtime/schedule.hpp"
 #include "runtime/sharding.hpp"
 #include "runtime/tokenizer.hpp"
+#include "tensor/precision.hpp"
+#include "train/loss_scale.hpp"
 
 namespace gpt2 {
 
@@ -43,6 +45,9 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.log_every", &train.log_every, "steps between progress lines"},
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
       {"train.nonfinite", &train.nonfinite, "non-finite loss or gradient norm: stop | skip (the update)"},
+      {"train.precision", &train.precision, "fp32 | bf16 | fp16: GEMM inputs and saved activations (fp32 master weights)"},
+      {"train.initial_loss_scale", &train.initial_loss_scale, "fp16: the dynamic loss scale's start"},
+      {"train.loss_scale_window", &train.loss_scale_window, "fp16: clean steps before the loss scale doubles"},
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer (heads and MLP columns split; vocabulary-parallel loss)"},
@@ -56,6 +61,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.comm", &parallel.comm, CommRegistry::alternatives()},
       {"parallel.host_threads", &parallel.host_threads, "Kokkos host threads per rank (0: the rank's share of the cores)"},
       {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: the rank's share of the cores)"},
+      {"parallel.grad_reduce_dtype", &parallel.grad_reduce_dtype, "data-parallel gradient reduction on the wire: fp32 | bf16"},
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
@@ -166,6 +172,17 @@ void RunConfig::validate(int world_size) const {
   if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
   if (train.nonfinite != "stop" && train.nonfinite != "skip")
     fail_input("train.nonfinite", "expected stop or skip, got ", train.nonfinite);
+  Precision prec;
+  if (!parse_precision(train.precision, prec))
+    fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", train.precision, "\"");
+  // The loss-scale keys are fp16's, but a value that makes no sense is an error in any precision.
+  if (!(train.initial_loss_scale > 0) || !(train.initial_loss_scale <= LossScale::kMax))
+    fail_input("train.initial_loss_scale", "must be a positive finite number (at most 1e30), got ", train.initial_loss_scale);
+  if (train.loss_scale_window < 1)
+    fail_input("train.loss_scale_window", "must be at least 1 (clean steps before the scale doubles), got ",
+               train.loss_scale_window);
+  if (parallel.grad_reduce_dtype != "fp32" && parallel.grad_reduce_dtype != "bf16")
+    fail_input("parallel.grad_reduce_dtype", "expected fp32 or bf16, got \"", parallel.grad_reduce_dtype, "\"");
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 

@@ -40,6 +40,10 @@ struct TrainConfig {
   // A step whose loss or gradient norm is not finite: "stop" the run (no checkpoint from that
   // state) or "skip" its update (the step still counts: data position and lr schedule move on).
   std::string nonfinite = "stop";
+  // Mixed precision (README, Mixed precision): fp32 | bf16 | fp16, fp32 master weights throughout.
+  std::string precision = "fp32";
+  double initial_loss_scale = 65536;  // fp16: the dynamic loss scale's start
+  int loss_scale_window = 1000;       // fp16: clean steps in a row before the scale doubles
 };
 
 struct ParallelConfig {
@@ -56,6 +60,7 @@ struct ParallelConfig {
   std::string comm = "auto";      // auto | mpi | nccl
   int host_threads = 0;           // Kokkos host threads per rank; 0: cores on the node / ranks on it
   int blas_threads = 0;           // host BLAS threads per rank; 0: cores on the node / ranks on it
+  std::string grad_reduce_dtype = "fp32";  // gradients on the wire between dp ranks: fp32 | bf16
 };
 
 struct CheckpointConfig {

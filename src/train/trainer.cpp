@@ -10,6 +10,7 @@
 #include "runtime/collective.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/gemm.hpp"
+#include "tensor/precision.hpp"
 #include "train/nonfinite.hpp"
 
 namespace gpt2 {
@@ -68,12 +69,15 @@ void Trainer::setup_model() {
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
   store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, sharding_policy(p.zero), bucket,
-                                        cfg_.train.optimizer, oc, tracer_);
+                                        cfg_.train.optimizer, oc, tracer_,
+                                        p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
   StageOptions<float> so;
   so.store = store_.get();
   so.tp = tp_group_.get();
   so.sequence_parallel = p.sequence_parallel && p.tp > 1;
+  parse_precision(cfg_.train.precision, so.precision);
+  loss_scale_ = LossScale(so.precision == Precision::fp16, cfg_.train.initial_loss_scale, cfg_.train.loss_scale_window);
   if (cfg_.trace.units && !cfg_.trace.file.empty()) {
     // Unit timings for the performance model's calibration (fenced, so they cover the device work).
     so.probe = [this, start = 0.0](Pass pass, int unit, bool begin) mutable {
@@ -138,8 +142,11 @@ StepMetrics Trainer::train_step() {
   io.microbatch_size = mb_size_;
   io.load = [&](int mb, Activations<float>& a) { load_microbatch(*train_loader_, step_, mb, a); };
   io.losses = Vec<float>(losses_.data(), losses_.extent(0));
-  // Each dp rank's gradient is its slice's mean; averaging over dp gives the global-batch mean.
-  io.dloss = float(1.0 / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
+  // Each dp rank's gradient is its slice's mean; averaging over dp gives the global-batch mean. Under
+  // fp16 the loss gradient starts multiplied by the loss scale (and the gradients are divided by it
+  // again before the norm, clipping and the update).
+  const double scale = loss_scale_.scale();
+  io.dloss = float(scale / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
   io.need_grad = true;
   exec_->run(train_actions_, io);
   store_->finish_gradients();
@@ -152,20 +159,30 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   m.step = int(step_ + 1);
   m.lr = learning_rate(lr_, int(step_));
-  // train.nonfinite = "skip" decides on the update from the step's loss and gradient norm: the host
-  // reads them first. Otherwise they stay on the device until the update is queued (a non-finite
-  // step then stops the run before anything saves its state).
+  m.loss_scale = scale;
+  // train.nonfinite = "skip" and fp16's loss scaling decide on the update from the step's loss and
+  // gradient norm: the host reads them first. Otherwise they stay on the device until the update is
+  // queued (a non-finite step then stops the run before anything saves its state).
   const bool skip_mode = nonfinite_policy(cfg_.train.nonfinite) == NonFinitePolicy::skip;
+  const bool scaled = loss_scale_.dynamic();
   StepSums sums;
-  if (skip_mode) sums = read_step_sums(cfg_.parallel.microbatches);
-  m.skipped = skip_mode && !nonfinite_values(sums.loss, sums.grad_norm).empty();
+  if (skip_mode || scaled) sums = read_step_sums(cfg_.parallel.microbatches);
+  // An fp16 overflow: a finite loss with a non-finite gradient (the norm is all-reduced, so every
+  // rank sees the same). A non-finite loss is the forward's own trouble: train.nonfinite decides.
+  const bool overflow = scaled && std::isfinite(sums.loss) && !std::isfinite(sums.grad_norm);
+  if (scaled) sums.grad_norm /= scale;
+  m.skipped = overflow || (skip_mode && !nonfinite_values(sums.loss, sums.grad_norm).empty());
   skipped_ += m.skipped;
   if (!m.skipped) {
     Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
-    store_->optimizer_step(m.lr, GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip));
+    // fp16: the gradients are unscaled on the fly with the clipping factor of their true norm.
+    const GradScale gs = scaled ? GradScale(clip_factor(sums.grad_norm, cfg_.train.grad_clip) / scale)
+                                : GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip);
+    store_->optimizer_step(m.lr, gs);
     Kokkos::fence();
   }
-  if (!skip_mode) sums = read_step_sums(cfg_.parallel.microbatches);
+  loss_scale_.update(overflow);
+  if (!skip_mode && !scaled) sums = read_step_sums(cfg_.parallel.microbatches);
   m.loss = sums.loss;
   m.grad_norm = sums.grad_norm;
   ++step_;

@@ -25,6 +25,7 @@
 #include "runtime/environment.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/topology.hpp"
+#include "train/loss_scale.hpp"
 #include "train/metrics.hpp"
 #include "train/run_config.hpp"
 #include "trace/tracer.hpp"
@@ -69,6 +70,7 @@ class Trainer {
   const StageLayout& stage_layout() const { return stages_.front()->layout(); }  // the rank's
   const RunConfig& config() const { return cfg_; }
   const Tracer& tracer() const { return tracer_; }
+  const LossScale& loss_scale() const { return loss_scale_; }
   const PipelineExecutor& executor() const { return *exec_; }
   ParamStore& store() { return *store_; }
   const CommGroups& groups() const { return *groups_; }
@@ -137,7 +139,8 @@ class Trainer {
   int blas_threads_ = 1;
   std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while checkpoint.dir is set
   int64_t saved_step_ = -1;                      // step of the last checkpoint written or loaded
-  int64_t skipped_ = 0;                          // updates skipped (train.nonfinite = "skip")
+  int64_t skipped_ = 0;                          // updates skipped (non-finite, or fp16 overflows)
+  LossScale loss_scale_;                         // fp16's dynamic loss scale (1 otherwise)
   std::string end_message_;
 };
 

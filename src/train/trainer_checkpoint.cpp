@@ -129,6 +129,7 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
   if (!with_optimizer) return;
   step_ = file.meta().step;
   opt.set_steps_taken(file.meta().updates);
+  loss_scale_.restore(file.meta().loss_scale, file.meta().loss_scale_clean);
   sample_rng_.set_state(file.meta().rng);
 }
 
@@ -171,6 +172,7 @@ void Trainer::save_checkpoint() {
   meta.config_toml = cfg_.toml();
   meta.optimizer = store_->optimizer().name();
   meta.updates = store_->optimizer().steps_taken();
+  if (loss_scale_.dynamic()) meta.loss_scale = loss_scale_.scale(), meta.loss_scale_clean = loss_scale_.clean_steps();
   const std::vector<std::string> sections = store_->sections();
   std::unique_ptr<CheckpointWriter> w;
   if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), sections);

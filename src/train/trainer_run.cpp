@@ -1,9 +1,11 @@
 // Trainer: the run loop (steps, evaluations, samples, checkpoints; stop signals and non-finite
 // steps end it early) and the trace.
+#include <cmath>
 #include <cstdio>
 
 #include "perf/simulator.hpp"
 #include "runtime/stop_signals.hpp"
+#include "tensor/gemm_lowp.hpp"
 #include "trace/hdf5_trace.hpp"
 #include "train/nonfinite.hpp"
 #include "train/trainer.hpp"
@@ -77,6 +79,10 @@ RunEnd Trainer::run() {
     std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
                 layout_->total() / 1e6, (long long)t.batch_size, cfg_.data.seq_len,
                 cfg_.parallel.microbatches, mb_size_, (long long)train_loader_->batches_per_epoch());
+    if (cfg_.train.precision != "fp32")
+      std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", cfg_.train.precision.c_str(),
+                  gemm_lowp_backend(cfg_.train.precision == "bf16").c_str(),
+                  loss_scale_.dynamic() ? ", dynamic loss scaling" : "");
     std::fflush(stdout);
   }
   double time_sum = 0, tok_sum = 0, rank_tok_sum = 0;
@@ -120,7 +126,11 @@ RunEnd Trainer::run() {
         std::printf("%s\n", progress_line(m, t.steps, mean * double(t.steps - step_)).c_str());
         if (m.val_loss >= 0) std::printf("step %d | val loss %.4f\n", m.step, m.val_loss);
       }
-      if (m.skipped) std::printf("step %d: non-finite %s: update skipped (train.nonfinite = \"skip\")\n", m.step, bad.c_str());
+      if (m.skipped && loss_scale_.dynamic() && std::isfinite(m.loss))
+        std::printf("step %d: gradient overflow at loss scale %g: update skipped, loss scale now %g\n", m.step,
+                    m.loss_scale, loss_scale_.scale());
+      else if (m.skipped)
+        std::printf("step %d: non-finite %s: update skipped (train.nonfinite = \"skip\")\n", m.step, bad.c_str());
       std::fflush(stdout);
     }
     if (how == RunEnd::diverged) break;
@@ -136,7 +146,9 @@ RunEnd Trainer::run() {
   if (how != RunEnd::completed || cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
   print_summary(timed ? time_sum / timed : 0, timed ? tok_sum / timed : 0, timed ? rank_tok_sum / timed : 0);
   if (root && skipped_ > 0)
-    std::printf("%lld update(s) skipped for non-finite values (train.nonfinite = \"skip\")\n", (long long)skipped_);
+    std::printf("%lld update(s) skipped for non-finite values (%s)\n", (long long)skipped_,
+                loss_scale_.dynamic() ? "fp16 gradient overflows under loss scaling, or train.nonfinite = \"skip\""
+                                      : "train.nonfinite = \"skip\"");
   std::fflush(stdout);
   return how;
 }

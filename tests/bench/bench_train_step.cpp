@@ -30,6 +30,7 @@
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
+#include "tensor/gemm_lowp.hpp"
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
 
@@ -153,12 +154,17 @@ void maybe_write_kernel_table(const ModelConfig& cfg, int B, int T, Step&& step)
   std::fclose(f);
 }
 
+// precision: train.precision's; convert: 16-bit GEMMs through the converting path even with oneDNN.
 // fused_tail: as the trainer does it, AdamW leaves the gradients zeroed for the next step (no pass
 // of its own); else a separate zeroing pass (zero_ms), for comparison.
-void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, bool fused_tail = true) {
+void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, Precision precision = Precision::fp32,
+                bool convert = false, bool fused_tail = true) {
   const ParamLayout layout(cfg);
   const StageLayout sl(layout, 0, cfg.n_layer);
-  Stage<float> stage(sl, B, T);
+  StageOptions<float> so;
+  so.precision = precision;
+  gemm_lowp_force_convert(convert);
+  Stage<float> stage(sl, B, T, so);
   stage.init_params(1);
   OptimizerConfig oc;
   oc.weight_decay = 0.1;
@@ -208,13 +214,29 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, b
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] = benchmark::Counter(tokens * flops_per_token / 1e9, benchmark::Counter::kIsRate);
   state.counters["params_M"] = double(layout.total()) / 1e6;
+  // Memory of this one-rank step: parameters, gradients and AdamW moments in fp32 whatever the
+  // precision; saved activations of the microbatch; 16-bit copies of weights / gradients for GEMMs.
+  const double MiB = 1024.0 * 1024.0;
+  state.counters["param_grad_opt_MiB"] = 16.0 * double(layout.total()) / MiB;
+  state.counters["act_MiB"] = double(a.bytes()) / MiB;
+  state.counters["gemm16_scratch_MiB"] = double(stage.gemm16_scratch_bytes()) / MiB;
+  gemm_lowp_force_convert(false);
 }
 
 void BM_TrainStep_124M_B4_T64(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64); }
-void BM_TrainStep_124M_B4_T64_UnfusedTail(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64, false); }
+void BM_TrainStep_124M_B4_T64_UnfusedTail(benchmark::State& s) {
+  train_step(s, gpt2_124m(), 4, 64, Precision::fp32, false, false);
+}
+// train.precision = "bf16": the host's bf16 GEMMs (oneDNN when built with it), then the converting path.
+void BM_TrainStep_124M_B4_T64_bf16(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64, Precision::bf16); }
+void BM_TrainStep_124M_B4_T64_bf16_convert(benchmark::State& s) {
+  train_step(s, gpt2_124m(), 4, 64, Precision::bf16, true);
+}
 void BM_TrainStep_Small_B8_T256(benchmark::State& s) { train_step(s, small(), 8, 256); }
 BENCHMARK(BM_TrainStep_124M_B4_T64)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_UnfusedTail)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+BENCHMARK(BM_TrainStep_124M_B4_T64_bf16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+BENCHMARK(BM_TrainStep_124M_B4_T64_bf16_convert)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_Small_B8_T256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
 
 // ---- kernels at GPT-2 124M shapes (B=4, T=64: N=256 rows, C=768) ----------------------------
@@ -235,6 +257,21 @@ void BM_Sgemm_LMHead(benchmark::State& s) {
   report(s, 2.0 * kN * kVp * kC);
 }
 BENCHMARK(BM_Sgemm_LMHead)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The same GEMM with bf16 inputs (fp32 accumulation): oneDNN's (arg 0) or the converting path (1).
+void BM_GemmBf16_LMHead(benchmark::State& s) {
+  Buffer<bf16> x("x16", size_t(kN) * kC), w("w16", size_t(kVp) * kC);
+  auto y = random_buffer(size_t(kN) * kVp, 3);
+  gemm_lowp_force_convert(s.range(0) == 1);
+  s.SetLabel(gemm_lowp_backend(true));
+  for (auto _ : s) {
+    gemm_lowp<bf16>(Op::N, Op::T, kN, kVp, kC, 1.0f, x.data(), kC, w.data(), kC, 0.0f, y.data(), kVp);
+    Kokkos::fence();
+  }
+  gemm_lowp_force_convert(false);
+  report(s, 2.0 * kN * kVp * kC);
+}
+BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Embedding(benchmark::State& s) {
   auto wte = random_buffer(size_t(kVp) * kC, 1), wpe = random_buffer(size_t(1024) * kC, 2);

@@ -160,6 +160,18 @@ def main():
         ("no checkpoint verifies", train(deck("p32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
         ("negative checkpoint.keep", train(deck("p33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
         ("unknown train.nonfinite", train(deck("p34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
+        # Mixed precision: the precision's name, loss-scale settings that make no sense, the reduction's dtype.
+        ("unknown train.precision", train(deck("mp1", train__precision="fp8")), 2, 'train.precision: expected fp32, bf16 or fp16, got "fp8"'),
+        ("zero initial_loss_scale", train(deck("mp2", train__precision="fp16", train__initial_loss_scale=0)), 2,
+         "train.initial_loss_scale: must be a positive finite number"),
+        ("negative initial_loss_scale", train(deck("mp3", train__initial_loss_scale=-1.0)), 2,
+         "train.initial_loss_scale: must be a positive finite number"),
+        ("infinite initial_loss_scale", train(deck("mp4", train__precision="fp16"), "--set", "train.initial_loss_scale=inf"), 2,
+         "train.initial_loss_scale: must be a positive finite number"),
+        ("zero loss_scale_window", train(deck("mp5", train__precision="fp16", train__loss_scale_window=0)), 2,
+         "train.loss_scale_window: must be at least 1"),
+        ("unknown grad_reduce_dtype", train(deck("mp6", parallel__grad_reduce_dtype="fp16")), 2,
+         'parallel.grad_reduce_dtype: expected fp32 or bf16, got "fp16"'),
         ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
         ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
         # A shape read from a checkpoint is checked against the file before anything is allocated.

@@ -1,6 +1,7 @@
 // The model against an independent PyTorch GPT-2 (tests/reference/make_fixtures.py, float64):
 // loss, every gradient, and a 10-step AdamW trajectory with clipping, in our fp32 model.
 #include <cmath>
+#include <cstdio>
 
 #include "fixture.hpp"
 #include "model/stage.hpp"
@@ -128,4 +129,51 @@ TEST(PyTorchReference, AdamWTrajectoryWithClipping) {
     EXPECT_LT(rel_l2(p, p_ref, {b, b + C}), 1e-4) << ti.name() << " (q)";
     EXPECT_LT(rel_l2(p, p_ref, {b + 2 * C, b + 3 * C}), 1e-4) << ti.name() << " (v)";
   }
+}
+
+// Our bf16 (train.precision = "bf16") against PyTorch's autocast(bf16) on the same weights and batch
+// (tests/reference/make_autocast_fixture.py). The two round at different places -- autocast also
+// rounds every matmul's OUTPUT to bf16 (the logits and the loss included: its loss is a bf16 number)
+// and runs the attention products in bf16; ours keeps GEMM outputs, attention and the loss in fp32
+// -- so they agree to bf16's precision, not bit for bit. bf16 keeps 8 significant bits (unit
+// roundoff u = 2^-9 = 2e-3); a gradient passes through several roundings per layer (activation,
+// weight and output gradient at each GEMM, forward and backward), and on this model both runs land
+// 1e-2 to 4e-2 (5u to 20u) from the float64 gradients, so the two differ by up to their sum: the
+// bound is 5e-2 per tensor (relative L2), 25u. The loss: autocast's is rounded to bf16 (an ulp at
+// 4.2 is 2^-5, 7e-3 relative): 1e-2 relative. fp16 (u = 2^-12) against float64: 5e-3, 20u.
+// That our runs really round (and are not fp32 passing a loose bound) is checked too: bf16 differs
+// from float64 100x more than fp32 does, and 4x more than fp16 (3 bits fewer: 8x expected).
+TEST(PyTorchReference, Bf16MatchesAutocast) {
+  Reference ref;
+  const auto autocast = read_fixture(std::string(GPT2_SOURCE_DIR) + "/tests/fixtures/tiny_bf16_autocast.bin");
+  const ParamLayout layout(ref.cfg);
+  const auto w = ref.flat(layout, "");
+  const auto g64 = ref.flat(layout, "grad.");
+  std::vector<double> g_auto(layout.total(), 0.0);
+  for (const TensorInfo& ti : layout.tensors()) {
+    const auto& v = autocast.at("grad." + ti.name()).values;
+    std::copy(v.begin(), v.end(), g_auto.begin() + ti.range.begin);
+  }
+  std::map<Precision, std::vector<float>> grads;
+  std::map<Precision, double> losses, off64;  // off64: worst relative difference from float64
+  for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16}) {
+    StageOptions<float> so;
+    so.precision = p;
+    Stage<float> stage(StageLayout(layout, 0, ref.cfg.n_layer), ref.B, ref.T, so);
+    Kokkos::deep_copy(stage.params, from_host(std::vector<float>(w.begin(), w.end())));
+    auto a = stage.make_activations(ref.B);
+    losses[p] = forward_backward(stage, a, ref, "tokens", "targets", 0);
+    grads[p] = to_host(stage.grads);
+    for (const TensorInfo& ti : layout.tensors()) off64[p] = std::max(off64[p], rel_l2(grads[p], g64, ti.range));
+  }
+  const double want = autocast.at("loss").values[0];
+  EXPECT_NEAR(losses[Precision::bf16], want, 1e-2 * want);
+  for (const TensorInfo& ti : layout.tensors()) {
+    EXPECT_LT(rel_l2(grads[Precision::bf16], g_auto, ti.range), 5e-2) << ti.name();
+    EXPECT_LT(rel_l2(grads[Precision::fp16], g64, ti.range), 5e-3) << ti.name();
+  }
+  std::printf("  worst gradient difference from float64: fp32 %.1e, fp16 %.1e, bf16 %.1e\n", off64[Precision::fp32],
+              off64[Precision::fp16], off64[Precision::bf16]);
+  EXPECT_GT(off64[Precision::bf16], 100 * off64[Precision::fp32]) << "the bf16 run should show bf16's rounding";
+  EXPECT_GT(off64[Precision::bf16], 4 * off64[Precision::fp16]) << "fp16 should round finer than bf16";
 }

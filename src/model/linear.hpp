@@ -1,0 +1,90 @@
+#pragma once
+// The stage's linear layers (and the LM head) in the run's precision (tensor/precision.hpp).
+// fp32: matmul.hpp as it is. bf16 / fp16: every GEMM reads 16-bit inputs and accumulates in fp32
+// into fp32 outputs -- the weights (fp32 masters) and incoming gradients are rounded into scratch
+// on the way in; the activations saved for the GEMMs (GemmInput) are stored in 16 bits already.
+// Biases, residual adds and the weight and bias gradients stay in fp32.
+#include <utility>
+
+#include "tensor/gemm.hpp"
+#include "tensor/half.hpp"
+#include "tensor/precision.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+// An activation that feeds GEMMs: in T (`full`), or under mixed precision in 16 bits (`low`, the
+// bits of a bf16 or fp16 per element). Exactly one of the two is set (both empty: no tensor).
+template <class T>
+struct GemmInput {
+  Mat<T> full;
+  Mat<uint16_t> low;
+  GemmInput() = default;
+  GemmInput(Mat<T> m) : full(m) {}  // NOLINT: a T matrix is a GemmInput
+  GemmInput(CMat<T> m) : full(const_cast<T*>(m.data()), m.extent(0), m.extent(1)) {}  // NOLINT
+  static GemmInput low_bits(uint16_t* p, size_t rows, size_t cols) {
+    GemmInput g;
+    g.low = Mat<uint16_t>(p, rows, cols);
+    return g;
+  }
+  bool is_low() const { return low.data() != nullptr; }
+  size_t rows() const { return is_low() ? low.extent(0) : full.extent(0); }
+  size_t cols() const { return is_low() ? low.extent(1) : full.extent(1); }
+  size_t size() const { return rows() * cols(); }
+  template <class L>
+  Mat<L> as() const {  // the 16-bit storage as L (bf16 or fp16)
+    return Mat<L>(reinterpret_cast<L*>(low.data()), low.extent(0), low.extent(1));
+  }
+};
+
+template <class T>
+class Linear {
+ public:
+  explicit Linear(Precision p = Precision::fp32);
+  Precision precision() const { return p_; }
+  bool mixed() const { return p_ != Precision::fp32; }
+
+  // out (N,OC) = in (N,C) @ w (OC,C)^T + b (OC) [+ residual (N,OC)]; b, residual may be empty.
+  // Every operand is a GemmInput: a T matrix (converted to 16 bits in scratch under mixed precision)
+  // or 16-bit data (saved activations, `hold`).
+  void forward(Mat<T> out, const GemmInput<T>& in, const GemmInput<T>& w, CVec<T> b, CMat<T> residual = {});
+  // din (N,C) = dout (N,OC) @ w (OC,C)   (or += when accumulate)
+  void backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmInput<T>& w, bool accumulate = false);
+  // dw (OC,C) += dout^T @ in;   db (OC) += colsum(dout) when db is not empty (dout then in T)
+  void backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in);
+
+  // An operand used by several GEMMs (the LM head's wte and dlogits), converted once: x itself in
+  // fp32, else its 16-bit copy in hold slot 0 or 1, valid until that slot is held again.
+  GemmInput<T> hold(int slot, CMat<T> x);
+
+  // Fills x by running f on it as a Mat<S>: S = T, or the 16-bit type of the precision. Kernels
+  // templated on their output's storage type write the 16-bit activations directly.
+  template <class F>
+  void write(const GemmInput<T>& x, F&& f) const {
+    if (!x.is_low()) f(x.full);
+    else if (p_ == Precision::bf16) f(x.template as<bf16>());
+    else f(x.template as<fp16>());
+  }
+  // Bytes of the 16-bit copies of weights and gradients held for the GEMMs (mixed precision).
+  size_t scratch_bytes() const {
+    size_t n = 0;
+    for (const auto& s : scratch_) n += s.extent(0) * sizeof(uint16_t);
+    return n;
+  }
+  // x = values (rounded to 16 bits under mixed precision).
+  void store(const GemmInput<T>& x, CMat<T> values) const;
+
+ private:
+  // A 16-bit copy of a GEMM operand in scratch slot 0 or 1 (the operand itself when already 16-bit).
+  const uint16_t* low_operand(int slot, const GemmInput<T>& x);
+  uint16_t* scratch(int slot, size_t n);
+  template <class L>
+  void gemm16(Op opA, Op opB, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+              float beta, T* C, int ldc) const;
+  void gemm_low(Op opA, Op opB, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
+                float beta, T* C, int ldc) const;
+  Precision p_;
+  Buffer<uint16_t> scratch_[4];  // 0, 1: operands of one GEMM; 2, 3: held
+};
+
+}  // namespace gpt2

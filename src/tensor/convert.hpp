@@ -1,0 +1,25 @@
+#pragma once
+// Elementwise conversion between storage types (fp32 <-> bf16 / fp16, float <-> double): the
+// 16-bit GEMM inputs are made from fp32 values with it.
+#include "tensor/half.hpp"
+#include "tensor/views.hpp"
+
+namespace gpt2 {
+
+// out (n) = To(in (n))
+template <class To, class From>
+void convert(Vec<To> out, Vec<const From> in) {
+  using C = typename compute_type<From>::type;
+  Kokkos::parallel_for(
+      "convert", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) { out(i) = To(C(in(i))); });
+}
+
+// out (n) += To(in (n))
+template <class To, class From>
+void convert_add(Vec<To> out, Vec<const From> in) {
+  using C = typename compute_type<From>::type;
+  Kokkos::parallel_for(
+      "convert_add", Kokkos::RangePolicy<ExecSpace>(0, in.extent(0)), KOKKOS_LAMBDA(int64_t i) { out(i) += To(C(in(i))); });
+}
+
+}  // namespace gpt2

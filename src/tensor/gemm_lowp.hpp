@@ -1,0 +1,29 @@
+#pragma once
+// GEMMs with 16-bit inputs (bf16 or fp16) and fp32 accumulation and output, row-major as gemm.hpp:
+//   C(M,N) (fp32) = alpha * op(A) * op(B) + beta * C,   A and B in L = bf16 | fp16.
+// CUDA: cublasGemmEx (CUDA_R_16BF / CUDA_R_16F inputs, CUBLAS_COMPUTE_32F). Host: oneDNN's bf16
+// matmul when the build has oneDNN (it uses AVX512_BF16 / AMX where the CPU has them); otherwise,
+// and for fp16 (no CPU here has an fp16 GEMM), the inputs are converted to fp32 and go to sgemm --
+// the same products, since a 16-bit value is exact in fp32.
+#include <string>
+
+#include "tensor/gemm.hpp"
+#include "tensor/half.hpp"
+
+namespace gpt2 {
+
+template <class L>
+void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int lda, const L* B, int ldb,
+               float beta, float* C, int ldc);
+
+// Host: true makes every 16-bit GEMM take the converting path (benchmarks and tests compare them).
+void gemm_lowp_force_convert(bool on);
+// What does a bf16 / fp16 GEMM run on in this build: "oneDNN", "convert+BLAS" or "cuBLAS".
+std::string gemm_lowp_backend(bool bf16_inputs);
+
+// Host BLAS threads for the oneDNN GEMMs (gemm_set_host_threads passes its count on).
+void gemm_lowp_set_threads(int n);
+// Frees the converting path's buffers (gemm_finalize calls it before Kokkos finalizes).
+void gemm_lowp_finalize();
+
+}  // namespace gpt2

@@ -1,0 +1,194 @@
+// Mixed precision's pieces (named Kernels.* so the thread-count runs include them): the 16-bit
+// types' rounding, the 16-bit GEMMs (oneDNN and the converting path) against double products of
+// the rounded inputs, kernels writing 16-bit outputs, and Linear rounding every GEMM input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "model/linear.hpp"
+#include "tensor/convert.hpp"
+#include "tensor/gelu.hpp"
+#include "tensor/gemm_lowp.hpp"
+#include "tensor/layernorm.hpp"
+#include "test_util.hpp"
+
+using namespace gpt2;
+using namespace gpt2::test;
+
+namespace {
+float bf(float x) { return float(bf16(x)); }
+float hf(float x) { return float(fp16(x)); }
+
+// Rounds host values through L.
+template <class L>
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = float(L(v[i]));
+  return out;
+}
+std::vector<float> random_floats(size_t n, uint64_t seed) {
+  const std::vector<double> d = random_vector(n, seed);
+  return std::vector<float>(d.begin(), d.end());
+}
+
+// C (M,N) = alpha op(A) op(B) + beta C in double, row-major with tight leading dimensions.
+std::vector<double> reference_gemm(Op oa, Op ob, int M, int N, int K, double alpha, const std::vector<float>& A,
+                                   const std::vector<float>& B, double beta, const std::vector<float>& C) {
+  std::vector<double> out(size_t(M) * N);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k)
+        s += double(oa == Op::N ? A[size_t(i) * K + k] : A[size_t(k) * M + i]) *
+             double(ob == Op::N ? B[size_t(k) * N + j] : B[size_t(j) * K + k]);
+      out[size_t(i) * N + j] = alpha * s + beta * C[size_t(i) * N + j];
+    }
+  return out;
+}
+
+template <class L>
+Buffer<L> to_device16(const std::vector<float>& v) {
+  Buffer<float> f = from_host(v);
+  Buffer<L> out("x16", v.size());
+  convert<L, float>(Vec<L>(out.data(), v.size()), Vec<const float>(f.data(), v.size()));
+  return out;
+}
+
+template <class L>
+void check_gemm16(bool force_convert) {
+  gemm_lowp_force_convert(force_convert);
+  const int M = 37, N = 29, K = 70;  // odd shapes: no kernel's favourite
+  for (Op oa : {Op::N, Op::T})
+    for (Op ob : {Op::N, Op::T})
+      for (float beta : {0.0f, 1.0f}) {
+        const std::vector<float> A = random_floats(size_t(M) * K, 1), B = random_floats(size_t(K) * N, 2),
+                                 C0 = random_floats(size_t(M) * N, 3);
+        const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, rounded<L>(A), rounded<L>(B), beta, C0);
+        Buffer<L> a = to_device16<L>(A), b = to_device16<L>(B);
+        Buffer<float> c = from_host(C0);
+        gemm_lowp<L>(oa, ob, M, N, K, 0.5f, a.data(), oa == Op::N ? K : M, b.data(), ob == Op::N ? N : K, beta,
+                     c.data(), N);
+        Kokkos::fence();
+        const std::vector<float> got = to_host(c);
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+        // fp32 accumulation of K products of magnitude <= 1: well inside 1e-4.
+        EXPECT_LT(worst, 1e-4) << gemm_lowp_backend(std::is_same_v<L, bf16>) << " op " << int(oa) << int(ob)
+                               << " beta " << beta;
+      }
+  gemm_lowp_force_convert(false);
+}
+}  // namespace
+
+TEST(Kernels, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(bf(1.0f), 1.0f);
+  EXPECT_EQ(bf(1.0f + std::ldexp(1.0f, -8)), 1.0f);  // a tie: to the even neighbour (1)
+  EXPECT_EQ(bf(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));  // a tie: up to even
+  EXPECT_EQ(bf(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -12)), 1.0f + std::ldexp(1.0f, -7));  // past it
+  EXPECT_EQ(bf(-3.140625f), -3.140625f);  // exact in 8 bits of mantissa
+  EXPECT_NEAR(bf(3.0e38f), 3.0e38f, 3.0e38f / 256);  // fp32's range: large values stay finite
+  EXPECT_TRUE(std::isfinite(bf(3.0e38f)));
+  EXPECT_TRUE(std::isinf(bf(std::numeric_limits<float>::infinity())));
+  EXPECT_TRUE(std::isnan(bf(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(bf16(1.0f).bits, 0x3f80);
+}
+
+TEST(Kernels, Fp16RoundsAndOverflowsToInfinity) {
+  EXPECT_EQ(hf(65504.0f), 65504.0f);  // the largest finite half
+  EXPECT_EQ(hf(65519.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(hf(65520.0f)));  // rounds up past the largest: infinity (loss scaling sees it)
+  EXPECT_TRUE(std::isinf(hf(-1e6f)) && hf(-1e6f) < 0);
+  EXPECT_EQ(hf(std::ldexp(1.0f, -24)), std::ldexp(1.0f, -24));  // the smallest subnormal
+  EXPECT_EQ(hf(std::ldexp(1.0f, -26)), 0.0f);                    // below half of it
+  EXPECT_EQ(hf(1.0f + std::ldexp(1.0f, -11)), 1.0f);             // a tie: to even
+  EXPECT_EQ(hf(1.0f + 3 * std::ldexp(1.0f, -11)), 1.0f + std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(hf(std::numeric_limits<float>::quiet_NaN())));
+  // Every finite half survives float and back, and float's conversion is the exact value.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    fp16 h;
+    h.bits = uint16_t(b);
+    const float f = h;
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(fp16(f).bits, h.bits) << b;
+  }
+  fp16 min_normal;
+  min_normal.bits = 0x0400;
+  EXPECT_EQ(float(min_normal), std::ldexp(1.0f, -14));
+}
+
+TEST(Kernels, GemmBf16MatchesDoubleOfRoundedInputs) { check_gemm16<bf16>(false); }
+TEST(Kernels, GemmBf16ConvertingPathMatches) { check_gemm16<bf16>(true); }
+TEST(Kernels, GemmFp16MatchesDoubleOfRoundedInputs) { check_gemm16<fp16>(false); }
+
+// LayerNorm and GELU writing bf16 store exactly their fp32 results rounded.
+TEST(Kernels, LayerNormAndGeluWrite16BitOutputs) {
+  const int N = 5, C = 48;
+  Buffer<float> in = from_host(random_floats(size_t(N) * C, 4)), w = from_host(random_floats(C, 5)),
+                b = from_host(random_floats(C, 6)), mean("mean", N), rstd("rstd", N), out32("out32", N * C);
+  Buffer<bf16> out16("out16", N * C);
+  const CMat<float> x(in.data(), N, C);
+  layernorm_forward<float>(Mat<float>(out32.data(), N, C), Vec<float>(mean.data(), N), Vec<float>(rstd.data(), N), x,
+                           Vec<float>(w.data(), C), Vec<float>(b.data(), C));
+  layernorm_forward<float>(Mat<bf16>(out16.data(), N, C), Vec<float>(mean.data(), N), Vec<float>(rstd.data(), N), x,
+                           Vec<float>(w.data(), C), Vec<float>(b.data(), C));
+  Kokkos::fence();
+  const std::vector<float> f32 = to_host(out32);
+  auto h16 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out16);
+  for (int i = 0; i < N * C; ++i) ASSERT_EQ(h16(i).bits, bf16(f32[size_t(i)]).bits) << i;
+  Buffer<fp16> g16("g16", N * C);
+  gelu_forward<float>(Vec<fp16>(g16.data(), N * C), Vec<const float>(in.data(), N * C));
+  gelu_forward<float>(Vec<float>(out32.data(), N * C), Vec<const float>(in.data(), N * C));
+  Kokkos::fence();
+  const std::vector<float> g32 = to_host(out32);
+  auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g16);
+  for (int i = 0; i < N * C; ++i) ASSERT_EQ(hg(i).bits, fp16(g32[size_t(i)]).bits) << i;
+}
+
+// Linear in bf16: the forward, input-gradient and weight-gradient GEMMs each see bf16-rounded
+// operands (and differ from fp32's, so the rounding is really there); biases are added in fp32.
+TEST(Kernels, LinearBf16RoundsEveryGemmInput) {
+  const int N = 6, C = 40, OC = 24;
+  const std::vector<float> x = random_floats(size_t(N) * C, 7), w = random_floats(size_t(OC) * C, 8),
+                           bias = random_floats(OC, 9), dy = random_floats(size_t(N) * OC, 10);
+  const std::vector<float> zeros_out(size_t(N) * OC, 0.0f), zeros_in(size_t(N) * C, 0.0f), zeros_w(size_t(OC) * C, 0.0f);
+  Buffer<float> X = from_host(x), W = from_host(w), Bb = from_host(bias), DY = from_host(dy);
+  Buffer<float> Y("y", N * OC), DX("dx", N * C), DW("dw", OC * C), DB("db", OC);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    Linear<float> lin(p);
+    Kokkos::deep_copy(DW, 0.0f);
+    Kokkos::deep_copy(DB, 0.0f);
+    lin.forward(Mat<float>(Y.data(), N, OC), CMat<float>(X.data(), N, C), CMat<float>(W.data(), OC, C),
+                Vec<float>(Bb.data(), OC));
+    lin.backward_input(Mat<float>(DX.data(), N, C), CMat<float>(DY.data(), N, OC), CMat<float>(W.data(), OC, C));
+    lin.backward_weight(Mat<float>(DW.data(), OC, C), Vec<float>(DB.data(), OC), CMat<float>(DY.data(), N, OC),
+                        CMat<float>(X.data(), N, C));
+    Kokkos::fence();
+    auto r = [&](const std::vector<float>& v) { return p == Precision::bf16 ? rounded<bf16>(v) : v; };
+    std::vector<double> y = reference_gemm(Op::N, Op::T, N, OC, C, 1, r(x), r(w), 0, zeros_out);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) y[size_t(n) * OC + o] += bias[size_t(o)];
+    const std::vector<double> dx = reference_gemm(Op::N, Op::N, N, C, OC, 1, r(dy), r(w), 0, zeros_in);
+    const std::vector<double> dw = reference_gemm(Op::T, Op::N, OC, C, N, 1, r(dy), r(x), 0, zeros_w);
+    const std::vector<double> y32 = reference_gemm(Op::N, Op::T, N, OC, C, 1, x, w, 0, zeros_out);
+    double err = 0, off32 = 0;
+    auto compare = [&](const std::vector<float>& got, const std::vector<double>& want) {
+      for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
+    };
+    compare(to_host(Y), y);
+    compare(to_host(DX), dx);
+    compare(to_host(DW), dw);
+    const std::vector<float> gy = to_host(Y);
+    for (size_t i = 0; i < gy.size(); ++i) off32 = std::max(off32, std::abs(gy[i] - bias[i % OC] - y32[i]));
+    EXPECT_LT(err, 1e-4) << precision_name(p);
+    if (p == Precision::bf16) {
+      EXPECT_GT(off32, 1e-3) << "bf16 products should differ from fp32's";
+    }
+    const std::vector<float> db = to_host(DB);
+    for (int o = 0; o < OC; ++o) {
+      double s = 0;
+      for (int n = 0; n < N; ++n) s += dy[size_t(n) * OC + o];
+      EXPECT_NEAR(db[size_t(o)], s, 1e-5);  // the bias gradient from the fp32 output gradient
+    }
+  }
+}
