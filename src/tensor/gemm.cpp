@@ -1,5 +1,7 @@
 #include "tensor/gemm.hpp"
 
+#include <cstdlib>
+
 #include <Kokkos_Core.hpp>
 
 #include "core/error.hpp"
@@ -94,16 +96,30 @@ void gemm_finalize() {
 
 namespace {
 CBLAS_TRANSPOSE op(Op o) { return o == Op::N ? CblasNoTrans : CblasTrans; }
+// OpenBLAS's OpenMP build (linked with the OpenMP Kokkos) ignores OPENBLAS_NUM_THREADS and follows
+// omp_get_max_threads(): honour the variable before the first GEMM, as its pthreads build does, so a
+// process that never calls gemm_set_host_threads (the kernel tests) gets the count it asked for.
+// Kokkos is unaffected: its parallel regions name their thread count.
+void blas_threads_from_environment() {
+  static const bool applied = [] {
+    const char* e = std::getenv("OPENBLAS_NUM_THREADS");
+    if (e && std::atoi(e) > 0) openblas_set_num_threads(std::atoi(e));
+    return true;
+  }();
+  (void)applied;
+}
 }  // namespace
 
 template <>
 void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
+  blas_threads_from_environment();
   cblas_sgemm(CblasRowMajor, op(opA), op(opB), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 template <>
 void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
+  blas_threads_from_environment();
   cblas_dgemm(CblasRowMajor, op(opA), op(opB), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 template <class T>
