@@ -15,6 +15,7 @@ plots what gpt2 plan predicts at scale.
            model's prediction for the same setups) gpt2 plan for GPT-2 124M / 350M / 774M / 1.5B and a 6.7B-shaped model on 8 ... 4096 H100s
            (uncalibrated): the best layout's tokens/s and MFU at each count
   all      both
+  repredict  the predictions again for the runs `measure` kept (after a hardware constant changed)
 
 Writes DIR/perf_model_validation.json, DIR/perf_model_validation.md (the table),
 DIR/perf_model_predicted_vs_measured.png, DIR/perf_model_scaling.json and DIR/perf_model_scaling.png.
@@ -141,6 +142,29 @@ def measure():
     summary = {"rounds": ARGS.rounds, "steps": ARGS.steps, "calibration_ms": cal_ms, "rows": rows, "memory": memory,
                "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
     with open(os.path.join(ARGS.out, "perf_model_validation.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    write_table(summary)
+    plot_validation(summary)
+
+
+def repredict():
+    """Predictions again for the runs measure() kept (its calibration traces and measured times in
+    --workdir and --out), e.g. after a hardware file's constant was re-measured."""
+    path = os.path.join(ARGS.out, "perf_model_validation.json")
+    summary = json.load(open(path))
+    deck = os.path.join(ARGS.workdir, "model.toml")
+    for row in summary["rows"]:
+        preds = [simulate(deck, row["ranks"], row["sets"], os.path.join(ARGS.workdir, f"calibration_{rnd}.h5"))
+                 for rnd in range(summary["rounds"])]
+        row["predicted_runs"] = [p["step_ms"] for p in preds]
+        row["predicted_ms"] = statistics.median(row["predicted_runs"])
+        row["error"] = (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"]
+        if row["bubble_predicted"] is not None:
+            row["bubble_predicted"] = statistics.median(p["bubble"] for p in preds)
+        print(f"  {row['layout']:14s} measured {row['measured_ms']:8.1f} ms  predicted {row['predicted_ms']:8.1f} ms")
+    errors = [abs(x["error"]) for x in summary["rows"]]
+    summary["median_abs_error"], summary["worst_abs_error"] = statistics.median(errors), max(errors)
+    with open(path, "w") as f:
         json.dump(summary, f, indent=1)
     write_table(summary)
     plot_validation(summary)
@@ -282,7 +306,7 @@ def published():
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["measure", "scale", "all"])
+    ap.add_argument("what", choices=["measure", "scale", "all", "repredict"])
     ap.add_argument("--gpt2", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", default="/tmp/gpt2-perf-model")
@@ -294,6 +318,8 @@ def main():
     os.makedirs(ARGS.out, exist_ok=True)
     if ARGS.what in ("measure", "all"):
         measure()
+    if ARGS.what == "repredict":
+        repredict()
     if ARGS.what in ("scale", "all"):
         scale()
         published()
