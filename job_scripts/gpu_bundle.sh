@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Packs everything a lent GPU machine needs to run the GPU checks and the benchmark into one folder,
-# gpu-bundle/ (git-ignored), that travels there with the device tool's `carry` argument; run it
-# there with job_scripts/gpu_run.sh. That machine has the NVIDIA driver, CUDA 13 (cuBLAS, NCCL
+# Packs everything a GPU machine needs to run the GPU checks and the benchmark into one folder,
+# gpu-bundle/ (git-ignored), to copy there next to the working tree; run it there with
+# job_scripts/gpu_run.sh. That machine has the NVIDIA driver, CUDA 13 (cuBLAS, NCCL
 # through PyTorch's CUDA wheels) and python3 with torch and numpy, but no MPI, no HDF5 and no network.
 #
 # Steps (here, on the build machine):
@@ -29,8 +29,8 @@
 #
 # Usage: job_scripts/gpu_bundle.sh [BUNDLE_DIR]          (default: gpu-bundle in the repository root)
 # Environment: JOBS (2), SKIP_BUILD=1 (use the builds as they are), CPU_BUILD_DIR (build),
-#   CUDA_BUILD_DIR (build-cuda), GPT2_BUNDLE_PACK (1), GPT2_BUNDLE_LIMIT_MIB (64: the carry limit,
-#   working tree included), GPT2_BUNDLE_HOST_TEST=1 (a bundle of the HOST build, only for trying
+#   CUDA_BUILD_DIR (build-cuda), GPT2_BUNDLE_PACK (1), GPT2_BUNDLE_LIMIT_MIB (64: a size cap for
+#   the bundle and the working tree together, for transfers that have one), GPT2_BUNDLE_HOST_TEST=1 (a bundle of the HOST build, only for trying
 #   gpu_run.sh's machinery on a machine without a GPU, with a stand-in nvidia-smi on PATH)
 set -euo pipefail
 
@@ -48,7 +48,7 @@ die() { echo "[gpu_bundle] ERROR: $*" >&2; exit 1; }
 
 case ${1:-} in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 [[ $DEST = /* ]] || DEST=$PWD/$DEST
-[[ $(uname -m) == x86_64 ]] || die "the device machine is x86-64; build on x86-64 (this is $(uname -m))"
+[[ $(uname -m) == x86_64 ]] || die "the GPU machine is x86-64; build on x86-64 (this is $(uname -m))"
 
 # Libraries the device provides (or must provide): never copied, allowed to stay unresolved here.
 DEVICE_CUDA_RE='^(libcuda\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvidia-)'
@@ -288,6 +288,6 @@ bundle_bytes=$(du -sb "$BUNDLE" | cut -f1)
 tree_bytes=$(cd "$REPO_ROOT" && { git ls-files -z; git ls-files -z --others --exclude-standard; } |
   xargs -0 -r stat -c %s 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
 total_mib=$(( (bundle_bytes + tree_bytes) / 1048576 ))
-log "bundle: $BUNDLE, $(( bundle_bytes / 1048576 )) MiB (unpacked $unpacked_mib MiB); working tree $(( tree_bytes / 1048576 )) MiB; together $total_mib MiB of the ${LIMIT_MIB} MiB carry limit"
-(( total_mib < LIMIT_MIB )) || die "over the carry limit"
-log "device tool: run(carry=[\"$(basename "$BUNDLE")\"], command=\"bash job_scripts/gpu_run.sh $(basename "$BUNDLE") \$OUT\", timeout_s=600)"
+log "bundle: $BUNDLE, $(( bundle_bytes / 1048576 )) MiB (unpacked $unpacked_mib MiB); working tree $(( tree_bytes / 1048576 )) MiB; together $total_mib MiB of the ${LIMIT_MIB} MiB cap (GPT2_BUNDLE_LIMIT_MIB)"
+(( total_mib < LIMIT_MIB )) || die "over the size cap (GPT2_BUNDLE_LIMIT_MIB)"
+log "next, on the GPU machine (working tree and bundle copied there): bash job_scripts/gpu_run.sh $(basename "$BUNDLE") OUTDIR"

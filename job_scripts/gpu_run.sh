@@ -6,7 +6,7 @@
 #
 # Usage, from the repository root:  bash job_scripts/gpu_run.sh [BUNDLE] [OUTDIR] [PHASES]
 #   BUNDLE  the bundle folder (default gpu-bundle)
-#   OUTDIR  where the logs go (default gpu-results; on the device tool: $OUT), at most 8 files:
+#   OUTDIR  where the logs go (default gpu-results), at most 8 files:
 #           summary.txt env.txt checks.log bench.log bench.json unit_tests.log trace_dp2.h5
 #   PHASES  comma-separated, in this order: checks, bench, unit (default: all three)
 #     checks: kernel_check against the CPU reference in fp32 (1e-5) and TF32 (2e-3 for GEMMs); tiny
@@ -16,8 +16,8 @@
 #     bench:  tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32 and TF32,
 #             ours against PyTorch eager, MFU, per-phase and per-kernel times
 #     unit:   the unit test suite on the GPU (whatever time is left)
-# Environment: GPT2_GPU_RUN_BUDGET (seconds for everything, default 570: the device tool's 600 s
-#   command limit less a margin), PYTHON (python3), GPT2_CUDA_LIBS (folders holding libcublas.so.13 /
+# Environment: GPT2_GPU_RUN_BUDGET (seconds for everything, default 570: under a 10-minute
+#   limit per command, with a margin), PYTHON (python3), GPT2_CUDA_LIBS (folders holding libcublas.so.13 /
 #   libnccl.so.2, if the search in bundle/bin/env.sh does not find them), BENCH_ARGS (extra
 #   arguments for bench_gpu.py).
 # Exit status: 0 every check passed; 1 a check failed; 2 no GPU, no usable bundle or bad arguments.
@@ -44,7 +44,7 @@ has_phase() { [[ ,$PHASES, == *,$1,* ]]; }
 # ---- fail fast: a GPU and a bundle ----------------------------------------------------------------
 [[ $BUNDLE = /* ]] || BUNDLE=$PWD/$BUNDLE
 [[ -f $BUNDLE/MANIFEST.txt && ( -f $BUNDLE/bundle.tar.xz || -f $BUNDLE/bin/env.sh ) ]] ||
-  die "no GPU bundle at $BUNDLE: make one with job_scripts/gpu_bundle.sh on the build machine and carry it"
+  die "no GPU bundle at $BUNDLE: make one with job_scripts/gpu_bundle.sh on the build machine and copy it here"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   die "no NVIDIA GPU here (nvidia-smi is not installed): run this on the machine with the GPU"
 fi
