@@ -135,4 +135,53 @@ inline int world_size() {
   return n;
 }
 
+// Checkpoints hold the global layout: `steps / 2` steps on one layout, a checkpoint, the rest on the
+// other, both ways, give the unbroken one-rank run's losses (1e-5). `two` runs on pairs of ranks,
+// `one` on each pair's first rank alone; `tag` names the checkpoint folder.
+inline void expect_checkpoints_move(const RunConfig& two, const RunConfig& one, int steps, const std::string& what,
+                                    const std::string& tag) {
+  const std::string dir = temp_dir(tag) + "/r" + std::to_string(rank_of(MPI_COMM_WORLD) / 2);
+  const Result& ref = reference(steps, &one);
+  auto half = [&](const RunConfig& base, MPI_Comm comm, bool resume) {
+    RunConfig c = base;
+    c.checkpoint.dir = dir;
+    c.checkpoint.resume.text = resume ? "true" : "false";
+    TrainOptions o;
+    o.quiet = true;
+    Trainer t(c, environment(), o, comm);
+    std::vector<double> losses;
+    for (int s = 0; s < steps / 2; ++s) losses.push_back(t.train_step().loss);
+    if (!resume) t.save_checkpoint();
+    return losses;
+  };
+  MPI_Comm pair, self;
+  MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / 2, 0, &pair);
+  MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);
+  const bool leader = rank_of(pair) == 0;
+  for (const bool two_first : {true, false}) {
+    std::vector<double> losses;
+    if (two_first) {
+      losses = half(two, pair, false);
+      MPI_Barrier(pair);
+      if (leader) {
+        const auto more = half(one, self, true);
+        losses.insert(losses.end(), more.begin(), more.end());
+      }
+    } else {
+      if (leader) losses = half(one, self, false);
+      MPI_Barrier(pair);
+      const auto more = half(two, pair, true);
+      losses.insert(losses.end(), more.begin(), more.end());
+    }
+    MPI_Barrier(pair);
+    if (!leader) continue;
+    ASSERT_EQ(losses.size(), ref.losses.size());
+    for (size_t i = 0; i < losses.size(); ++i)
+      EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * ref.losses[i])
+          << (two_first ? what + " -> one rank" : "one rank -> " + what) << ", step " << i + 1;
+  }
+  MPI_Comm_free(&pair);
+  MPI_Comm_free(&self);
+}
+
 }  // namespace gpt2::test

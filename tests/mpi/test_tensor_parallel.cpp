@@ -71,6 +71,11 @@ TEST(TensorParallel, SequenceParallelMatchesOneRank) {
   expect_layout_matches(pipe, "tp 2 x pp 2, sequence parallel");
 }
 
+// Any tp writes the global layout and any tp reads it.
+TEST(TensorParallel, CheckpointsMoveBetweenTp2AndOneRank) {
+  expect_checkpoints_move(tp_config(2), tp_config(1), kSteps, "tp 2", "tp-ckpt");
+}
+
 TEST(TensorParallel, EachRankHoldsAboutHalfTheParameters) {
   MPI_Comm self, pair;
   MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);

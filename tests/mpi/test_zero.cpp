@@ -74,47 +74,5 @@ TEST(Zero, MemoryAtRestShrinksWithTheGroup) {
 }
 
 TEST(Zero, CheckpointsMoveBetweenZero3AndOneRank) {
-  const std::string dir = temp_dir("zero-ckpt") + "/r" + std::to_string(rank_of(MPI_COMM_WORLD) / 2);
-  const Result& ref = reference(kSteps);
-  // Three steps on one layout, a checkpoint, three more on the other: the losses of the unbroken run.
-  auto half = [&](const RunConfig& base, MPI_Comm comm, bool resume) {
-    RunConfig c = base;
-    c.checkpoint.dir = dir;
-    c.checkpoint.resume.text = resume ? "true" : "false";
-    TrainOptions o;
-    o.quiet = true;
-    Trainer t(c, environment(), o, comm);
-    std::vector<double> losses;
-    for (int s = 0; s < kSteps / 2; ++s) losses.push_back(t.train_step().loss);
-    if (!resume) t.save_checkpoint();
-    return losses;
-  };
-  MPI_Comm pair, self;
-  MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / 2, 0, &pair);
-  MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);
-  const bool leader = rank_of(pair) == 0;
-  for (const bool sharded_first : {true, false}) {
-    std::vector<double> losses;
-    if (sharded_first) {
-      losses = half(zero_config(3, 2), pair, false);
-      MPI_Barrier(pair);
-      if (leader) {
-        const auto more = half(zero_config(0, 1), self, true);
-        losses.insert(losses.end(), more.begin(), more.end());
-      }
-    } else {
-      if (leader) losses = half(zero_config(0, 1), self, false);
-      MPI_Barrier(pair);
-      const auto more = half(zero_config(3, 2), pair, true);
-      losses.insert(losses.end(), more.begin(), more.end());
-    }
-    MPI_Barrier(pair);
-    if (!leader) continue;
-    ASSERT_EQ(losses.size(), ref.losses.size());
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], ref.losses[i], 1e-5 * ref.losses[i])
-          << (sharded_first ? "zero 3 dp 2 -> one rank" : "one rank -> zero 3 dp 2") << ", step " << i + 1;
-  }
-  MPI_Comm_free(&pair);
-  MPI_Comm_free(&self);
+  expect_checkpoints_move(zero_config(3, 2), zero_config(0, 1), kSteps, "zero 3 dp 2", "zero-ckpt");
 }
