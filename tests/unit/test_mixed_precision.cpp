@@ -11,6 +11,7 @@
 #include "tensor/gelu.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "tensor/layernorm.hpp"
+#include "train/loss_scale.hpp"
 #include "test_util.hpp"
 
 using namespace gpt2;
@@ -191,4 +192,31 @@ TEST(Kernels, LinearBf16RoundsEveryGemmInput) {
       EXPECT_NEAR(db[size_t(o)], s, 1e-5);  // the bias gradient from the fp32 output gradient
     }
   }
+}
+
+// fp16's dynamic loss scale: an overflow halves it and restarts the count, `window` clean steps in a
+// row double it, it stays within its bounds, and without fp16 it is 1 whatever happens.
+TEST(LossScale, HalvesOnOverflowAndDoublesAfterTheWindow) {
+  LossScale s(true, 1024, 3);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 512);
+  s.update(false), s.update(false);
+  EXPECT_EQ(s.scale(), 512);  // two clean steps: not yet
+  s.update(true);              // an overflow restarts the count
+  EXPECT_EQ(s.scale(), 256);
+  s.update(false), s.update(false), s.update(false);
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.clean_steps(), 0);
+  for (int i = 0; i < 200; ++i) s.update(true);
+  EXPECT_EQ(s.scale(), LossScale::kMin);
+  LossScale big(true, 1e30, 1);
+  big.update(false);
+  EXPECT_EQ(big.scale(), LossScale::kMax);
+  LossScale off(false, 65536, 1);
+  off.update(true), off.update(false);
+  EXPECT_EQ(off.scale(), 1.0);
+  off.restore(8, 2);  // a checkpoint's scale does not switch scaling on
+  EXPECT_EQ(off.scale(), 1.0);
+  s.restore(std::nan(""), 0);  // nor does a corrupt one replace a good scale
+  EXPECT_EQ(s.scale(), LossScale::kMin);
 }
