@@ -28,6 +28,14 @@ def fresh_dir(path):
     os.makedirs(path)
     return path
 
+def fresh_workdir_with_shard(path, tokens=6000, vocab=64):
+    """A fresh working folder holding train.bin of `tokens` learnable tokens: (folder, shard path)."""
+    w = fresh_dir(path)
+    train = os.path.join(w, "train.bin")
+    write_shard(train, learnable_tokens(tokens, vocab))
+    return w, train
+
+
 def write_shard(path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION, count=None):
     """llm.c token shard: 256 int32 header (magic, version, count), then uint16 tokens."""
     header = np.zeros(256, dtype="<i4")

@@ -35,9 +35,7 @@ def reduction_bytes(path):
 
 def main():
     args = gpt2test.e2e_arg_parser(__doc__).parse_args()
-    w = gpt2test.fresh_dir(args.workdir)
-    train = os.path.join(w, "train.bin")
-    gpt2test.write_shard(train, gpt2test.learnable_tokens(40000, 64))
+    w, train = gpt2test.fresh_workdir_with_shard(args.workdir, 40000)
     checks = gpt2test.Checks()
 
     def run(name, ranks=1, steps=STEPS, **more):

@@ -24,9 +24,7 @@ LAYOUTS = {1: {}, "dp2": {"parallel__dp": 2}, "pp2": {"parallel__pp": 2, "parall
 
 def main():
     args = gpt2test.e2e_arg_parser(__doc__).parse_args()
-    w = gpt2test.fresh_dir(args.workdir)
-    train = os.path.join(w, "train.bin")
-    gpt2test.write_shard(train, gpt2test.learnable_tokens(6000, 64))
+    w, train = gpt2test.fresh_workdir_with_shard(args.workdir)
     checks = gpt2test.Checks()
 
     def run(name, layout, steps, **more):

@@ -19,9 +19,7 @@ def main():
     ap = gpt2test.e2e_arg_parser(__doc__)
     ap.add_argument("--ranks", type=int, default=1)
     args = ap.parse_args()
-    w = gpt2test.fresh_dir(args.workdir)
-    train = os.path.join(w, "train.bin")
-    gpt2test.write_shard(train, gpt2test.learnable_tokens(6000, 64))
+    w, train = gpt2test.fresh_workdir_with_shard(args.workdir)
     extra = {"parallel__dp": args.ranks} if args.ranks > 1 else {}
     checks = gpt2test.Checks()
 
