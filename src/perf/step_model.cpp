@@ -416,16 +416,12 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
     const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / l.dp : psi;
     double largest = 0;
     for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
+    // As ParamStore::memory() counts it, in every precision: the trainer keeps fp32 masters and
+    // gradients and rounds weights to 16 bits per GEMM (no 16-bit copy at rest).
     RankMemory m;
-    if (l.precision == "fp32") {  // as ParamStore::memory() counts it
-      m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0));
-      m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
-      m.optimizer = 8 * shard;
-    } else {  // mixed precision as the ZeRO paper counts it: 2 + 2 + 12 bytes a parameter
-      m.params = 2 * (policy.params ? shard : psi);
-      m.grads = 2 * (policy.grads ? shard : psi);
-      m.optimizer = 12 * shard;
-    }
+    m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0));
+    m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
+    m.optimizer = 8 * shard;
     // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.
     double slot = 0, scratch = 0;
     for (const BlockRange& c : chunks) {
