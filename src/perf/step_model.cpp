@@ -10,6 +10,7 @@
 #include "model/param_layout.hpp"
 #include "model/stage_layout.hpp"
 #include "parallel/stage_partition.hpp"
+#include "perf/rank_pipeline.hpp"
 #include "perf/simulator.hpp"
 #include "runtime/schedule.hpp"
 #include "runtime/sharding.hpp"
@@ -33,51 +34,6 @@ std::vector<double> StepPrediction::memory_per_rank() const {
 }
 
 namespace {
-
-using ModelKey = std::tuple<int, int, int, int, int>;
-ModelKey model_key(const ModelConfig& m) { return {m.n_layer, m.n_head, m.n_embd, m.vocab_size, m.block_size}; }
-
-// A rank's layout by (model, its chunks' blocks, tp), made once: a plan asks for the same ones
-// thousands of times.
-const StageLayout& rank_layout(const ModelConfig& m, const std::vector<BlockRange>& chunks, int tp) {
-  static std::map<ModelKey, std::unique_ptr<ParamLayout>> models;
-  static std::map<std::tuple<ModelKey, std::vector<std::pair<int, int>>, int>, std::unique_ptr<StageLayout>> ranks;
-  auto& g = models[model_key(m)];
-  if (!g) g = std::make_unique<ParamLayout>(m);
-  std::vector<std::pair<int, int>> key;
-  for (const BlockRange& c : chunks) key.push_back({c.first, c.end});
-  auto& sl = ranks[{model_key(m), key, tp}];
-  if (!sl) sl = std::make_unique<StageLayout>(*g, chunks, TpSplit{tp, 0});
-  return *sl;
-}
-
-// What the model needs to know about the layout's pipeline: where virtual stage k runs and which
-// blocks it holds (one chunk a rank: the partitioner's split; several: an even one, as the trainer).
-struct Pipeline {
-  Placement placement;
-  bool split_backward = false;
-  std::vector<int> layers;  // per virtual stage
-  std::vector<int> first;   // its first block
-  std::vector<BlockRange> chunks_of(int rank) const {
-    std::vector<BlockRange> out;
-    for (int c = 0; c < placement.chunks; ++c) {
-      const int k = placement.stage(rank, c);
-      out.push_back({first[size_t(k)], first[size_t(k)] + layers[size_t(k)]});
-    }
-    return out;
-  }
-};
-
-Pipeline pipeline_of(const Workload& w, const Layout& l) {
-  const ScheduleEntry& e = ScheduleRegistry::get(l.schedule, "parallel.schedule");
-  Pipeline pl;
-  pl.placement = schedule_placement(e, l.pp, l.virtual_stages);
-  pl.split_backward = e.split_backward;
-  pl.layers = pl.placement.chunks == 1 ? stage_layers_of(w, l)
-                                       : std::vector<int>(size_t(pl.placement.stages()), w.model.n_layer / pl.placement.stages());
-  for (size_t k = 0, f = 0; k < pl.layers.size(); f += size_t(pl.layers[k]), ++k) pl.first.push_back(int(f));
-  return pl;
-}
 
 // A chunk's part of one microbatch, unit by unit in the order the trainer runs them.
 struct Segment {
@@ -348,47 +304,6 @@ void activation_memory(const Workload& w, const Layout& l, const BlockRange& chu
 }
 
 }  // namespace
-
-std::string check_layout(const Workload& w, const Layout& l) {
-  const ModelConfig& m = w.model;
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.microbatches < 1) return "dp, tp, pp and microbatches must be >= 1";
-  if (l.precision != "fp32" && l.precision != "bf16") return "precision must be fp32 or bf16, got " + l.precision;
-  const ScheduleEntry* sched = ScheduleRegistry::find(l.schedule);
-  if (!sched) return "unknown schedule " + l.schedule + " (expected " + ScheduleRegistry::choices() + ")";
-  // The schedule's demands, as RunConfig::validate_schedule states them.
-  const int chunks = schedule_chunks(*sched, l.virtual_stages);
-  if (l.virtual_stages < 1 || (l.virtual_stages > 1 && sched->chunks != 0))
-    return "virtual_stages is for the interleaved schedule (" + l.schedule + " runs its own chunks)";
-  if (chunks > 1 && (m.n_layer % (l.pp * chunks) || !l.stage_layers.empty()))
-    return l.schedule + " splits the blocks evenly into pp x chunks = " + std::to_string(l.pp * chunks) + " virtual stages";
-  if (sched->microbatches_multiple_of_stages && l.microbatches % l.pp)
-    return l.schedule + " needs microbatches in groups of pp";
-  if (!ShardingRegistry::find(std::to_string(l.zero))) return "unknown ZeRO level " + std::to_string(l.zero);
-  if (l.pp > m.n_layer) return "more stages (" + std::to_string(l.pp) + ") than blocks (" + std::to_string(m.n_layer) + ")";
-  if (m.n_head % l.tp || m.padded_vocab() % l.tp) return "tp " + std::to_string(l.tp) + " does not divide the heads and the padded vocabulary";
-  if (w.batch % (int64_t(l.dp) * l.microbatches))
-    return "the batch of " + std::to_string(w.batch) + " sequences does not split into dp x microbatches = " +
-           std::to_string(l.dp) + " x " + std::to_string(l.microbatches);
-  if (l.sequence_parallel && (w.batch / l.dp / l.microbatches * w.seq_len) % l.tp)
-    return "sequence parallelism needs a microbatch's tokens divisible by tp";
-  if (!l.stage_layers.empty()) {
-    if (int(l.stage_layers.size()) != l.pp) return "stage_layers must list one count per stage";
-    int sum = 0;
-    for (int n : l.stage_layers) {
-      if (n < 1) return "every stage needs at least one block";
-      sum += n;
-    }
-    if (sum != m.n_layer) return "stage_layers must add up to n_layer";
-  }
-  if (l.zero > 0 && l.dp > 1) {  // every unit (a block, wte, wpe, the final norm) splits evenly over dp
-    const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);
-    for (const Unit& u : whole.units())
-      if (u.range.size() % size_t(l.dp))
-        return std::string("ZeRO needs every unit split evenly over dp ") + std::to_string(l.dp) + " (" + u.name() +
-               " has " + std::to_string(u.range.size()) + " values)";
-  }
-  return "";
-}
 
 double flops_per_token(const Workload& w) {
   const ModelConfig& m = w.model;
