@@ -18,6 +18,7 @@ losses (before and after the stop) must equal an uninterrupted run's to 1e-5 (da
 data position counts too). A second signal a second after the first ends the run at once (killed by
 that signal) without a new checkpoint. Prints the time from each signal to the end of the job.
 """
+import math
 import os
 import shutil
 import signal
@@ -125,10 +126,20 @@ def resume_matches(args, checks, name, ranks, stopped):
 
 def second_signal(args, checks):
     """A first step that takes seconds: SIGTERM during it, then SIGTERM again 1.2 s later, ends the
-    run at once, killed by SIGTERM, with no checkpoint written."""
+    run at once, killed by SIGTERM, with no checkpoint written. The step's length is set from a
+    short run's on this machine (microbatches accumulated: more time, the same memory)."""
     name = "second"
-    cfg = deck(args, name, 1, 1000000, model__n_embd=128, model__n_head=4, model__n_layer=4, model__block_size=64,
-               data__seq_len=64, train__batch_size=128)
+    model = dict(model__n_embd=128, model__n_head=4, model__n_layer=4, model__block_size=64, data__seq_len=64)
+    probe = os.path.join(args.workdir, name + "_probe.jsonl")
+    r = gpt2test.run([args.gpt2, "train", deck(args, name + "_probe", 1, 2, train__batch_size=128, **model), "-q",
+                      "--metrics-jsonl", probe])
+    if not checks.check(r.rc == 0, f"{name}: the probe run failed: {r.err[-800:]}"):
+        return
+    step_s = min(m["step_ms"] for m in gpt2test.read_jsonl(probe) if "loss" in m) / 1e3
+    k = max(1, math.ceil(4.0 / step_s))  # a step of at least 4 s
+    shard = os.path.join(args.workdir, name + ".bin")
+    gpt2test.write_shard(shard, gpt2test.learnable_tokens(128 * k * 64 + 65, 64))  # one batch
+    cfg = deck(args, name, 1, 1000000, train__batch_size=128 * k, parallel__microbatches=k, data__train=shard, **model)
     job = Job(args, name, [args.gpt2, "train", cfg], 0, {})
     try:
         job.find_ranks(1)
