@@ -1,5 +1,6 @@
 #pragma once
 // AdamW (decoupled weight decay, PyTorch semantics) and gradient-norm clipping.
+#include "tensor/elementwise.hpp"
 #include "tensor/math.hpp"
 #include "tensor/reduce.hpp"
 #include "tensor/views.hpp"
@@ -48,28 +49,53 @@ struct AdamWStep {
   bool zero_grads = false;  // leave g = 0 for the next step's accumulation: saves a pass of its own
 };
 
-// p (n), m (n), v (n) updated in place from g (n):
-//   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;  g' = grad_scale * g
-//   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
-//   g = 0 if s.zero_grads
+namespace detail {
+// The update with its two choices made before the loop (a branch inside keeps it scalar on the
+// host): Scale gives the gradient factor, ZeroGrads leaves g = 0.
 template <class T>
-void adamw_update(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
+struct FixedScale {
+  T value;
+  KOKKOS_INLINE_FUNCTION T operator()() const { return value; }
+};
+template <class T>
+struct NormScale {  // the clipping factor of a squared norm in device memory
+  GradScale s;
+  KOKKOS_INLINE_FUNCTION T operator()() const { return T(s()); }
+};
+
+template <bool ZeroGrads, class T, class Scale>
+void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale) {
   const T b1 = s.beta1, b2 = s.beta2, eps = s.eps, lr = s.lr, wd = s.weight_decay;
-  const bool zero_grads = s.zero_grads;
-  const GradScale grad_scale = s.grad_scale.on_host_if_possible();
   const T bc1 = T(1) / (T(1) - T(std::pow(s.beta1, s.step)));
   const T bc2 = T(1) / (T(1) - T(std::pow(s.beta2, s.step)));
-  Kokkos::parallel_for(
-      "adamw_update", Kokkos::RangePolicy<ExecSpace>(0, p.extent(0)), KOKKOS_LAMBDA(int64_t i) {
-        const T scale = T(grad_scale());
-        const T gi = g(i) * scale;
-        if (zero_grads) g(i) = T(0);
+  for_each_index(
+      "adamw_update", int64_t(p.extent(0)), KOKKOS_LAMBDA(int64_t i) {
+        const T gi = g(i) * scale();
+        if constexpr (ZeroGrads) g(i) = T(0);
         const T mi = b1 * m(i) + (T(1) - b1) * gi;
         const T vi = b2 * v(i) + (T(1) - b2) * gi * gi;
         m(i) = mi;
         v(i) = vi;
         p(i) -= lr * (wd * p(i) + (mi * bc1) / (km::sqrt(vi * bc2) + eps));
       });
+}
+
+template <class T, class Scale>
+void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale) {
+  if (s.zero_grads) adamw_pass<true>(p, g, m, v, s, scale);
+  else adamw_pass<false>(p, g, m, v, s, scale);
+}
+}  // namespace detail
+
+// p (n), m (n), v (n) updated in place from g (n):
+//   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;  g' = grad_scale * g
+//   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
+//   g = 0 if s.zero_grads
+template <class T>
+void adamw_update(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
+  const GradScale scale = s.grad_scale.on_host_if_possible();
+  if (scale.sumsq) detail::adamw_pass(p, g, m, v, s, detail::NormScale<T>{scale});
+  else detail::adamw_pass(p, g, m, v, s, detail::FixedScale<T>{T(scale.value)});
 }
 
 }  // namespace gpt2

@@ -1,5 +1,6 @@
 #pragma once
 // Residual connections. The backward of out = a + b is "pass dout to both", done by the block.
+#include "tensor/elementwise.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -7,16 +8,16 @@ namespace gpt2 {
 // out (n) = a (n) + b (n)
 template <class T>
 void residual_forward(Vec<T> out, CVec<T> a, CVec<T> b) {
-  Kokkos::parallel_for(
-      "residual_forward", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)),
+  for_each_index(
+      "residual_forward", int64_t(out.extent(0)),
       KOKKOS_LAMBDA(int64_t i) { out(i) = a(i) + b(i); });
 }
 
 // y (n) += x (n)
 template <class T>
 void accumulate(Vec<T> y, CVec<T> x) {
-  Kokkos::parallel_for(
-      "accumulate", Kokkos::RangePolicy<ExecSpace>(0, y.extent(0)),
+  for_each_index(
+      "accumulate", int64_t(y.extent(0)),
       KOKKOS_LAMBDA(int64_t i) { y(i) += x(i); });
 }
 
