@@ -36,7 +36,24 @@ ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy 
   std::vector<std::pair<size_t, size_t>> counted;
   for (const auto& r : shard_ranges(false))
     if (r.second > skip) counted.push_back({std::max(r.first, skip), r.second});
-  norm_chunks_ = make_chunk_table(counted);
+  // Chunks never cross a unit's end, so a unit's chunks can be summed once its gradient is final.
+  std::vector<std::pair<size_t, size_t>> cut;
+  unit_chunks_.assign(units, {0, 0});
+  for (size_t u = 0, at = 0, chunks = 0; u < units; ++u) {
+    const Range ur = shards_.shard_range(int(u));
+    unit_chunks_[u].first = int64_t(chunks);
+    for (; at < counted.size() && counted[at].first < ur.end; ++at) {
+      const size_t b = std::max(counted[at].first, ur.begin), e = std::min(counted[at].second, ur.end);
+      if (b < e) cut.push_back({b, e}), chunks += (e - b + 4095) / 4096;
+      if (counted[at].second > ur.end) break;  // the rest belongs to the next unit
+    }
+    unit_chunks_[u].second = int64_t(chunks);
+  }
+  norm_chunks_ = make_chunk_table(cut);
+  if (norm_chunks_.count != (unit_chunks_.empty() ? 0 : unit_chunks_.back().second))
+    fail("ParamStore: the norm's chunks do not follow the units");
+  norm_summed_.assign(units, 0);
+  norm_deferred_.assign(units, 0);
   replicated_ = shard_ranges(true);
 }
 
@@ -129,17 +146,30 @@ float* ParamStore::grads(int u) {
 
 void ParamStore::grads_done(int u, bool in_forward) {
   if (in_forward != unit(u).grads_final_in_forward()) return;  // more is coming in the other phase
+  const bool last = ++done_count_[size_t(u)] == microbatches_;
   if (!policy_.grads) {
     // Whole gradients accumulate over the step's microbatches: reduce after the last one.
-    if (++done_count_[size_t(u)] != microbatches_) return;
-    reducer_.reduce(u, grads_.data() + unit(u).range.begin, grad_shard_.data(), false);
+    if (!last) return;
+    reducer_.reduce(u, grads_.data() + unit(u).range.begin, grad_shard_.data(), false, [this, u]() { sum_norm(u); });
     return;
   }
   // The workspace holds this round's part: reduce it into the shard, recycle it when done.
   Buffer<float> ws = std::move(grad_ws_[size_t(u)]);
   grad_ws_[size_t(u)] = Buffer<float>();
   if (!ws.extent(0)) return;
-  reducer_.reduce(u, ws.data(), grad_shard_.data(), true, [this, ws]() { give(ws); });
+  reducer_.reduce(u, ws.data(), grad_shard_.data(), true, [this, ws, u, last]() {
+    give(ws);
+    if (last) sum_norm(u);
+  });
+}
+
+// The unit's shard gradient is final: its chunks' squares now, while they are in cache. Units that a
+// later sync changes (sync_tied, sync_replicated) wait for grad_sum_of_squares.
+void ParamStore::sum_norm(int u) {
+  if (norm_deferred_[size_t(u)]) return;
+  chunk_squares<float>(Vec<float>(grad_shard_.data(), shards_.shard_size()), norm_chunks_,
+                       unit_chunks_[size_t(u)].first, unit_chunks_[size_t(u)].second);
+  norm_summed_[size_t(u)] = 1;
 }
 
 void ParamStore::begin_step(int step, int microbatches) {
@@ -147,6 +177,7 @@ void ParamStore::begin_step(int step, int microbatches) {
   microbatches_ = microbatches;
   reducer_.begin_step(step);
   std::fill(done_count_.begin(), done_count_.end(), 0);
+  std::fill(norm_summed_.begin(), norm_summed_.end(), 0);
   // The accumulating buffer is the shard (ZeRO-0: the whole gradients; ZeRO-2/3) unless ZeRO-1's
   // reduce-scatter overwrites it from whole gradients; the last update may have zeroed it already.
   if (grads_.extent(0) && !(grads_zeroed_ && grad_shard_.data() == grads_.data())) Kokkos::deep_copy(grads_, 0.0f);
@@ -174,10 +205,18 @@ void ParamStore::sync_tied(Communicator& tied) {
   const Range r = shards_.shard_range(u);
   Tracer::Scope t(tracer_, EventKind::tied_sync, step_, -1, r.size() * sizeof(float) * 2);
   tied.allreduce(grad_shard_.data() + r.begin, r.size(), DType::f32, ReduceOp::sum);
+  // Changed after its reduction: counted at the end from now on (the layout is the same every step).
+  norm_summed_[size_t(u)] = 0, norm_deferred_[size_t(u)] = 1;
 }
 
-void ParamStore::grad_sum_of_squares(DeviceScalar out) const {
-  sum_of_squares<float>(Vec<float>(grad_shard_.data(), shards_.shard_size()), norm_chunks_, out);
+void ParamStore::grad_sum_of_squares(DeviceScalar out) {
+  for (size_t u = 0; u < norm_summed_.size(); ++u)
+    if (!norm_summed_[u]) {
+      chunk_squares<float>(Vec<float>(grad_shard_.data(), shards_.shard_size()), norm_chunks_, unit_chunks_[u].first,
+                           unit_chunks_[u].second);
+      norm_summed_[u] = 1;
+    }
+  chunk_total(norm_chunks_, out);
 }
 
 void ParamStore::sync_replicated(Communicator& tp) {
@@ -201,6 +240,12 @@ void ParamStore::sync_replicated(Communicator& tp) {
     tp.allreduce(replicated_buf_.data(), n, DType::f32, ReduceOp::sum);
   }
   each(false);
+  // The units holding replicated tensors changed after their reduction: counted at the end from now on.
+  for (size_t u = 0; u < norm_summed_.size(); ++u) {
+    const Range ur = shards_.shard_range(int(u));
+    for (const auto& r : replicated_)
+      if (r.first < ur.end && r.second > ur.begin) norm_summed_[u] = 0, norm_deferred_[u] = 1;
+  }
 }
 
 void ParamStore::optimizer_step(double lr, GradScale scale) {

@@ -60,7 +60,8 @@ class ParamStore final : public UnitStore<float> {
   // This rank's part of the squared gradient norm: the tied copy left out, and the tensors replicated
   // over tp counted by tp rank 0 only. The parts add up over the data-parallel ranks when the
   // gradient is sharded, and over the tp ranks.
-  void grad_sum_of_squares(DeviceScalar out) const;
+  // Each unit's part is taken when its reduction completes; the rest, and the total, here.
+  void grad_sum_of_squares(DeviceScalar out);
   bool grads_sharded() const { return policy_.optimizer; }
   void optimizer_step(double lr, GradScale scale);  // and, ZeRO-1/2, the parameter all-gather
 
@@ -81,6 +82,7 @@ class ParamStore final : public UnitStore<float> {
   Vec<float> state_buffer(const std::string& section);
   const Unit& unit(int u) const { return layout_.units()[size_t(u)]; }
   std::vector<std::pair<size_t, size_t>> shard_ranges(bool replicated_only) const;
+  void sum_norm(int u);  // the unit's chunks of the norm, its gradient being final
 
   StageLayout layout_;
   Communicator& dp_;
@@ -99,8 +101,11 @@ class ParamStore final : public UnitStore<float> {
   };
   std::vector<Gathered> gathered_;          // ZeRO-3: units whose parameters are gathered now
   std::vector<Buffer<float>> grad_ws_;      // ZeRO-2/3: the unit's gradient workspace this round
-  std::vector<int> done_count_;             // ZeRO-0/1: final-phase microbatches seen this step
-  ChunkTable norm_chunks_;                  // what grad_sum_of_squares counts
+  std::vector<int> done_count_;             // final-phase microbatches seen this step, per unit
+  ChunkTable norm_chunks_;                  // what grad_sum_of_squares counts, cut at unit ends
+  std::vector<std::pair<int64_t, int64_t>> unit_chunks_;  // each unit's chunks [first, last)
+  std::vector<char> norm_summed_;           // the unit's chunks are summed this step
+  std::vector<char> norm_deferred_;         // changed after its reduction (tied / replicated sync)
   std::vector<std::pair<size_t, size_t>> replicated_;  // shard ranges of tp-replicated tensors
   Buffer<float> replicated_buf_;
   std::map<size_t, std::vector<Buffer<float>>> pool_;

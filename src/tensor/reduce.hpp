@@ -23,17 +23,13 @@ constexpr bool kHostReduce = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 namespace detail {
 constexpr int64_t kSumChunk = 4096;
 
-// The host form: sum_j f(g(b + j)), j < len, for each of `chunks` chunks (chunk(c) gives b and len)
-// in parallel into an array, then those sums added on the calling thread in chunk order -- the order
-// in which the Serial backend's parallel_reduce adds them, so Serial and threaded builds agree bit
-// for bit.
-template <class T, bool Square, class Chunk>
-double chunk_sums_in_order(CVec<T> g, int64_t chunks, const Chunk& chunk) {
+// partial(at + c) = sum_j f(g(b + j)), j < len, for each chunk c < chunks (chunk(c) gives b and len),
+// one team a chunk (8-lane partial sums on the host), chunks in parallel.
+template <class T, bool Square, class Chunk, class Partial>
+void chunk_sums(CVec<T> g, int64_t chunks, const Chunk& chunk, Partial partial, int64_t at = 0) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
-  if (chunks <= 0) return 0;
-  std::vector<double> partial(size_t(chunks), 0.0);
-  Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> sums(partial.data(), partial.size());
+  if (chunks <= 0) return;
   Kokkos::parallel_for(
       "chunked_sum", Policy(chunks, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
         const std::pair<int64_t, int> c = chunk(team.league_rank());
@@ -42,8 +38,19 @@ double chunk_sums_in_order(CVec<T> g, int64_t chunks, const Chunk& chunk) {
           const double x = g(b + j);
           return Square ? x * x : x;
         });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(team.league_rank()) = s; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { partial(at + team.league_rank()) = s; });
       });
+}
+
+// The host form of a whole reduction: the chunk sums into an array, then added on the calling
+// thread in chunk order -- the order in which the Serial backend's parallel_reduce adds them, so
+// Serial and threaded builds agree bit for bit.
+template <class T, bool Square, class Chunk>
+double chunk_sums_in_order(CVec<T> g, int64_t chunks, const Chunk& chunk) {
+  if (chunks <= 0) return 0;
+  std::vector<double> partial(size_t(chunks), 0.0);
+  chunk_sums<T, Square>(g, chunks, chunk,
+                        Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(partial.data(), partial.size()));
   ExecSpace().fence();
   double total = 0;
   for (const double s : partial) total += s;
@@ -109,10 +116,12 @@ void sum_of_squares(CVec<T> g, DeviceScalar out) {
   chunked_sum<T, true>(g, out);
 }
 
-// A selection of a buffer -- ranges [begin, end), in order -- cut into chunks of 4096 once, for
-// reductions over it in a fixed order (e.g. the squared norm of the tensors a rank counts).
+// The squared norm of a selection of a buffer -- ranges [begin, end), in order -- cut into chunks of
+// 4096 once. Each chunk's sum can be taken as soon as its values are final (a gradient bucket just
+// reduced, still in cache: add_chunk_squares), the total later, always in chunk order.
 struct ChunkTable {
   Kokkos::View<int64_t*, MemSpace> starts, lengths;
+  Kokkos::View<double*, MemSpace> partial;  // each chunk's sum of squares
   int64_t count = 0;
 };
 inline ChunkTable make_chunk_table(const std::vector<std::pair<size_t, size_t>>& ranges) {
@@ -127,6 +136,7 @@ inline ChunkTable make_chunk_table(const std::vector<std::pair<size_t, size_t>>&
   t.count = int64_t(starts.size());
   t.starts = Kokkos::View<int64_t*, MemSpace>("chunk_starts", starts.size() + 1);
   t.lengths = Kokkos::View<int64_t*, MemSpace>("chunk_lengths", starts.size() + 1);
+  t.partial = Kokkos::View<double*, MemSpace>("chunk_squares", starts.size() + 1);
   using Host = Kokkos::View<const int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
   if (t.count) {
     Kokkos::deep_copy(Kokkos::subview(t.starts, std::make_pair(int64_t(0), t.count)), Host(starts.data(), starts.size()));
@@ -135,32 +145,30 @@ inline ChunkTable make_chunk_table(const std::vector<std::pair<size_t, size_t>>&
   return t;
 }
 
-// sum of g(i)^2 over the table's selection of g, into out (queued like any kernel).
+// table.partial(c) = the sum of g(i)^2 over chunk c, for chunks [first, last) (queued like any kernel).
 template <class T>
-void sum_of_squares(CVec<T> g, const ChunkTable& table, DeviceScalar out) {
+void chunk_squares(CVec<T> g, const ChunkTable& table, int64_t first, int64_t last) {
   const auto starts = table.starts, lengths = table.lengths;
+  detail::chunk_sums<T, true>(
+      g, last - first,
+      KOKKOS_LAMBDA(int64_t c) { return std::pair<int64_t, int>(starts(first + c), int(lengths(first + c))); },
+      table.partial, first);
+}
+
+// out = the sum of every chunk's partial, in chunk order on the host (the same bits at any thread
+// count); queued like any kernel.
+inline void chunk_total(const ChunkTable& table, DeviceScalar out) {
+  const auto partial = table.partial;
   const int64_t n = table.count;
   if constexpr (kHostReduce) {
-    const int64_t *sp = starts.data(), *lp = lengths.data();
-    out() = detail::chunk_sums_in_order<T, true>(g, n, [=](int64_t c) {
-      return std::pair<int64_t, int>(sp[c], int(lp[c]));
-    });
+    ExecSpace().fence();
+    double total = 0;
+    for (int64_t c = 0; c < n; ++c) total += partial(c);
+    out() = total;
   } else {
-    using Policy = Kokkos::TeamPolicy<ExecSpace>;
-    using Member = Policy::member_type;
     Kokkos::parallel_reduce(
-        "sum_of_squares_selection", Policy(n > 0 ? n : 1, Kokkos::AUTO),  // (one empty team when n = 0)
-        KOKKOS_LAMBDA(const Member& team, double& acc) {
-          const int64_t c = team.league_rank();
-          const int64_t b = c < n ? starts(c) : 0;
-          const int len = c < n ? int(lengths(c)) : 0;
-          const double s = team_sum<double>(team, len, [&](int j) {
-            const double x = g(b + j);
-            return x * x;
-          });
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { acc += s; });
-        },
-        out);
+        "chunk_total", Kokkos::RangePolicy<ExecSpace>(0, n > 0 ? n : 1),
+        KOKKOS_LAMBDA(int64_t c, double& acc) { acc += c < n ? partial(c) : 0.0; }, out);
   }
 }
 

@@ -23,8 +23,11 @@
 
 #include "core/rng.hpp"
 #include "model/stage.hpp"
+#include "parallel/param_store.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/optimizer.hpp"
+#include "runtime/serial_communicator.hpp"
+#include "runtime/sharding.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
@@ -155,20 +158,26 @@ void maybe_write_kernel_table(const ModelConfig& cfg, int B, int T, Step&& step)
 }
 
 // precision: train.precision's; convert: 16-bit GEMMs through the converting path even with oneDNN.
-// fused_tail: as the trainer does it, AdamW leaves the gradients zeroed for the next step (no pass
-// of its own); else a separate zeroing pass (zero_ms), for comparison.
+// Tail::store: the trainer's one-rank path -- a ParamStore (ZeRO-0, a serial communicator) takes each
+// unit's part of the gradient norm as its gradient completes in backward, AdamW leaves the gradients
+// zeroed for the next step. Tail::separate: a zeroing pass, a norm pass and AdamW after backward,
+// for comparison (zero_ms and norm_ms).
+enum class Tail { store, separate };
 void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, Precision precision = Precision::fp32,
-                bool convert = false, bool fused_tail = true) {
+                bool convert = false, Tail tail = Tail::store) {
   const ParamLayout layout(cfg);
   const StageLayout sl(layout, 0, cfg.n_layer);
-  StageOptions<float> so;
-  so.precision = precision;
-  gemm_lowp_force_convert(convert);
-  Stage<float> stage(sl, B, T, so);
-  stage.init_params(1);
   OptimizerConfig oc;
   oc.weight_decay = 0.1;
-  auto opt = make_optimizer("adamw", sl.tensors(), sl.local_size(), oc);
+  SerialCommunicator dp;
+  Tracer tracer;
+  ParamStore store(sl, dp, sharding_policy(0), sl.local_size(), "adamw", oc, tracer);
+  store.init(1);
+  StageOptions<float> so;
+  so.precision = precision;
+  so.store = &store;
+  gemm_lowp_force_convert(convert);
+  Stage<float> stage(sl, B, T, so);
   auto a = stage.make_activations(B);
   auto ht = Kokkos::create_mirror_view(a.tokens);
   Rng r(2);
@@ -177,8 +186,8 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, P
   Kokkos::deep_copy(a.targets, ht);
   const size_t N = size_t(B) * T;
   Buffer<float> losses("losses", N);
-  const Vec<float> params(stage.params.data(), stage.params.extent(0));
-  const Vec<float> grads(stage.grads.data(), stage.grads.extent(0));
+  Kokkos::View<double, MemSpace> sumsq("sumsq");
+  const Vec<float> grads(store.grads(0), sl.local_size());  // ZeRO-0: the whole local layout
   // Phase times (fenced, so they add up to the step): where a step's time goes.
   double t_zero = 0, t_fwd = 0, t_bwd = 0, t_norm = 0, t_opt = 0;
   auto lap = [](double& acc, auto&& f) {
@@ -187,26 +196,30 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, P
     Kokkos::fence();
     acc += t.seconds();
   };
-  stage.zero_grads();
-  for (auto _ : state) {
-    if (!fused_tail) lap(t_zero, [&] { stage.zero_grads(); });
-    lap(t_fwd, [&] { stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N); });
-    lap(t_bwd, [&] { stage.backward(a); });
-    double norm = 0;
-    lap(t_norm, [&] { norm = std::sqrt(sum_of_squares<float>(grads)); });
-    lap(t_opt, [&] { opt->step(params, grads, 1e-4, clip_factor(norm, 1.0), fused_tail); });
-  }
-  maybe_write_kernel_table(cfg, B, T, [&] {
-    if (!fused_tail) stage.zero_grads();
-    stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N);
-    stage.backward(a);
-    const double norm = std::sqrt(sum_of_squares<float>(grads));
-    opt->step(params, grads, 1e-4, clip_factor(norm, 1.0), fused_tail);
-  });
+  auto step = [&](bool timed) {
+    double none = 0;
+    auto phase = [&](double& acc, auto&& f) { timed ? lap(acc, f) : f(); };
+    phase(tail == Tail::separate ? t_zero : none, [&] {
+      if (tail == Tail::separate) Kokkos::deep_copy(grads, 0.0f);
+      store.begin_step(0, 1);
+    });
+    phase(t_fwd, [&] { stage.forward(a, Vec<float>(losses.data(), N), true, 1.0f / N); });
+    phase(t_bwd, [&] {
+      stage.backward(a);
+      store.finish_gradients();
+    });
+    phase(t_norm, [&] {
+      if (tail == Tail::store) store.grad_sum_of_squares(DeviceScalar(sumsq.data()));
+      else sum_of_squares<float>(grads, DeviceScalar(sumsq.data()));
+    });
+    phase(t_opt, [&] { store.optimizer_step(1e-4, GradScale::clip(sumsq.data(), 1.0)); });
+  };
+  for (auto _ : state) step(true);
+  maybe_write_kernel_table(cfg, B, T, [&] { step(false); });
   const double it = double(state.iterations());
   state.counters["zero_ms"] = 1e3 * t_zero / it;
   state.counters["fwd_ms"] = 1e3 * t_fwd / it;  // includes the loss and LM-head backward
-  state.counters["bwd_ms"] = 1e3 * t_bwd / it;
+  state.counters["bwd_ms"] = 1e3 * t_bwd / it;  // Tail::store: includes the norm's unit parts
   state.counters["norm_ms"] = 1e3 * t_norm / it;
   state.counters["adamw_ms"] = 1e3 * t_opt / it;
   const double flops_per_token = 6.0 * double(layout.total()) + 12.0 * cfg.n_layer * cfg.n_embd * T;
@@ -224,8 +237,8 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, P
 }
 
 void BM_TrainStep_124M_B4_T64(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64); }
-void BM_TrainStep_124M_B4_T64_UnfusedTail(benchmark::State& s) {
-  train_step(s, gpt2_124m(), 4, 64, Precision::fp32, false, false);
+void BM_TrainStep_124M_B4_T64_SeparateTail(benchmark::State& s) {
+  train_step(s, gpt2_124m(), 4, 64, Precision::fp32, false, Tail::separate);
 }
 // train.precision = "bf16": the host's bf16 GEMMs (oneDNN when built with it), then the converting path.
 void BM_TrainStep_124M_B4_T64_bf16(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64, Precision::bf16); }
@@ -234,7 +247,7 @@ void BM_TrainStep_124M_B4_T64_bf16_convert(benchmark::State& s) {
 }
 void BM_TrainStep_Small_B8_T256(benchmark::State& s) { train_step(s, small(), 8, 256); }
 BENCHMARK(BM_TrainStep_124M_B4_T64)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
-BENCHMARK(BM_TrainStep_124M_B4_T64_UnfusedTail)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+BENCHMARK(BM_TrainStep_124M_B4_T64_SeparateTail)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_bf16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_bf16_convert)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_Small_B8_T256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
