@@ -31,7 +31,7 @@ inline RunConfig tiny_config(const std::string& data) {
 }
 
 struct Result {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::vector<float> params;  // global layout, on the run's rank 0
   double eval = 0;
   bool replicas_identical = true;
@@ -51,7 +51,9 @@ inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
   Result r;
   r.eval = t.evaluate();
   for (int s = 0; s < (steps >= 0 ? steps : cfg.train.steps); ++s) {
-    r.losses.push_back(t.train_step().loss);
+    const StepMetrics m = t.train_step();
+    r.losses.push_back(m.loss);
+    r.grad_norms.push_back(m.grad_norm);
     // Every replica of a stage must hold the same bits after every step.
     const std::vector<float> p = t.local_params();
     uint64_t h = checksum(p.data(), p.size() * sizeof(float)), lo = h, hi = h;
@@ -100,8 +102,11 @@ inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::
   const Result& ref = reference(int(r.losses.size()) == cfg.train.steps ? -1 : int(r.losses.size()), &cfg);
   EXPECT_TRUE(r.replicas_identical) << what << ": dp replicas diverged";
   ASSERT_EQ(r.losses.size(), ref.losses.size());
-  for (size_t i = 0; i < r.losses.size(); ++i)
+  for (size_t i = 0; i < r.losses.size(); ++i) {
     EXPECT_NEAR(r.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << what << " step " << i + 1;
+    // The norm is summed in parts (units as they complete, shards, stages, tp ranks): all must count.
+    EXPECT_NEAR(r.grad_norms[i], ref.grad_norms[i], 1e-5 * ref.grad_norms[i]) << what << " norm, step " << i + 1;
+  }
   if (rank_of(comm) != 0) return;
   ASSERT_EQ(r.params.size(), ref.params.size()) << what;
   const ParamLayout layout(cfg.model);
