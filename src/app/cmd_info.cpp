@@ -83,7 +83,7 @@ int print_json(const InfoArgs& a) {
   j.begin_object();
   j.key("version").value(version()).key("git_revision").value(git_revision());
   j.key("kokkos").value(kokkos_version()).key("execution_space").value(default_execution_space());
-  j.key("gemm_bf16").value(gemm_lowp_backend(true)).key("gemm_fp16").value(gemm_lowp_backend(false));
+  j.key("gemm_fp32").value(gemm_host_f32_backend()).key("gemm_bf16").value(gemm_lowp_backend(true)).key("gemm_fp16").value(gemm_lowp_backend(false));
   j.key("strategies").begin_object();
   json_names<CommRegistry>(j, "comm");
   json_names<ScheduleRegistry>(j, "schedule");
@@ -160,6 +160,7 @@ Run add_info(CLI::App& app) {
     }
     std::printf("gpt2-kokkos %s (git %s)\n", version().c_str(), git_revision().c_str());
     std::printf("Kokkos %s, default execution space: %s\n", kokkos_version().c_str(), default_execution_space().c_str());
+    std::printf("fp32 GEMMs: %s\n", gemm_host_f32_backend().c_str());
     std::printf("16-bit GEMMs (train.precision): bf16 on %s, fp16 on %s\n", gemm_lowp_backend(true).c_str(),
                 gemm_lowp_backend(false).c_str());
     std::printf("communication backends: %s\n", CommRegistry::alternatives().c_str());

@@ -1,4 +1,7 @@
 #include "tensor/gemm_lowp.hpp"
+#if defined(GPT2_HAVE_ONEDNN)
+#include "tensor/gemm_dnnl.hpp"
+#endif
 
 #include <Kokkos_Core.hpp>
 
@@ -52,12 +55,6 @@ void gemm_lowp_set_threads(int) {}
 
 #else  // host
 
-#if defined(GPT2_HAVE_ONEDNN)
-// gemm_dnnl.cpp
-void dnnl_bf16_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
-                    int ldb, float beta, float* C, int ldc);
-void dnnl_set_threads(int n);
-#endif
 
 namespace {
 bool g_force_convert = false;

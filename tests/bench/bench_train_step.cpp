@@ -247,6 +247,13 @@ void BM_TrainStep_124M_B4_T64_bf16_convert(benchmark::State& s) {
 }
 void BM_TrainStep_Small_B8_T256(benchmark::State& s) { train_step(s, small(), 8, 256); }
 BENCHMARK(BM_TrainStep_124M_B4_T64)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+// Every fp32 GEMM through OpenBLAS (the default sends the forward products x*w^T to oneDNN).
+void BM_TrainStep_124M_B4_T64_OpenBLASOnly(benchmark::State& s) {
+  gemm_set_host_f32(HostGemm::openblas);
+  train_step(s, gpt2_124m(), 4, 64);
+  gemm_set_host_f32(HostGemm::automatic);
+}
+BENCHMARK(BM_TrainStep_124M_B4_T64_OpenBLASOnly)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_SeparateTail)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_bf16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_bf16_convert)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);

@@ -118,6 +118,31 @@ TEST(Kernels, Fp16RoundsAndOverflowsToInfinity) {
   EXPECT_EQ(float(min_normal), std::ldexp(1.0f, -14));
 }
 
+// fp32 GEMMs in every form, alpha and beta, against double: through the host's library choice
+// (oneDNN for x*w^T where built) and through OpenBLAS alone; the two agree to fp32 rounding.
+TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
+  const int M = 37, N = 29, K = 70;
+  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas}) {
+    gemm_set_host_f32(lib);
+    for (Op oa : {Op::N, Op::T})
+      for (Op ob : {Op::N, Op::T})
+        for (float beta : {0.0f, 1.0f}) {
+          const std::vector<float> A = random_floats(size_t(M) * K, 1), B = random_floats(size_t(K) * N, 2),
+                                   C0 = random_floats(size_t(M) * N, 3);
+          const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, A, B, beta, C0);
+          Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
+          gemm<float>(oa, ob, M, N, K, 0.5f, a.data(), oa == Op::N ? K : M, b.data(), ob == Op::N ? N : K, beta,
+                      c.data(), N);
+          Kokkos::fence();
+          const std::vector<float> got = to_host(c);
+          double worst = 0;
+          for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+          EXPECT_LT(worst, 1e-4) << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta;
+        }
+  }
+  gemm_set_host_f32(HostGemm::automatic);
+}
+
 TEST(Kernels, GemmBf16MatchesDoubleOfRoundedInputs) { check_gemm16<bf16>(false); }
 TEST(Kernels, GemmBf16ConvertingPathMatches) { check_gemm16<bf16>(true); }
 TEST(Kernels, GemmFp16MatchesDoubleOfRoundedInputs) { check_gemm16<fp16>(false); }

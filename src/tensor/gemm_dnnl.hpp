@@ -1,0 +1,15 @@
+#pragma once
+// oneDNN's matmul on the host (gemm_dnnl.cpp, built when CMake finds oneDNN): row-major as gemm.hpp,
+// fp32 output; gemm.cpp and gemm_lowp.cpp dispatch to it.
+#include "tensor/gemm.hpp"
+#include "tensor/half.hpp"
+
+namespace gpt2 {
+
+void dnnl_bf16_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
+                    int ldb, float beta, float* C, int ldc);
+void dnnl_f32_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                   int ldb, float beta, float* C, int ldc);
+void dnnl_set_threads(int n);  // the OpenMP threads its primitives run on
+
+}  // namespace gpt2
