@@ -159,11 +159,12 @@ Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int m, dou
   return simulate(per_rank, m, c, pl);
 }
 
-Simulation simulate_schedule(const std::string& name, int p, int m, int v, const SimCosts& costs) {
+Simulation simulate_schedule(const std::string& name, int p, int m, int v, const SimCosts& costs,
+                             const PassCosts& order) {
   const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
   const Placement pl = schedule_placement(e, p, v);
   std::vector<std::vector<Action>> ranks;
-  for (int r = 0; r < p; ++r) ranks.push_back(make_schedule(name, p, m, r, pl.chunks));
+  for (int r = 0; r < p; ++r) ranks.push_back(make_schedule(name, p, m, r, pl.chunks, order));
   return simulate(ranks, m, costs, pl);
 }
 

@@ -51,7 +51,9 @@ Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microb
 
 // Every rank's list of schedule `name` (registered) for p ranks, m microbatches and the chunks it
 // runs with parallel.virtual_stages = v, simulated with `costs`.
-Simulation simulate_schedule(const std::string& name, int p, int m, int v = 1, const SimCosts& costs = {});
+// order: the pass costs the schedule orders by (zb-v), as the trainer gives them.
+Simulation simulate_schedule(const std::string& name, int p, int m, int v = 1, const SimCosts& costs = {},
+                             const PassCosts& order = {});
 
 // Textbook forward clock cycles (torchgpipe's): at clock k, the (microbatch, stage) pairs
 // (k - j, j) for the stages j that have one.

@@ -176,7 +176,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
 
   std::vector<std::vector<Action>> actions;
   for (int r = 0; r < p; ++r) {
-    actions.push_back(make_schedule(l.schedule, p, mbs, r, place.chunks));
+    actions.push_back(make_schedule(l.schedule, p, mbs, r, place.chunks, pass_costs(w.model.n_embd, w.seq_len)));
     for (const Action& a : actions.back()) {
       ChunkPlan& cp = plans[size_t(r)].chunks[size_t(a.chunk)];
       if (a.kind == ActionKind::forward) cp.last_forward_mb = a.mb;

@@ -147,12 +147,23 @@ std::vector<Action> one_f_one_b_order(int p, int m, int s) {
   return out;
 }
 
-std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks) {
+PassCosts pass_costs(int n_embd, int seq_len) {
+  const double C = n_embd, T = seq_len, linear = 24 * C * C, forward = linear + 4 * T * C;
+  PassCosts c;
+  c.forward = 1;
+  c.backward_input = (linear + 8 * T * C) / forward;
+  c.backward_weight = linear / forward;
+  return c;
+}
+
+std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks,
+                                  const PassCosts& costs) {
   const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
-  if (stages <= 0 || microbatches <= 0 || stage < 0 || stage >= stages || chunks <= 0)
+  if (stages <= 0 || microbatches <= 0 || stage < 0 || stage >= stages || chunks <= 0 || !(costs.forward > 0) ||
+      !(costs.backward_input > 0) || !(costs.backward_weight > 0))
     fail("make_schedule: bad arguments (stages ", stages, ", microbatches ", microbatches, ", stage ", stage,
-         ", chunks ", chunks, ")");
-  return e.make({stages, microbatches, stage, schedule_chunks(e, chunks)});
+         ", chunks ", chunks, ", pass costs ", costs.forward, "/", costs.backward_input, "/", costs.backward_weight, ")");
+  return e.make({stages, microbatches, stage, schedule_chunks(e, chunks), costs});
 }
 
 std::vector<Action> forward_only_schedule(const Placement& pl, int microbatches, int rank) {

@@ -60,9 +60,20 @@ struct Placement {
   int chunk_of(int stage) const { return kind == Kind::loop ? stage / ranks : stage < ranks ? 0 : 1; }
 };
 
+// Relative durations of a chunk's passes, for schedules that order by time (zb-v's list schedule).
+// Every rank must build its order from the same costs, so they come from the model's shape, never
+// from a rank's own measurements. The defaults are a GPT-2 block's at T = C / 2 (pass_costs).
+struct PassCosts {
+  double forward = 1, backward_input = 1.08, backward_weight = 0.92;
+};
+// A block's FLOPs per token: forward 24 C^2 + 4 T C (the linears; q k^T and att v), input pass
+// 24 C^2 + 8 T C, weight pass 24 C^2 -- relative to the forward.
+PassCosts pass_costs(int n_embd, int seq_len);
+
 struct ScheduleShape {
   int stages = 1, microbatches = 1, stage = 0;  // pipeline ranks, microbatches, this rank
   int chunks = 1;                              // chunks per rank
+  PassCosts costs;
 };
 
 struct ScheduleEntry {
@@ -81,7 +92,8 @@ int schedule_chunks(const ScheduleEntry& e, int virtual_stages);
 Placement schedule_placement(const ScheduleEntry& e, int ranks, int virtual_stages);
 
 // name: a registered schedule (parallel.schedule); InputError for an unknown name.
-std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks = 1);
+std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks = 1,
+                                  const PassCosts& costs = {});
 // Forward passes only (evaluation): every microbatch flows through every chunk in order.
 std::vector<Action> forward_only_schedule(const Placement& placement, int microbatches, int rank);
 std::vector<Action> forward_only_schedule(int stages, int microbatches, int stage);

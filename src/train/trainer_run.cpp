@@ -22,11 +22,15 @@ void Trainer::write_trace() {
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
   meta.virtual_stages = placement_.chunks;
-  SimCosts ideal;  // equal stages: forward 1, backward 2 (B and W 1 each)
-  ideal.backward = 2;
-  meta.bubble_theory =
-      simulate_schedule(cfg_.parallel.schedule, topo_->pp(), cfg_.parallel.microbatches, cfg_.parallel.virtual_stages, ideal)
-          .bubble_fraction;
+  // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
+  // the schedule's own bubble, as the trainer ordered it.
+  const PassCosts pc = pass_costs(cfg_.model.n_embd, cfg_.data.seq_len);
+  SimCosts ideal;
+  ideal.forward = pc.forward, ideal.backward_input = pc.backward_input, ideal.backward_weight = pc.backward_weight;
+  ideal.backward = pc.backward_input + pc.backward_weight;
+  meta.bubble_theory = simulate_schedule(cfg_.parallel.schedule, topo_->pp(), cfg_.parallel.microbatches,
+                                         cfg_.parallel.virtual_stages, ideal, pc)
+                           .bubble_fraction;
   meta.execution_space = env_.execution_space();
   meta.device = env_.device();
   meta.comm = groups_->backend;

@@ -214,6 +214,30 @@ TEST(Schedule, InterleavedAndZeroBubbleRunEverySize) {
   EXPECT_LE(simulate_schedule("zb-v", 2, 4, 1, c).bubble_fraction, 0.5 * one);
 }
 
+// zb-v orders its passes by the block's relative costs from the model's shape (W cheaper than B): a
+// V ordered as if every pass cost the same leaves about twice the bubble when run with real costs.
+TEST(Schedule, ZeroBubbleVOrdersByTheModelsPassCosts) {
+  const PassCosts pc = pass_costs(256, 128);  // the frontier benchmark's blocks: T = C / 2
+  EXPECT_NEAR(pc.forward, 1, 1e-12);
+  EXPECT_NEAR(pc.backward_input, PassCosts{}.backward_input, 0.01);
+  EXPECT_NEAR(pc.backward_weight, PassCosts{}.backward_weight, 0.01);
+  EXPECT_LT(pc.backward_weight, pc.backward_input);
+  SimCosts real;
+  real.forward = pc.forward, real.backward_input = pc.backward_input, real.backward_weight = pc.backward_weight;
+  real.backward = pc.backward_input + pc.backward_weight;
+  PassCosts equal;
+  equal.backward_input = equal.backward_weight = 1;
+  for (int p : {2, 4})
+    for (int m : {2 * p, 4 * p}) {
+      const double one = simulate_schedule("1f1b", p, m, 1, real).bubble_fraction;
+      const double by_costs = simulate_schedule("zb-v", p, m, 1, real, pc).bubble_fraction;
+      const double by_equal = simulate_schedule("zb-v", p, m, 1, real, equal).bubble_fraction;
+      EXPECT_LE(by_costs, 0.5 * one) << "p=" << p << " m=" << m;
+      EXPECT_LE(by_costs, by_equal + 1e-12) << "p=" << p << " m=" << m;
+    }
+  EXPECT_THROW(make_schedule("zb-v", 2, 4, 0, 2, PassCosts{1, 0, 1}), std::runtime_error);  // a cost that is not positive
+}
+
 TEST(Schedule, ZeroBubbleSplitsBackwardsAndTheVKeepsBothEndsOnRankZero) {
   for (const Action& a : make_schedule("zb-h1", 4, 8, 2))
     EXPECT_NE(a.kind, ActionKind::backward) << "zb-h1 runs B and W, not whole backwards";
