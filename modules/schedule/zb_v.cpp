@@ -87,10 +87,7 @@ std::vector<std::vector<Action>> list_schedule(int p, int m, const PassCosts& co
 std::vector<Action> zb_v(const ScheduleShape& s) {
   Placement pl;
   pl.kind = Placement::Kind::vee, pl.ranks = s.stages, pl.chunks = 2;
-  std::vector<std::vector<Action>> ranks = list_schedule(s.stages, s.microbatches, s.costs);
-  for (int r = 0; r < s.stages; ++r) ranks[size_t(r)] = with_communication(ranks[size_t(r)], pl, r);
-  order_receives_as_sent(ranks, pl);  // the V crosses messages between the same two ranks
-  return pair_exchanges(ranks[size_t(s.stage)], pl, s.stage);
+  return with_communication(list_schedule(s.stages, s.microbatches, s.costs), pl)[size_t(s.stage)];
 }
 
 [[maybe_unused]] const bool registered = ScheduleRegistry::add(

@@ -1,5 +1,6 @@
 // gpt2 simulate CONFIG [--set k=v]... [--calibrate TRACE] [--hardware FILE] [--ranks N] [--json]:
-// predicts one training step of the configuration's layout (src/perf/step_model).
+// predicts one training step of the configuration's layout (src/perf/step_model); with
+// --print-schedule it prints the layout's pipeline schedule as a schedule file instead.
 // gpt2 simulate --measure-comm (under mpiexec, 2+ ranks): measures this machine's links for a
 // hardware file.
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "perf/step_model.hpp"
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
+#include "runtime/schedule_file.hpp"
 #include "runtime/topology.hpp"
 #include "tensor/views.hpp"
 #include "train/run_config.hpp"
@@ -31,7 +33,7 @@ struct SimulateArgs {
   std::string config, calibrate, hardware, precision = "fp32";
   std::vector<std::string> sets;
   long long ranks = 0;
-  bool json = false, measure = false;
+  bool json = false, measure = false, print_schedule = false;
 };
 
 double mib(double b) { return b / 1048576.0; }
@@ -142,6 +144,16 @@ void print_text(const StepPrediction& p, const SimulateArgs& a, const CostModel&
   (void)a;
 }
 
+int print_schedule(const RunConfig& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  const Placement pl = schedule_placement(ScheduleRegistry::get(p.schedule, "parallel.schedule"), p.pp, p.virtual_stages);
+  std::vector<std::vector<Action>> ranks;
+  for (int r = 0; r < p.pp; ++r)
+    ranks.push_back(make_schedule(p.schedule, p.pp, p.microbatches, r, pl.chunks, pass_costs(cfg.model.n_embd, cfg.data.seq_len)));
+  std::fputs(format_schedule_file(p.schedule, pl, ranks).c_str(), stdout);
+  return 0;
+}
+
 void print_json(const StepPrediction& p, const CostModel& cm, const Calibration* cal) {
   const Layout& l = p.layout;
   Json j;
@@ -197,8 +209,12 @@ Run add_simulate(CLI::App& app) {
   c->add_flag("--measure-comm", a->measure,
               "Measure this machine's point-to-point and collective times (run under mpiexec -n 2) and print "
               "hardware-file lines");
+  c->add_flag("--print-schedule", a->print_schedule,
+              "Print the deck's pipeline schedule as a schedule file (each rank's F, B, W passes), to edit and run "
+              "with parallel.schedule_file");
   c->footer("Example:\n  gpt2 train inputs/x.toml --set trace.file=cal.h5 --set trace.units=true\n"
-            "  gpt2 simulate inputs/x.toml --set parallel.pp=2 --set parallel.microbatches=8 --calibrate cal.h5");
+            "  gpt2 simulate inputs/x.toml --set parallel.pp=2 --set parallel.microbatches=8 --calibrate cal.h5\n"
+            "  gpt2 simulate inputs/x.toml --set parallel.pp=2 --set parallel.schedule=zb-v --print-schedule > my.sched");
   return [a]() -> int {
     if (a->measure) return measure_comm();
     if (a->config.empty()) fail_input("gpt2 simulate", "expected an input deck (CONFIG), or --measure-comm");
@@ -212,6 +228,7 @@ Run add_simulate(CLI::App& app) {
       dp_note = ", dp from --ranks";
     }
     cfg.validate(int(cfg.grid().world()));
+    if (a->print_schedule) return print_schedule(cfg);
     const Hardware hw = Hardware::load(a->hardware.empty() ? default_hardware() : a->hardware);
     std::unique_ptr<Calibration> cal;
     if (!a->calibrate.empty()) {

@@ -20,6 +20,9 @@ std::string check_layout(const Workload& w, const Layout& l) {
     return l.schedule + " splits the blocks evenly into pp x chunks = " + std::to_string(l.pp * chunks) + " virtual stages";
   if (sched->microbatches_multiple_of_stages && l.microbatches % l.pp)
     return l.schedule + " needs microbatches in groups of pp";
+  if (sched->stages > 0 && (l.pp != sched->stages || l.microbatches != sched->microbatches))
+    return l.schedule + " (from " + sched->file + ") is written for pp " + std::to_string(sched->stages) + " and " +
+           std::to_string(sched->microbatches) + " microbatches";
   if (!ShardingRegistry::find(std::to_string(l.zero))) return "unknown ZeRO level " + std::to_string(l.zero);
   if (l.pp > m.n_layer) return "more stages (" + std::to_string(l.pp) + ") than blocks (" + std::to_string(m.n_layer) + ")";
   if (m.n_head % l.tp || m.padded_vocab() % l.tp) return "tp " + std::to_string(l.tp) + " does not divide the heads and the padded vocabulary";

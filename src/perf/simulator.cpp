@@ -128,9 +128,19 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
       }
     }
   }
-  for (int r = 0; r < p; ++r)
-    if (pc[r] < ranks[r].size()) sim.deadlock = true;
-  if (sim.deadlock) complain(0, "deadlock: some rank waits for a message that never comes");
+  // Only receives block: name what each stuck rank waits for.
+  std::ostringstream stuck;
+  for (int r = 0; r < p; ++r) {
+    if (pc[r] >= ranks[r].size()) continue;
+    const Action& a = ranks[r][pc[r]];
+    const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
+    const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
+    const int mb = paired ? a.recv_mb : a.mb, k = pl.stage(r, paired ? a.recv_chunk : a.chunk);
+    stuck << (sim.deadlock ? "; " : "") << "rank " << r << " waits for the " << (grad ? "gradient" : "activation")
+          << " of microbatch " << mb << " from virtual stage " << (grad ? k + 1 : k - 1);
+    sim.deadlock = true;
+  }
+  if (sim.deadlock && sim.problem.empty()) sim.problem = "deadlock: " + stuck.str() + " (no rank can send it)";
   for (int k = 0; k < S; ++k) {
     const int r = pl.rank_of(k);
     const bool trains = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {

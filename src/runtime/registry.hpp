@@ -30,6 +30,12 @@ class Registry {
              std::move(e));
     return true;
   }
+  // An entry made at run time (a schedule read from a file): replaces the one of the same name.
+  static void put(Entry e) {
+    auto& v = table();
+    v.erase(std::remove_if(v.begin(), v.end(), [&](const Entry& x) { return x.name == e.name; }), v.end());
+    add(std::move(e));
+  }
   static const Entry* find(const std::string& name) {
     check_unique();
     for (const Entry& e : table())

@@ -135,6 +135,15 @@ std::vector<Action> with_communication(const std::vector<Action>& compute, int s
   return with_communication(compute, p, stage, pair_exchanges);
 }
 
+std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,
+                                                    const Placement& pl) {
+  std::vector<std::vector<Action>> ranks;
+  for (int r = 0; r < int(compute.size()); ++r) ranks.push_back(with_communication(compute[size_t(r)], pl, r));
+  order_receives_as_sent(ranks, pl);  // chunks on either side can cross messages between two ranks
+  for (int r = 0; r < int(ranks.size()); ++r) ranks[size_t(r)] = pair_exchanges(ranks[size_t(r)], pl, r);
+  return ranks;
+}
+
 std::vector<Action> one_f_one_b_order(int p, int m, int s) {
   const int warmup = std::min(p - s - 1, m);
   std::vector<Action> out;

@@ -84,6 +84,9 @@ struct ScheduleEntry {
   int chunks = 1;              // chunks per rank; 0: parallel.virtual_stages
   bool split_backward = false;  // B and W actions instead of whole backwards
   bool microbatches_multiple_of_stages = false;  // m % p == 0 required
+  // A schedule read from a file (parallel.schedule_file) runs the one shape it was written for.
+  std::string file;
+  int stages = 0, microbatches = 0;  // 0: any
 };
 using ScheduleRegistry = Registry<ScheduleEntry>;
 
@@ -117,5 +120,9 @@ std::vector<Action> pair_exchanges(const std::vector<Action>& actions, const Pla
 void order_receives_as_sent(std::vector<std::vector<Action>>& ranks, const Placement& placement);
 std::vector<Action> with_communication(const std::vector<Action>& compute, int stages, int stage,
                                        bool pair_exchanges = false);
+// Every rank's whole list from every rank's compute order (schedules built for the whole pipeline at
+// once: the V, a file): the messages added, receives ordered as sent, neighbour exchanges paired.
+std::vector<std::vector<Action>> with_communication(const std::vector<std::vector<Action>>& compute,
+                                                    const Placement& placement);
 
 }  // namespace gpt2

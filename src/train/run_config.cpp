@@ -3,7 +3,9 @@
 #include "core/error.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/optimizer.hpp"
+#include "perf/simulator.hpp"
 #include "runtime/schedule.hpp"
+#include "runtime/schedule_file.hpp"
 #include "runtime/sharding.hpp"
 #include "runtime/tokenizer.hpp"
 #include "tensor/precision.hpp"
@@ -56,6 +58,8 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
       {"parallel.schedule", &parallel.schedule, "pipeline: " + ScheduleRegistry::alternatives()},
       {"parallel.virtual_stages", &parallel.virtual_stages, "interleaved: chunks of blocks per rank (round robin)"},
+      {"parallel.schedule_file", &parallel.schedule_file,
+       "a pipeline schedule written by hand (each rank's F, B, W passes; README): overrides parallel.schedule"},
       {"parallel.stage_layers", &parallel.stage_layers, "blocks per stage, e.g. [5, 7]"},
       {"parallel.bucket_mb", &parallel.bucket_mb, "gradient all-reduce bucket MiB (0: 1 with MPI, 25 with NCCL)"},
       {"parallel.comm", &parallel.comm, CommRegistry::alternatives()},
@@ -80,6 +84,8 @@ RunConfig RunConfig::load(const std::string& path, const std::vector<std::string
   for (const auto& o : overrides) deck.set(o);
   RunConfig c;
   deck.bind(c.fields());
+  // A hand-written schedule registers itself under its own name, which the run then uses.
+  if (!c.parallel.schedule_file.empty()) c.parallel.schedule = register_schedule_file(read_schedule_file(c.parallel.schedule_file));
   return c;
 }
 
@@ -207,6 +213,18 @@ void RunConfig::validate_schedule() const {
   if (e.microbatches_multiple_of_stages && parallel.microbatches % parallel.pp != 0)
     fail_input("parallel.microbatches", "the ", parallel.schedule, " schedule runs microbatches in groups of parallel.pp (",
                parallel.pp, "): need a multiple of it, got ", parallel.microbatches);
+  if (!e.file.empty()) validate_schedule_file(e);
+}
+
+// A hand-written schedule runs the shape it was written for, and must run: every rank's list is
+// simulated before any work (a deadlock, a pass without its input, a message never received).
+void RunConfig::validate_schedule_file(const ScheduleEntry& e) const {
+  if (parallel.pp != e.stages || parallel.microbatches != e.microbatches)
+    fail_input("parallel.schedule_file", e.file, " is written for ", e.stages, " pipeline ranks and ", e.microbatches,
+               " microbatches (its rank lines, its largest microbatch + 1); the deck has parallel.pp = ", parallel.pp,
+               " and parallel.microbatches = ", parallel.microbatches);
+  const Simulation s = simulate_schedule(e.name, e.stages, e.microbatches, e.chunks);
+  if (!s.problem.empty()) fail_input("parallel.schedule_file", e.file, ": the schedule cannot run: ", s.problem);
 }
 
 }  // namespace gpt2

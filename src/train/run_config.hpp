@@ -11,6 +11,8 @@
 
 namespace gpt2 {
 
+struct ScheduleEntry;
+
 struct DataConfig {
   std::string train;    // shard path or glob
   std::string val;      // shard path or glob; empty: no evaluation
@@ -55,6 +57,7 @@ struct ParallelConfig {
   int microbatches = 1;           // per dp rank and step
   std::string schedule = "1f1b";  // a registered pipeline schedule
   int virtual_stages = 1;         // interleaved: chunks of blocks per rank
+  std::string schedule_file;      // a hand-written schedule; when set, its name becomes `schedule`
   std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
   double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
   std::string comm = "auto";      // auto | mpi | nccl
@@ -98,6 +101,7 @@ struct RunConfig {
 
  private:
   void validate_schedule() const;
+  void validate_schedule_file(const ScheduleEntry& e) const;
 };
 
 }  // namespace gpt2

@@ -78,6 +78,13 @@ def main():
     with open(P("vocab.bpe"), "w") as f:
         f.write("#version: 0.2\na b\n")
 
+    with open(P("typo.sched"), "w") as f:
+        f.write("# a schedule file with a typo\nrank 0: F0 B0\nrank 1: F0 X0\n")
+    with open(P("m2.sched"), "w") as f:
+        f.write("rank 0: F0 F1 B0 B1\nrank 1: F0 B0 F1 B1\n")
+    with open(P("hangs.sched"), "w") as f:
+        f.write("rank 0: F0 B0 F1 B1\nrank 1: F1 B1 F0 B0\n")
+
     def deck(name, **overrides):
         base = dict(checkpoint__dir=P("ckpt"), trace__file=P("trace.h5"), parallel__dp=2)
         base.update(overrides)
@@ -119,6 +126,17 @@ def main():
          "parallel.microbatches: the interleaved schedule runs microbatches in groups of parallel.pp (2)"),
         ("a layer split zb-v cannot use", train(deck("c32", parallel__dp=1, parallel__pp=2, parallel__schedule="zb-v")), 2,
          "parallel.schedule: zb-v splits the blocks into 2 chunks per rank x parallel.pp = 4 virtual stages, which must divide model.n_layer (2)"),
+        ("missing schedule file", train(deck("s1", parallel__dp=1, parallel__pp=2, parallel__schedule_file=P("nope.sched"))), 2,
+         f"parallel.schedule_file: expected a schedule file, got {P('nope.sched')} (no such file)"),
+        ("schedule file with a typo", train(deck("s2", parallel__dp=1, parallel__pp=2, parallel__schedule_file=P("typo.sched"))), 2,
+         f"parallel.schedule_file: {P('typo.sched')}:3: expected a pass such as F3"),
+        ("schedule file for another layout",
+         train(deck("s3", parallel__dp=1, parallel__pp=2, parallel__schedule_file=P("m2.sched"))), 2,
+         "is written for 2 pipeline ranks and 2 microbatches (its rank lines, its largest microbatch + 1); the deck has "
+         "parallel.pp = 2 and parallel.microbatches = 1"),
+        ("schedule file that deadlocks",
+         train(deck("s4", parallel__dp=1, parallel__pp=2, parallel__microbatches=2, parallel__schedule_file=P("hangs.sched"))), 2,
+         "the schedule cannot run: deadlock: rank 0 waits for the gradient of microbatch 1"),
         ("virtual stages with a one-chunk schedule", train(deck("c33", parallel__virtual_stages=2)), 2,
          "parallel.virtual_stages: is for the interleaved schedule"),
         ("unwritable trace folder", train(deck("c20", trace__file="/proc/gpt2/trace.h5")), 2, "trace.file: cannot create folder"),

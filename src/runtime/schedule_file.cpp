@@ -1,0 +1,194 @@
+#include "runtime/schedule_file.hpp"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "core/fs.hpp"
+
+namespace gpt2 {
+
+namespace {
+const char* kKey = "parallel.schedule_file";
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+// A non-negative integer, the whole of `s`; -1 otherwise.
+int number(const std::string& s) {
+  if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoi(s);
+}
+
+std::string stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t dot = base.find_last_of('.');
+  return dot == std::string::npos || dot == 0 ? base : base.substr(0, dot);
+}
+
+struct Parser {
+  const std::string& path;
+  int line = 0;
+  template <class... Parts>
+  [[noreturn]] void error(const Parts&... parts) const {
+    fail_input(kKey, path, ":", line, ": ", parts...);
+  }
+  // F3, B0.1, W12.2
+  Action pass(const std::string& tok) const {
+    const char k = tok.empty() ? ' ' : tok[0];
+    const ActionKind kind = k == 'F' ? ActionKind::forward : k == 'B' ? ActionKind::backward : ActionKind::backward_weight;
+    const size_t dot = tok.find('.');
+    const int mb = number(tok.substr(1, dot == std::string::npos ? std::string::npos : dot - 1));
+    const int chunk = dot == std::string::npos ? 0 : number(tok.substr(dot + 1));
+    if ((k != 'F' && k != 'B' && k != 'W') || mb < 0 || chunk < 0)
+      error("expected a pass such as F3, B3 or W3.1 (F, B or W, the microbatch, .chunk when a rank has several), got \"",
+            tok, "\"");
+    return {kind, mb, -1, chunk};
+  }
+};
+}  // namespace
+
+ScheduleFile parse_schedule_file(const std::string& path, const std::string& text) {
+  ScheduleFile f;
+  f.path = path;
+  f.name = stem(path);
+  std::string placement = "loop";
+  int chunks = 0;  // 0: not given
+  std::map<int, std::vector<Action>> ranks;
+  Parser ps{path};
+  std::istringstream in(text);
+  for (std::string raw; std::getline(in, raw);) {
+    ++ps.line;
+    const std::string l = trim(raw.substr(0, raw.find('#')));
+    if (l.empty()) continue;
+    const size_t colon = l.find(':'), eq = l.find('=');
+    if (l.rfind("rank", 0) == 0 && colon != std::string::npos) {
+      const int r = number(trim(l.substr(4, colon - 4)));
+      if (r < 0) ps.error("expected \"rank N: passes\", got \"", l, "\"");
+      if (ranks.count(r)) ps.error("rank ", r, " is listed twice");
+      std::vector<Action>& out = ranks[r];
+      std::istringstream passes(l.substr(colon + 1));
+      for (std::string tok; passes >> tok;) out.push_back(ps.pass(tok));
+      if (out.empty()) ps.error("rank ", r, " has no passes");
+    } else if (eq != std::string::npos) {
+      const std::string key = trim(l.substr(0, eq)), value = trim(l.substr(eq + 1));
+      if (key == "name") {
+        const bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+        });
+        if (!ok) ps.error("name: expected letters, digits, '-', '_' or '.', got \"", value, "\"");
+        f.name = value;
+      } else if (key == "placement") {
+        if (value != "loop" && value != "vee") ps.error("placement: expected loop or vee, got \"", value, "\"");
+        placement = value;
+      } else if (key == "chunks") {
+        chunks = number(value);
+        if (chunks < 1 || chunks > 64) ps.error("chunks: expected a whole number from 1 to 64, got \"", value, "\"");
+      } else {
+        ps.error("unknown setting \"", key, "\" (expected name, placement or chunks)");
+      }
+    } else {
+      ps.error("expected \"rank N: passes\" or a setting (name, placement, chunks), got \"", l, "\"");
+    }
+  }
+  ps.line = 0;  // what follows concerns the whole file
+  auto whole = [&](const auto&... parts) { fail_input(kKey, path, ": ", parts...); };
+  if (ranks.empty()) whole("no \"rank N: passes\" lines: expected one per pipeline rank");
+  const int p = int(ranks.size());
+  if (ranks.rbegin()->first != p - 1) whole("expected lines for ranks 0 to ", p - 1, ", got a line for rank ", ranks.rbegin()->first);
+  f.placement.kind = placement == "vee" ? Placement::Kind::vee : Placement::Kind::loop;
+  f.placement.ranks = p;
+  f.placement.chunks = chunks ? chunks : placement == "vee" ? 2 : 1;
+  if (placement == "vee" && f.placement.chunks != 2) whole("placement vee runs 2 chunks per rank, got chunks = ", chunks);
+
+  int m = 0;
+  for (const auto& [r, passes] : ranks)
+    for (const Action& a : passes) {
+      m = std::max(m, a.mb + 1);
+      if (a.chunk >= f.placement.chunks)
+        whole("rank ", r, " runs chunk ", a.chunk, ", but ranks have ", f.placement.chunks, " (set chunks)");
+      f.split_backward = f.split_backward || a.kind == ActionKind::backward_weight;
+    }
+  if (m > 4096) whole("microbatch ", m - 1, " is past the limit of 4096 microbatches");
+  f.microbatches = m;
+  // Every rank runs each microbatch through each of its chunks once: F, then B, then W if split.
+  static const char* names[] = {"F", "B", "W"};
+  for (auto& [r, passes] : ranks) {
+    std::vector<std::vector<int>> seen(size_t(f.placement.chunks), std::vector<int>(size_t(m), 0));  // passes done
+    for (Action& a : passes) {
+      if (f.split_backward && a.kind == ActionKind::backward) a.kind = ActionKind::backward_input;
+      const int step = a.kind == ActionKind::forward ? 0 : a.kind == ActionKind::backward_weight ? 2 : 1;
+      int& done = seen[size_t(a.chunk)][size_t(a.mb)];
+      const std::string what = std::string(names[step]) + std::to_string(a.mb) + "." + std::to_string(a.chunk);
+      if (done > step) whole("rank ", r, " runs ", what, " twice");
+      if (done < step) whole("rank ", r, " runs ", what, " before ", names[done], a.mb, ".", a.chunk);
+      ++done;
+    }
+    const int full = f.split_backward ? 3 : 2;
+    for (int c = 0; c < f.placement.chunks; ++c)
+      for (int mb = 0; mb < m; ++mb)
+        if (seen[size_t(c)][size_t(mb)] != full)
+          whole("rank ", r, " never runs ", names[seen[size_t(c)][size_t(mb)]], mb, ".", c,
+                " (every rank runs F, B", f.split_backward ? " and W" : "", " of every microbatch, ", m,
+                " of them, through each of its chunks)");
+    f.compute.push_back(passes);
+  }
+  return f;
+}
+
+ScheduleFile read_schedule_file(const std::string& path) {
+  if (path.empty()) fail_input(kKey, "is empty: expected the path of a schedule file");
+  if (!file_exists(path) || is_directory(path)) fail_input(kKey, "expected a schedule file, got ", path, " (no such file)");
+  return parse_schedule_file(path, read_file(path));
+}
+
+std::string format_schedule_file(const std::string& name, const Placement& pl,
+                                 const std::vector<std::vector<Action>>& per_rank) {
+  std::ostringstream os;
+  os << "# " << name << ": " << pl.ranks << " pipeline ranks; F forward, B backward"
+     << " (input gradients when the file has W passes), W weight gradients; microbatch.chunk\n";
+  os << "name = " << name << "-custom\n";
+  os << "placement = " << (pl.kind == Placement::Kind::vee ? "vee" : "loop") << "\n";
+  os << "chunks = " << pl.chunks << "\n";
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    os << "rank " << r << ":";
+    for (const Action& a : per_rank[r]) {
+      if (!is_compute(a.kind)) continue;
+      os << ' ' << (a.kind == ActionKind::forward ? 'F' : a.kind == ActionKind::backward_weight ? 'W' : 'B') << a.mb;
+      if (pl.chunks > 1) os << '.' << a.chunk;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string register_schedule_file(const ScheduleFile& f) {
+  if (const ScheduleEntry* e = ScheduleRegistry::find(f.name); e && e->file.empty())
+    fail_input(kKey, f.path, ": name \"", f.name, "\" is a built-in schedule's; choose another (name = ...)");
+  ScheduleEntry e;
+  e.name = f.name;
+  e.help = "read from " + f.path;
+  e.order = 1000;
+  e.placement = f.placement.kind;
+  e.chunks = f.placement.chunks;
+  e.split_backward = f.split_backward;
+  e.file = f.path;
+  e.stages = f.placement.ranks;
+  e.microbatches = f.microbatches;
+  const std::vector<std::vector<Action>> lists = with_communication(f.compute, f.placement);
+  e.make = [lists, m = f.microbatches, path = f.path](const ScheduleShape& s) {
+    if (s.stages != int(lists.size()) || s.microbatches != m)
+      fail_input(kKey, path, " is written for ", lists.size(), " pipeline ranks and ", m, " microbatches, not ", s.stages,
+                 " and ", s.microbatches);
+    return lists[size_t(s.stage)];
+  };
+  ScheduleRegistry::put(std::move(e));
+  return f.name;
+}
+
+}  // namespace gpt2
