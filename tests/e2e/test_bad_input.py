@@ -78,12 +78,12 @@ def main():
     with open(P("vocab.bpe"), "w") as f:
         f.write("#version: 0.2\na b\n")
 
-    with open(P("typo.sched"), "w") as f:
-        f.write("# a schedule file with a typo\nrank 0: F0 B0\nrank 1: F0 X0\n")
-    with open(P("m2.sched"), "w") as f:
-        f.write("rank 0: F0 F1 B0 B1\nrank 1: F0 B0 F1 B1\n")
-    with open(P("hangs.sched"), "w") as f:
-        f.write("rank 0: F0 B0 F1 B1\nrank 1: F1 B1 F0 B0\n")
+    schedules = {"typo.sched": "# a schedule file with a typo\nrank 0: F0 B0\nrank 1: F0 X0\n",
+                 "m2.sched": "rank 0: F0 F1 B0 B1\nrank 1: F0 B0 F1 B1\n",      # 2 microbatches
+                 "hangs.sched": "rank 0: F0 B0 F1 B1\nrank 1: F1 B1 F0 B0\n"}   # each waits for the other
+    for name, text in schedules.items():
+        with open(P(name), "w") as f:
+            f.write(text)
 
     def deck(name, **overrides):
         base = dict(checkpoint__dir=P("ckpt"), trace__file=P("trace.h5"), parallel__dp=2)
