@@ -17,10 +17,8 @@ out=data/quickstart
 build/bin/gpt2 prepare --tokenizer byte --out "$out" "${text[@]}"
 
 ranks=${RANKS:-$(( $(nproc) >= 2 ? 2 : 1 ))}
-# Kokkos threads per rank: the cores divided among the ranks (gpt2 does this for BLAS itself, not
-# yet for Kokkos; OpenMP threads of ranks sharing cores would spin-wait for each other).
-threads=$(( $(nproc) / ranks )); ((threads >= 1)) || threads=1
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
+# Threads per rank: gpt2 gives each rank its share of the node's cores, for Kokkos and BLAS alike
+# (parallel.host_threads / blas_threads = 0), so the ranks never oversubscribe.
 steps=${STEPS:-600}
 run=runs/quickstart
 mkdir -p "$run"
