@@ -85,7 +85,7 @@ struct ScheduleEntry {
   bool split_backward = false;  // B and W actions instead of whole backwards
   bool microbatches_multiple_of_stages = false;  // m % p == 0 required
   // A schedule read from a file (parallel.schedule_file) runs the one shape it was written for.
-  std::string file;
+  std::string file = {};
   int stages = 0, microbatches = 0;  // 0: any
 };
 using ScheduleRegistry = Registry<ScheduleEntry>;
