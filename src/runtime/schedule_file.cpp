@@ -1,6 +1,7 @@
 #include "runtime/schedule_file.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <sstream>
 
@@ -96,7 +97,6 @@ ScheduleFile parse_schedule_file(const std::string& path, const std::string& tex
       ps.error("expected \"rank N: passes\" or a setting (name, placement, chunks), got \"", l, "\"");
     }
   }
-  ps.line = 0;  // what follows concerns the whole file
   auto whole = [&](const auto&... parts) { fail_input(kKey, path, ": ", parts...); };
   if (ranks.empty()) whole("no \"rank N: passes\" lines: expected one per pipeline rank");
   const int p = int(ranks.size());
