@@ -1,5 +1,6 @@
 #include "tensor/gemm.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <Kokkos_Core.hpp>
@@ -101,6 +102,14 @@ void gemm_finalize() {
 
 namespace {
 HostGemm g_f32_backend = HostGemm::automatic;
+// Where oneDNN's f32 matmul measured faster than OpenBLAS's sgemm at GPT-2's shapes (2 threads,
+// AVX-512; README, Performance): x * w^T (every forward product, 1-28%) and dY * W (input gradients,
+// 7-45%) unless the reduction is long against the output (the LM head's input gradient over the
+// vocabulary: 5-10% slower there); dY^T * X (weight gradients) was 3-10% slower everywhere.
+bool dnnl_f32_faster(Op opA, Op opB, int M, int N, int K) {
+  if (opA != Op::N) return false;
+  return opB == Op::T || K <= 8 * std::max(M, N);
+}
 CBLAS_TRANSPOSE op(Op o) { return o == Op::N ? CblasNoTrans : CblasTrans; }
 // OpenBLAS's OpenMP build (linked with the OpenMP Kokkos) ignores OPENBLAS_NUM_THREADS and follows
 // omp_get_max_threads(): honour the variable before the first GEMM, as its pthreads build does, so a
@@ -130,9 +139,7 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
                  const float* B, int ldb, float beta, float* C, int ldc) {
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
-  // x @ w^T (every forward product): oneDNN's f32 matmul is 8-15% faster than OpenBLAS's sgemm at
-  // GPT-2's shapes on AVX-512 and AVX2 alike; the other forms are not faster (notes in the README).
-  if (opA == Op::N && opB == Op::T && g_f32_backend != HostGemm::openblas) {
+  if (g_f32_backend != HostGemm::openblas && dnnl_f32_faster(opA, opB, M, N, K)) {
     dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -170,7 +177,7 @@ void gemm_set_tf32(bool) {}
 void gemm_set_host_f32(HostGemm b) { g_f32_backend = b; }
 std::string gemm_host_f32_backend() {
 #if defined(GPT2_HAVE_ONEDNN)
-  if (g_f32_backend != HostGemm::openblas) return "oneDNN for x*w^T, OpenBLAS for the rest";
+  if (g_f32_backend != HostGemm::openblas) return "oneDNN for x*w^T and dY*W, OpenBLAS for the rest";
 #endif
   return "OpenBLAS";
 }

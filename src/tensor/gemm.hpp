@@ -1,6 +1,6 @@
 #pragma once
 // GEMM dispatch to the execution space's vendor BLAS: OpenBLAS cblas (and oneDNN's matmul for the
-// forward products) on the host, cuBLAS on CUDA
+// forward products and most input gradients) on the host, cuBLAS on CUDA
 // (on Kokkos' own stream, so it is ordered with the Kokkos kernels around it).
 // All matrices are row-major with explicit leading dimensions:
 //   C(M,N) = alpha * op(A) * op(B) + beta * C,   op(A) is (M,K), op(B) is (K,N).
@@ -21,7 +21,7 @@ void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T*
                           int64_t strideA, const T* B, int ldb, int64_t strideB, T beta, T* C,
                           int ldc, int64_t strideC, int batch);
 
-// Which library multiplies fp32 on the host: automatic (oneDNN for x*w^T where the build has it,
+// Which library multiplies fp32 on the host: automatic (oneDNN for x*w^T and dY*W where the build has it,
 // OpenBLAS otherwise), or OpenBLAS for everything (benchmarks and tests compare them). Ignored on CUDA.
 enum class HostGemm { automatic, openblas };
 void gemm_set_host_f32(HostGemm b);

@@ -119,7 +119,7 @@ TEST(Kernels, Fp16RoundsAndOverflowsToInfinity) {
 }
 
 // fp32 GEMMs in every form, alpha and beta, against double: through the host's library choice
-// (oneDNN for x*w^T where built) and through OpenBLAS alone; the two agree to fp32 rounding.
+// (oneDNN for x*w^T and dY*W where built) and through OpenBLAS alone; the two agree to fp32 rounding.
 TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
   const int M = 37, N = 29, K = 70;
   for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas}) {
