@@ -4,7 +4,8 @@
 #   job_scripts/fuzz.sh                          every target, 60 s each
 #   job_scripts/fuzz.sh tokenizer -runs=1000000  one target, a million executions
 #   job_scripts/fuzz.sh checkpoint -max_total_time=600 -jobs=2 -workers=2
-# Targets (tests/fuzz/fuzz_<target>.cpp): shard, checkpoint, llmc, config, tokenizer, bpe_vocab.
+# Targets (tests/fuzz/fuzz_<target>.cpp): shard, checkpoint, llmc, config, tokenizer, bpe_vocab,
+# schedule_file.
 # Builds into BUILD_DIR (default build-fuzz) with GPT2_FUZZ=ON and clang (CC/CXX, default
 # clang-14/clang++-14; Debian needs libclang-rt-14-dev for libFuzzer's runtime). Each target runs on
 # BUILD_DIR/corpus/<target> (new inputs land there) seeded from tests/fuzz/corpus/<target> (the
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${BUILD_DIR:-build-fuzz}
-all=(shard checkpoint llmc config tokenizer bpe_vocab)
+all=(shard checkpoint llmc config tokenizer bpe_vocab schedule_file)
 
 targets=() flags=()
 for a in "$@"; do
