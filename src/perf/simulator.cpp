@@ -161,6 +161,13 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
   return sim;
 }
 
+SimCosts sim_costs(const PassCosts& c) {
+  SimCosts s;
+  s.forward = c.forward, s.backward_input = c.backward_input, s.backward_weight = c.backward_weight;
+  s.backward = c.backward_input + c.backward_weight;
+  return s;
+}
+
 Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int m, double backward_cost) {
   SimCosts c;
   c.backward = backward_cost;

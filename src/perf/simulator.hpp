@@ -33,6 +33,9 @@ struct SimCosts {
   std::vector<double> start;
 };
 
+// The fixed costs of a schedule's passes (a whole backward = B + W).
+SimCosts sim_costs(const PassCosts& c);
+
 struct Simulation {
   bool deadlock = false;
   std::string problem;                     // first inconsistency found (empty when none)

@@ -25,11 +25,8 @@ void Trainer::write_trace() {
   // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
   // the schedule's own bubble, as the trainer ordered it.
   const PassCosts pc = pass_costs(cfg_.model.n_embd, cfg_.data.seq_len);
-  SimCosts ideal;
-  ideal.forward = pc.forward, ideal.backward_input = pc.backward_input, ideal.backward_weight = pc.backward_weight;
-  ideal.backward = pc.backward_input + pc.backward_weight;
   meta.bubble_theory = simulate_schedule(cfg_.parallel.schedule, topo_->pp(), cfg_.parallel.microbatches,
-                                         cfg_.parallel.virtual_stages, ideal, pc)
+                                         cfg_.parallel.virtual_stages, sim_costs(pc), pc)
                            .bubble_fraction;
   meta.execution_space = env_.execution_space();
   meta.device = env_.device();

@@ -222,9 +222,7 @@ TEST(Schedule, ZeroBubbleVOrdersByTheModelsPassCosts) {
   EXPECT_NEAR(pc.backward_input, PassCosts{}.backward_input, 0.01);
   EXPECT_NEAR(pc.backward_weight, PassCosts{}.backward_weight, 0.01);
   EXPECT_LT(pc.backward_weight, pc.backward_input);
-  SimCosts real;
-  real.forward = pc.forward, real.backward_input = pc.backward_input, real.backward_weight = pc.backward_weight;
-  real.backward = pc.backward_input + pc.backward_weight;
+  const SimCosts real = sim_costs(pc);
   PassCosts equal;
   equal.backward_input = equal.backward_weight = 1;
   for (int p : {2, 4})
