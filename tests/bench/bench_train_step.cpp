@@ -278,6 +278,26 @@ void BM_Sgemm_LMHead(benchmark::State& s) {
 }
 BENCHMARK(BM_Sgemm_LMHead)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The LM head's three GEMMs as the step calls them (arg 0: logits = x w^T; 1: dx = dlogits w, the
+// reduction over the vocabulary; 2: dw += dlogits^T x), through the automatic choice (arg 1 = 0) or
+// OpenBLAS alone (1): the head is a sixth of the step's FLOPs and its shapes are the odd ones out.
+void BM_Gemm_LMHead_Passes(benchmark::State& s) {
+  auto x = random_buffer(size_t(kN) * kC, 1), w = random_buffer(size_t(kVp) * kC, 2);
+  auto y = random_buffer(size_t(kN) * kVp, 3), dw = random_buffer(size_t(kVp) * kC, 4);
+  const int pass = int(s.range(0));
+  gemm_set_host_f32(s.range(1) ? HostGemm::openblas : HostGemm::automatic);
+  s.SetLabel(pass == 0 ? "logits" : pass == 1 ? "dx" : "dw");
+  for (auto _ : s) {
+    if (pass == 0) gemm<float>(Op::N, Op::T, kN, kVp, kC, 1.0f, x.data(), kC, w.data(), kC, 0.0f, y.data(), kVp);
+    if (pass == 1) gemm<float>(Op::N, Op::N, kN, kC, kVp, 1.0f, y.data(), kVp, w.data(), kC, 0.0f, x.data(), kC);
+    if (pass == 2) gemm<float>(Op::T, Op::N, kVp, kC, kN, 1.0f, y.data(), kVp, x.data(), kC, 1.0f, dw.data(), kC);
+    Kokkos::fence();
+  }
+  gemm_set_host_f32(HostGemm::automatic);
+  report(s, 2.0 * kN * kVp * kC);
+}
+BENCHMARK(BM_Gemm_LMHead_Passes)->ArgsProduct({{0, 1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The same GEMM with bf16 inputs (fp32 accumulation): oneDNN's (arg 0) or the converting path (1).
 void BM_GemmBf16_LMHead(benchmark::State& s) {
   Buffer<bf16> x("x16", size_t(kN) * kC), w("w16", size_t(kVp) * kC);
