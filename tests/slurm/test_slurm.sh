@@ -492,9 +492,14 @@ deadline=$((SECONDS + 150))
 while :; do
   st=$(job_field "$JOB_RQ" JobState)
   case $st in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
-  # Requeued: start it now, with 3 minutes (with 1, slurmctld would warn it again at its first check).
+  # Requeued: start it soon, with 3 minutes (with 1, slurmctld would warn it again at its first check).
+  # Not in the second of the requeue: slurmd revoked the job's first credential then, and refuses
+  # ("credential revoked", the job FAILED) a launch whose credential is not from a later second.
   if [[ $st == PENDING && $(job_field "$JOB_RQ" Restarts) != 0 && $(job_field "$JOB_RQ" Reason) == BeginTime ]]; then
-    sl scontrol update JobId="$JOB_RQ" StartTime=now TimeLimit=3
+    [[ -n ${requeued_at:-} ]] || requeued_at=$SECONDS
+    if ((SECONDS - requeued_at >= 3)); then sl scontrol update JobId="$JOB_RQ" StartTime=now TimeLimit=3; fi
+  else
+    requeued_at=""
   fi
   ((SECONDS > deadline)) && { sl squeue; die "requeue job $JOB_RQ not finished in time"; }
   sleep 0.5
