@@ -6,7 +6,7 @@ the header). Run from the repository root:
 
     /usr/bin/python3 modules/tokenizer/gen_unicode_tables.py > modules/tokenizer/unicode_tables.hpp
 
-Whitespace (regex \\s, with JavaScript's meaning) is a short fixed list in gpt2_bpe.cpp, not here.
+Whitespace (regex \\s, with JavaScript's meaning) is a short fixed list in gpt2_text.cpp, not here.
 """
 import sys
 import unicodedata

@@ -5,6 +5,7 @@
 //       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //     does (hand-written matcher over code points; \p{L}, \p{N} from the generated
 //     unicode_tables.hpp; \s is JavaScript's \s, because the reference is the JS encoder).
+//     The byte map, UTF-8 and this matcher are in gpt2_text.hpp.
 //  2. Each piece's bytes start as single-byte tokens; merges from vocab.bpe are applied by rank
 //     (the lowest-ranked adjacent pair, all its occurrences left to right, repeatedly).
 //     Results are cached per piece.
