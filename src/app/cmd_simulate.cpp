@@ -147,9 +147,7 @@ void print_text(const StepPrediction& p, const SimulateArgs& a, const CostModel&
 int print_schedule(const RunConfig& cfg) {
   const ParallelConfig& p = cfg.parallel;
   const Placement pl = schedule_placement(ScheduleRegistry::get(p.schedule, "parallel.schedule"), p.pp, p.virtual_stages);
-  std::vector<std::vector<Action>> ranks;
-  for (int r = 0; r < p.pp; ++r)
-    ranks.push_back(make_schedule(p.schedule, p.pp, p.microbatches, r, pl.chunks, pass_costs(cfg.model.n_embd, cfg.data.seq_len)));
+  const auto ranks = make_schedules(p.schedule, p.pp, p.microbatches, pl.chunks, cfg.pass_costs());
   std::fputs(format_schedule_file(p.schedule, pl, ranks).c_str(), stdout);
   return 0;
 }

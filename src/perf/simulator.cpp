@@ -180,9 +180,7 @@ Simulation simulate_schedule(const std::string& name, int p, int m, int v, const
                              const PassCosts& order) {
   const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
   const Placement pl = schedule_placement(e, p, v);
-  std::vector<std::vector<Action>> ranks;
-  for (int r = 0; r < p; ++r) ranks.push_back(make_schedule(name, p, m, r, pl.chunks, order));
-  return simulate(ranks, m, costs, pl);
+  return simulate(make_schedules(name, p, m, pl.chunks, order), m, costs, pl);
 }
 
 }  // namespace gpt2

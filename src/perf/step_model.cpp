@@ -174,10 +174,10 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     }
   }
 
-  std::vector<std::vector<Action>> actions;
+  const std::vector<std::vector<Action>> actions =
+      make_schedules(l.schedule, p, mbs, place.chunks, pass_costs(w.model.n_embd, w.seq_len));
   for (int r = 0; r < p; ++r) {
-    actions.push_back(make_schedule(l.schedule, p, mbs, r, place.chunks, pass_costs(w.model.n_embd, w.seq_len)));
-    for (const Action& a : actions.back()) {
+    for (const Action& a : actions[size_t(r)]) {
       ChunkPlan& cp = plans[size_t(r)].chunks[size_t(a.chunk)];
       if (a.kind == ActionKind::forward) cp.last_forward_mb = a.mb;
       if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) cp.last_backward_mb = a.mb;

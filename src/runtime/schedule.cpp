@@ -175,6 +175,13 @@ std::vector<Action> make_schedule(const std::string& name, int stages, int micro
   return e.make({stages, microbatches, stage, schedule_chunks(e, chunks), costs});
 }
 
+std::vector<std::vector<Action>> make_schedules(const std::string& name, int stages, int microbatches, int chunks,
+                                                const PassCosts& costs) {
+  std::vector<std::vector<Action>> ranks;
+  for (int r = 0; r < stages; ++r) ranks.push_back(make_schedule(name, stages, microbatches, r, chunks, costs));
+  return ranks;
+}
+
 std::vector<Action> forward_only_schedule(const Placement& pl, int microbatches, int rank) {
   // Virtual stage by virtual stage: with one chunk per rank, microbatch after microbatch.
   std::vector<Action> compute;

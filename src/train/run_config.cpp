@@ -216,6 +216,8 @@ void RunConfig::validate_schedule() const {
   if (!e.file.empty()) validate_schedule_file(e);
 }
 
+PassCosts RunConfig::pass_costs() const { return gpt2::pass_costs(model.n_embd, data.seq_len); }
+
 // A hand-written schedule runs the shape it was written for, and must run: every rank's list is
 // simulated before any work (a deadlock, a pass without its input, a message never received).
 void RunConfig::validate_schedule_file(const ScheduleEntry& e) const {

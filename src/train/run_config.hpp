@@ -11,6 +11,7 @@
 
 namespace gpt2 {
 
+struct PassCosts;
 struct ScheduleEntry;
 
 struct DataConfig {
@@ -95,6 +96,9 @@ struct RunConfig {
   // Loads a deck and applies overrides; InputError on any bad key or value.
   static RunConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
   GridShape grid() const { return {parallel.dp, parallel.pp, parallel.tp}; }
+  // The block's relative pass costs from the model's shape, which time-ordered schedules (zb-v) order
+  // by: the same on every rank.
+  PassCosts pass_costs() const;
   // Checks values and their combinations; world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
   std::string toml();  // the effective configuration

@@ -99,10 +99,7 @@ void Trainer::setup_model() {
     chunks.push_back(stages_.back().get());
   }
 
-  // Schedules that order by time (zb-v) get the block's pass costs from the model's shape: the same
-  // on every rank.
-  train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s, placement_.chunks,
-                                 pass_costs(cfg_.model.n_embd, cfg_.data.seq_len));
+  train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s, placement_.chunks, cfg_.pass_costs());
   eval_actions_ = forward_only_schedule(placement_, p.microbatches, s);
   exec_ = std::make_unique<PipelineExecutor>(chunks, placement_, *groups_->pipe, tracer_, schedule.split_backward);
   if (stage_layout.has_head())

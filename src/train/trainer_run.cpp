@@ -24,7 +24,7 @@ void Trainer::write_trace() {
   meta.virtual_stages = placement_.chunks;
   // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
   // the schedule's own bubble, as the trainer ordered it.
-  const PassCosts pc = pass_costs(cfg_.model.n_embd, cfg_.data.seq_len);
+  const PassCosts pc = cfg_.pass_costs();
   meta.bubble_theory = simulate_schedule(cfg_.parallel.schedule, topo_->pp(), cfg_.parallel.microbatches,
                                          cfg_.parallel.virtual_stages, sim_costs(pc), pc)
                            .bubble_fraction;
