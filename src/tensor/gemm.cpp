@@ -105,11 +105,11 @@ HostGemm g_f32_backend = HostGemm::automatic;
 // Where oneDNN's f32 matmul measured faster than OpenBLAS's sgemm at GPT-2's shapes (2 threads,
 // AVX-512; README, Performance): x * w^T (every forward product, 1-28%) and dY * W (input gradients,
 // 7-45%); dY^T * X (weight gradients) was 3-10% slower everywhere.
-bool dnnl_f32_faster(Op opA, Op /*opB*/) { return opA == Op::N; }
+bool dnnl_f32_faster(Op opA) { return opA == Op::N; }
 // A reduction long against the output (the LM head's input gradient, over the vocabulary) ran 5-10%
 // slower in one oneDNN call than in OpenBLAS, but 15-20% faster as a sum of calls over slices of K
-// a few times the output's longer side (a fixed order: the result does not depend on the threads).
-int dnnl_k_slice(int M, int N) { return 4 * std::max(M, N); }
+// 4x the output's longer side (a fixed order: the result does not depend on the threads).
+constexpr int kDnnlSlicePerSide = 4;
 CBLAS_TRANSPOSE op(Op o) { return o == Op::N ? CblasNoTrans : CblasTrans; }
 // OpenBLAS's OpenMP build (linked with the OpenMP Kokkos) ignores OPENBLAS_NUM_THREADS and follows
 // omp_get_max_threads(): honour the variable before the first GEMM, as its pthreads build does, so a
@@ -139,8 +139,8 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
                  const float* B, int ldb, float beta, float* C, int ldc) {
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
-  if (g_f32_backend != HostGemm::openblas && dnnl_f32_faster(opA, opB)) {
-    const int slice = dnnl_k_slice(M, N);
+  if (g_f32_backend != HostGemm::openblas && dnnl_f32_faster(opA)) {
+    const int slice = kDnnlSlicePerSide * std::max(M, N);
     if (opB == Op::T || K <= 2 * slice) return dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     // Row-major, op(A) = A: A's columns and B's rows k0 .. k0+k are one slice of the reduction.
     for (int k0 = 0; k0 < K; k0 += slice) {
