@@ -3,7 +3,8 @@
 machine: ours (build/bin/bench_train_step) against a standard PyTorch GPT-2 (nn.Linear, nn.LayerNorm,
 tanh GELU, tied LM head, torch.optim.AdamW) with the same shapes and threads, in the same run.
 Alternates the two --rounds times and reports medians and the ratio; also the GEMM floor: the
-model's flops at the best sgemm rate OpenBLAS reaches on this box (measured here too).
+model's flops at the best rate of one fp32 GEMM at the LM head's shape on this box (measured here too;
+through the library the step uses for it: oneDNN where built, OpenBLAS's sgemm otherwise).
 Needs python3-torch (job_scripts/setup.sh --bench).
 
 Usage: bench_vs_pytorch.py --bench build/bin/bench_train_step [--threads 2] [--rounds 3]
@@ -37,7 +38,7 @@ def pytorch_step_seconds(steps=5, B=4, T=64):
 
 
 def ours(bench, threads):
-    """Our step (seconds, with its counters) and the sgemm rate at the LM head's shape."""
+    """Our step (seconds, with its counters) and the fp32 GEMM rate at the LM head's shape."""
     out = subprocess.run([bench, "--benchmark_filter=TrainStep_124M|Sgemm_LMHead", "--benchmark_format=json"],
                          capture_output=True, text=True, check=True,
                          env={"OPENBLAS_NUM_THREADS": str(threads), "PATH": "/usr/bin:/bin"})
@@ -72,7 +73,7 @@ def main():
     print(f"  with the tail as separate passes (zeroing, norm, AdamW) {u:.3f} s/step: fusing saves {100 * (1 - o / u):.1f}%")
     print(f"  PyTorch  {t:.3f} s/step  (runs {', '.join(f'{x:.3f}' for x in theirs)})")
     print(f"  speed-up {t / o:.2f}x over PyTorch eager")
-    print(f"  GEMM floor: {flops:.0f} GFLOP at {gf:.0f} GFLOP/s (best sgemm here) = {floor:.3f} s;"
+    print(f"  GEMM floor: {flops:.0f} GFLOP at {gf:.0f} GFLOP/s (best fp32 GEMM here) = {floor:.3f} s;"
           f" ours is {o / floor:.2f}x the floor")
 
 
