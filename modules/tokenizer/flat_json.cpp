@@ -1,6 +1,7 @@
 #include "modules/tokenizer/flat_json.hpp"
 
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "modules/tokenizer/gpt2_text.hpp"
@@ -50,46 +51,23 @@ void FlatJsonReader::read_string(std::vector<uint32_t>& cps) {
     if (c < 0x20) error("control character in string");
     if (c == '\\') {
       const char e = get();
-      switch (e) {
-        case '"':
-          cps.push_back('"');
-          break;
-        case '\\':
-          cps.push_back('\\');
-          break;
-        case '/':
-          cps.push_back('/');
-          break;
-        case 'b':
-          cps.push_back('\b');
-          break;
-        case 'f':
-          cps.push_back('\f');
-          break;
-        case 'n':
-          cps.push_back('\n');
-          break;
-        case 'r':
-          cps.push_back('\r');
-          break;
-        case 't':
-          cps.push_back('\t');
-          break;
-        case 'u': {
-          uint32_t u = hex4();
-          if (u >= 0xD800 && u <= 0xDBFF) {  // high surrogate: a low one must follow
-            if (get() != '\\' || get() != 'u') error("unpaired surrogate in \\u escape");
-            const uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) error("unpaired surrogate in \\u escape");
-            u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (u >= 0xDC00 && u <= 0xDFFF) {
-            error("unpaired surrogate in \\u escape");
-          }
-          cps.push_back(u);
-          break;
+      // The one-letter escapes, each to the character in the same place in kTo.
+      static const char kFrom[] = "\"\\/bfnrt", kTo[] = "\"\\/\b\f\n\r\t";
+      if (const char* p = e ? std::strchr(kFrom, e) : nullptr) {
+        cps.push_back(static_cast<unsigned char>(kTo[p - kFrom]));
+      } else if (e == 'u') {
+        uint32_t u = hex4();
+        if (u >= 0xD800 && u <= 0xDBFF) {  // high surrogate: a low one must follow
+          if (get() != '\\' || get() != 'u') error("unpaired surrogate in \\u escape");
+          const uint32_t lo = hex4();
+          if (lo < 0xDC00 || lo > 0xDFFF) error("unpaired surrogate in \\u escape");
+          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+        } else if (u >= 0xDC00 && u <= 0xDFFF) {
+          error("unpaired surrogate in \\u escape");
         }
-        default:
-          error("unknown escape");
+        cps.push_back(u);
+      } else {
+        error("unknown escape");
       }
     } else {
       uint32_t cp;

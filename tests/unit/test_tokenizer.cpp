@@ -18,6 +18,7 @@
 
 #include "core/error.hpp"
 #include "modules/tokenizer/byte_tokenizer.hpp"
+#include "modules/tokenizer/flat_json.hpp"
 #include "modules/tokenizer/gpt2_bpe.hpp"
 #include "runtime/tokenizer.hpp"
 
@@ -285,6 +286,27 @@ TEST(MakeTokenizer, MissingGpt2CacheSaysHowToFetch) {
 }
 
 // ==== GPT-2 BPE on a synthetic vocabulary (no downloads needed) ===================================
+// encoder.json's reader: every one-letter escape, a \u escape, a surrogate pair; a bad escape is an
+// InputError naming the file.
+TEST(FlatJson, ReadsEveryEscape) {
+  const std::string name = "enc.json";
+  std::vector<std::vector<uint32_t>> keys;
+  std::vector<long long> values;
+  FlatJsonReader(R"({"\"\\\/\b\f\n\r\t": 5, "\u0120\ud83d\ude00": 7})", name)
+      .read_object([&](const std::vector<uint32_t>& k, long long v) { keys.push_back(k), values.push_back(v); });
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[0], (std::vector<uint32_t>{'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'}));
+  EXPECT_EQ(keys[1], (std::vector<uint32_t>{0x120, 0x1F600}));
+  EXPECT_EQ(values, (std::vector<long long>{5, 7}));
+  for (const char* bad : {R"({"\x": 1})", R"({"\ude00": 1})", "{\"\\"})
+    try {
+      FlatJsonReader(bad, name).read_object([](const std::vector<uint32_t>&, long long) {});
+      ADD_FAILURE() << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("enc.json"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Gpt2BpeSynthetic, LoadsVocabularyWithEscapes) {
   auto t = synthetic_bpe();
   EXPECT_EQ(t->name(), "gpt2");
