@@ -1,6 +1,6 @@
 // gpipe: F0 .. Fm-1, then B0 .. Bm-1. At clock k stage j runs microbatch k - j (torchgpipe's clock
 // cycles); holds all m microbatches' activations; bubble (p-1)/(m+p-1).
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

@@ -6,7 +6,7 @@
 // that of 1F1B divided by v; m must be a multiple of p.
 #include <algorithm>
 
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

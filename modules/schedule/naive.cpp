@@ -1,6 +1,6 @@
 // naive: F0 B0 F1 B1 ...  stages never overlap; with one microbatch this is plain model
 // parallelism (the whole batch flows through as one piece): bubble (p-1)/p.
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

@@ -2,7 +2,7 @@
 // then the remaining backwards. At most p - s microbatches in flight on stage s; GPipe's bubble.
 // In the steady state a stage sends an activation and receives a gradient from the same neighbour
 // back to back, and the other way round: those are paired exchanges.
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

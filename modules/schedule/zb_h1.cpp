@@ -5,7 +5,7 @@
 // 1F1B's first stage (p).
 #include <deque>
 
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

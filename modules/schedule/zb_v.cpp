@@ -14,7 +14,7 @@
 #include <queue>
 
 #include "core/error.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

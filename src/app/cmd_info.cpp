@@ -11,7 +11,7 @@
 #include "runtime/build_info.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/optimizer.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/tokenizer.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "train/run_config.hpp"

@@ -15,7 +15,7 @@
 #include "perf/step_model.hpp"
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
-#include "runtime/schedule_file.hpp"
+#include "pipeline/schedule_file.hpp"
 #include "runtime/topology.hpp"
 #include "tensor/views.hpp"
 #include "train/run_config.hpp"

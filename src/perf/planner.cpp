@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/sharding.hpp"
 
 namespace gpt2 {

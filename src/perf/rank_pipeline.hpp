@@ -5,7 +5,7 @@
 
 #include "model/stage_layout.hpp"
 #include "perf/step_model.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

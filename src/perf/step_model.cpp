@@ -11,8 +11,8 @@
 #include "model/stage_layout.hpp"
 #include "parallel/stage_partition.hpp"
 #include "perf/rank_pipeline.hpp"
-#include "perf/simulator.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/simulator.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/sharding.hpp"
 #include "runtime/topology.hpp"
 

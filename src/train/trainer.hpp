@@ -19,7 +19,7 @@
 #include "model/checkpoint_dir.hpp"
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
-#include "parallel/pipeline_executor.hpp"
+#include "pipeline/executor.hpp"
 #include "parallel/tp_comm.hpp"
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"

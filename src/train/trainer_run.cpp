@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "perf/simulator.hpp"
+#include "pipeline/simulator.hpp"
 #include "runtime/stop_signals.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "trace/hdf5_trace.hpp"

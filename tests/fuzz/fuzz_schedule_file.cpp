@@ -1,4 +1,4 @@
-// libFuzzer harness: a hand-written pipeline schedule (runtime/schedule_file.hpp), as
+// libFuzzer harness: a hand-written pipeline schedule (pipeline/schedule_file.hpp), as
 // parallel.schedule_file reads it. Accepted outcomes: InputError. For a file that parses: the text
 // gpt2 simulate --print-schedule would write of it reads back to the same passes, placement and
 // split; registered, its every rank's list (messages added) simulates to an answer (a problem is a
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "fuzz_common.hpp"
-#include "perf/simulator.hpp"
-#include "runtime/schedule.hpp"
-#include "runtime/schedule_file.hpp"
+#include "pipeline/simulator.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/schedule_file.hpp"
 
 using namespace gpt2;
 

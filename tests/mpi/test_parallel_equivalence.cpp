@@ -2,7 +2,7 @@
 // sequence to 1e-5 relative, the parameters afterwards, bit-identical replicas after every step,
 // and the pipeline forward for 1, 2, 4, 8 microbatches.
 #include "equivalence.hpp"
-#include "runtime/schedule_file.hpp"
+#include "pipeline/schedule_file.hpp"
 
 using namespace gpt2;
 using namespace gpt2::test;

@@ -9,17 +9,18 @@ import sys
 
 # room -> rooms it may include (besides itself)
 ALLOWED = {
-    "app": {"train", "parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
-    "train": {"parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
+    "app": {"train", "pipeline", "parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
+    "train": {"pipeline", "parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
+    "pipeline": {"runtime", "trace", "model", "tensor", "core"},
     "parallel": {"runtime", "trace", "model", "tensor", "core"},
-    "perf": {"parallel", "runtime", "model", "core"},
+    "perf": {"pipeline", "parallel", "runtime", "model", "core"},
     "trace": {"runtime", "model", "core"},
     "runtime": {"model", "tensor", "core"},
     "model": {"tensor", "core"},
     "data": {"core"},
     "tensor": {"core"},
     "core": set(),
-    "modules": {"runtime", "model", "tensor", "data", "core", "modules"},
+    "modules": {"pipeline", "runtime", "model", "tensor", "data", "core", "modules"},
 }
 NO_MPI = ("train", "model", "tensor", "data")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')

@@ -10,8 +10,8 @@
 #include "core/error.hpp"
 #include "model/param_layout.hpp"
 #include "perf/planner.hpp"
-#include "perf/simulator.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/simulator.hpp"
+#include "pipeline/schedule.hpp"
 
 using namespace gpt2;
 

@@ -6,9 +6,9 @@
 #include <map>
 
 #include "parallel/stage_partition.hpp"
-#include "perf/simulator.hpp"
+#include "pipeline/simulator.hpp"
 #include "core/error.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 #include "runtime/topology.hpp"
 
 using namespace gpt2;

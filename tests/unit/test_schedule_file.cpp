@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "perf/simulator.hpp"
-#include "runtime/schedule.hpp"
-#include "runtime/schedule_file.hpp"
+#include "pipeline/simulator.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/schedule_file.hpp"
 #include "train/run_config.hpp"
 
 using namespace gpt2;

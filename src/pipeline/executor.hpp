@@ -15,7 +15,7 @@
 
 #include "model/stage.hpp"
 #include "runtime/communicator.hpp"
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {

@@ -1,4 +1,4 @@
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 #include <algorithm>
 #include <tuple>

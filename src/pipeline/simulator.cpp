@@ -1,4 +1,4 @@
-#include "perf/simulator.hpp"
+#include "pipeline/simulator.hpp"
 
 #include <algorithm>
 #include <map>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/schedule.hpp"
+#include "pipeline/schedule.hpp"
 
 namespace gpt2 {
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline_executor.hpp"
+#include "pipeline/executor.hpp"
 
 #include "core/error.hpp"
 

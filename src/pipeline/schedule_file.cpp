@@ -1,4 +1,4 @@
-#include "runtime/schedule_file.hpp"
+#include "pipeline/schedule_file.hpp"
 
 #include <algorithm>
 #include <cctype>
