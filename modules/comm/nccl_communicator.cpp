@@ -148,16 +148,21 @@ void NcclCommunicator::wait(Request& r) {
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm_, &async);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (async != ncclSuccess || waited > timeout_seconds()) {
+    if (async != ncclSuccess) {
       int world = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &world);
-      std::fprintf(stderr, "error: rank %d: NCCL %s %s after %.0f s (%s); aborting the job.\n", world,
-                   ops_[r.id].what, async != ncclSuccess ? "failed" : "timed out", waited,
-                   async != ncclSuccess ? ncclGetErrorString(async) : "GPT2_COMM_TIMEOUT");
+      const std::string context = WaitContext::describe();
+      std::fprintf(stderr, "error: rank %d: NCCL %s failed after %.0f s (%s)%s%s; aborting the job.\n", world,
+                   ops_[r.id].what, waited, ncclGetErrorString(async), context.empty() ? "" : " while ", context.c_str());
       std::fflush(stderr);
       ncclCommAbort(comm_);
       comm_ = nullptr;
       MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    if (waited > timeout_seconds()) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      abort_on_hang(waited, std::string("the NCCL ") + ops_[r.id].what);
     }
   }
 }

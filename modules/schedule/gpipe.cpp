@@ -12,8 +12,11 @@ std::vector<Action> gpipe(const ScheduleShape& s) {
   return with_communication(compute, s.stages, s.stage);
 }
 
-[[maybe_unused]] const bool registered = ScheduleRegistry::add(
-    {"gpipe", "all forwards, then all backwards; holds m microbatches, bubble (p-1)/(m+p-1)", 1, gpipe});
+[[maybe_unused]] const bool registered = ScheduleRegistry::add([] {
+  ScheduleEntry e{"gpipe", "all forwards, then all backwards; holds m microbatches, bubble (p-1)/(m+p-1)", 1, gpipe};
+  e.max_in_flight = [](const ScheduleShape& s) { return s.microbatches; };
+  return e;
+}());
 }  // namespace
 
 }  // namespace gpt2

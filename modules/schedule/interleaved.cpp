@@ -26,9 +26,16 @@ std::vector<Action> interleaved(const ScheduleShape& s) {
   return with_communication(compute, pl, r, /*pair_exchanges=*/true);
 }
 
-[[maybe_unused]] const bool registered = ScheduleRegistry::add(
-    {"interleaved", "Megatron's interleaved 1F1B: parallel.virtual_stages chunks per rank, 1F1B's bubble / v", 3,
-     interleaved, Placement::Kind::loop, /*chunks=*/0, /*split_backward=*/false, /*microbatches_multiple_of_stages=*/true});
+[[maybe_unused]] const bool registered = ScheduleRegistry::add([] {
+  ScheduleEntry e{"interleaved", "Megatron's interleaved 1F1B: parallel.virtual_stages chunks per rank, 1F1B's bubble / v",
+                  3, interleaved, Placement::Kind::loop, /*chunks=*/0, /*split_backward=*/false,
+                  /*microbatches_multiple_of_stages=*/true};
+  // Megatron's: the warm-up forwards and one more.
+  e.max_in_flight = [](const ScheduleShape& s) {
+    return std::min((s.stages - s.stage - 1) * 2 + (s.chunks - 1) * s.stages + 1, s.microbatches * s.chunks);
+  };
+  return e;
+}());
 }  // namespace
 
 }  // namespace gpt2

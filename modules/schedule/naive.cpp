@@ -12,8 +12,11 @@ std::vector<Action> naive(const ScheduleShape& s) {
   return with_communication(compute, s.stages, s.stage);
 }
 
-[[maybe_unused]] const bool registered = ScheduleRegistry::add(
-    {"naive", "model parallel: one microbatch at a time through all stages, bubble (p-1)/p", 0, naive});
+[[maybe_unused]] const bool registered = ScheduleRegistry::add([] {
+  ScheduleEntry e{"naive", "model parallel: one microbatch at a time through all stages, bubble (p-1)/p", 0, naive};
+  e.max_in_flight = [](const ScheduleShape&) { return 1; };
+  return e;
+}());
 }  // namespace
 
 }  // namespace gpt2

@@ -3,6 +3,7 @@
 // up to s weight passes pending and runs them in the cool-down, where 1F1B waits for gradients: the
 // bubble shrinks to about a third of 1F1B's (F = B = W) while no stage holds more microbatches than
 // 1F1B's first stage (p).
+#include <algorithm>
 #include <deque>
 
 #include "pipeline/schedule.hpp"
@@ -32,9 +33,12 @@ std::vector<Action> zb_h1(const ScheduleShape& sh) {
   return with_communication(compute, sh.stages, s, /*pair_exchanges=*/true);
 }
 
-[[maybe_unused]] const bool registered = ScheduleRegistry::add(
-    {"zb-h1", "zero bubble H1: 1F1B with the backward split, weight passes deferred into the cool-down", 4, zb_h1,
-     Placement::Kind::loop, /*chunks=*/1, /*split_backward=*/true});
+[[maybe_unused]] const bool registered = ScheduleRegistry::add([] {
+  ScheduleEntry e{"zb-h1", "zero bubble H1: 1F1B with the backward split, weight passes deferred into the cool-down", 4,
+                  zb_h1, Placement::Kind::loop, /*chunks=*/1, /*split_backward=*/true};
+  e.max_in_flight = [](const ScheduleShape& s) { return std::min(s.stages, s.microbatches); };  // 1F1B's first stage
+  return e;
+}());
 }  // namespace
 
 }  // namespace gpt2

@@ -90,9 +90,13 @@ std::vector<Action> zb_v(const ScheduleShape& s) {
   return with_communication(list_schedule(s.stages, s.microbatches, s.costs), pl)[size_t(s.stage)];
 }
 
-[[maybe_unused]] const bool registered = ScheduleRegistry::add(
-    {"zb-v", "zero bubble V: two chunks per rank in a V, backward split, list-scheduled; bubble near zero for m >= 2p",
-     5, zb_v, Placement::Kind::vee, /*chunks=*/2, /*split_backward=*/true});
+[[maybe_unused]] const bool registered = ScheduleRegistry::add([] {
+  ScheduleEntry e{"zb-v",
+                  "zero bubble V: two chunks per rank in a V, backward split, list-scheduled; bubble near zero for m >= 2p",
+                  5, zb_v, Placement::Kind::vee, /*chunks=*/2, /*split_backward=*/true};
+  e.max_in_flight = [](const ScheduleShape& s) { return std::min(2 * s.stages + 1, 2 * s.microbatches); };
+  return e;
+}());
 }  // namespace
 
 }  // namespace gpt2

@@ -1,5 +1,7 @@
 #include "pipeline/executor.hpp"
 
+#include <sstream>
+
 #include "core/error.hpp"
 
 namespace gpt2 {
@@ -159,13 +161,36 @@ void PipelineExecutor::exchange(const Action& a, int B, size_t elems, int step) 
   inbox_[{sends_activation, a.recv_mb, a.recv_chunk}] = std::move(in);
 }
 
+// For the watchdog: the pass this rank is in and, for a message, the peer and what it waits for (the
+// trainer's own context names the step).
+std::string PipelineExecutor::describe(const Action& a, size_t index, size_t count, const StepIO& io) const {
+  std::ostringstream os;
+  os << "pipeline rank " << rank_ << " pass " << index + 1 << " of " << count << ": " << action_name(a.kind)
+     << " microbatch " << a.mb << " of virtual stage " << placement_.stage(rank_, a.chunk);
+  const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
+  const bool recv_grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
+  if (paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad) {
+    const int chunk = paired ? a.recv_chunk : a.chunk, mb = paired ? a.recv_mb : a.mb;
+    const Peer from = recv_grad ? next(chunk) : prev(chunk);
+    os << "; waits for the " << (recv_grad ? "gradient" : "activation") << " of microbatch " << mb << " from virtual stage "
+       << from.stage << " on pipeline rank " << from.rank << " (world rank " << world_rank_of(pipe_.mpi_comm(), from.rank)
+       << ")";
+  } else if (a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad) {
+    const Peer to = a.kind == ActionKind::send_grad ? prev(a.chunk) : next(a.chunk);
+    os << " to pipeline rank " << to.rank << " (world rank " << world_rank_of(pipe_.mpi_comm(), to.rank) << ")";
+  }
+  return os.str();
+}
+
 void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io) {
   const int B = io.microbatch_size, S = placement_.stages();
   const Stage<float>& any = *chunks_.front();
   // Losses cover every token; activations and their gradients the rows of the residual stream this
   // rank holds (1/tp of them with sequence parallelism).
   const size_t rows = size_t(B) * any.seq_len(), elems = size_t(any.stream_rows(B)) * any.config().n_embd;
-  for (const Action& a : actions) {
+  for (size_t index = 0; index < actions.size(); ++index) {
+    const Action& a = actions[index];
+    const WaitContext context([&] { return describe(a, index, actions.size(), io); });
     const int k = placement_.stage(rank_, a.chunk);
     Stage<float>& st = stage(a.chunk);
     switch (a.kind) {
@@ -196,11 +221,10 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
           Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, elems * sizeof(float), a.chunk);
           s.send = pipe_.isend(s.act->output().data(), elems, DType::f32, to.rank, tag(false, a.mb, to.stage));
         }
-        if (!io.need_grad) {  // evaluation: hand the slot on once the next stage has the data,
-          Tracer::Scope w(tracer_, EventKind::send_wait, io.step, a.mb, 0, a.chunk);  // so one or two suffice
-          pipe_.wait(s.send);
-          release(a.mb, a.chunk);
-        }
+        // Evaluation: nothing more to do with it; the slot is reused once the send completes. A send
+        // never waits here (the proof assumes it): a rank waiting for its send to be matched while the
+        // receiver waits for that rank's own message deadlocks (interleaved evaluation did).
+        if (!io.need_grad) release(a.mb, a.chunk);
         break;
       }
       case ActionKind::backward:
@@ -228,6 +252,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
     }
   }
   if (!releasing_.empty() || !outgoing_.empty()) {
+    const WaitContext context([] { return std::string("the pipeline's last sends to be received"); });
     Tracer::Scope t(tracer_, EventKind::send_wait, io.step, -1);
     drain();
   }

@@ -72,6 +72,7 @@ class PipelineExecutor {
   void take(bool grad, int mb, int chunk, float* dst, size_t elems);
   void exchange(const Action& a, int B, size_t elems, int step);  // a paired send and receive
   void reuse(Slot& s);  // a released slot's activations back to its chunk's pool
+  std::string describe(const Action& a, size_t index, size_t count, const StepIO& io) const;
 
   std::vector<Stage<float>*> chunks_;
   Placement placement_;

@@ -21,6 +21,10 @@ bool is_compute(ActionKind k) {
 
 int schedule_chunks(const ScheduleEntry& e, int virtual_stages) { return e.chunks > 0 ? e.chunks : virtual_stages; }
 
+int max_in_flight(const ScheduleEntry& e, const ScheduleShape& shape) {
+  return e.max_in_flight ? e.max_in_flight(shape) : shape.microbatches * shape.chunks;
+}
+
 Placement schedule_placement(const ScheduleEntry& e, int ranks, int virtual_stages) {
   Placement p;
   p.kind = e.placement;

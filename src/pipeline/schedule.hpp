@@ -87,7 +87,13 @@ struct ScheduleEntry {
   // A schedule read from a file (parallel.schedule_file) runs the one shape it was written for.
   std::string file = {};
   int stages = 0, microbatches = 0;  // 0: any
+  // The most microbatch-chunks the rank of `shape.stage` holds at once (activations saved for a
+  // backward): the memory bound the proof of every list holds the schedule to. Unset: every
+  // microbatch of every chunk (m x chunks).
+  std::function<int(const ScheduleShape&)> max_in_flight = {};
 };
+// The schedule's bound for one rank (max_in_flight, or m x chunks).
+int max_in_flight(const ScheduleEntry& e, const ScheduleShape& shape);
 using ScheduleRegistry = Registry<ScheduleEntry>;
 
 // The chunks per rank schedule `e` runs with parallel.virtual_stages = v, and its placement.

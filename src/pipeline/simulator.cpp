@@ -48,6 +48,13 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
     }
   };
   auto valid = [&](int mb, int chunk) { return mb >= 0 && mb < m && chunk >= 0 && chunk < pl.chunks; };
+  // A rank whose list has no backward evaluates: a microbatch-chunk is let go once its output is sent
+  // (at the last virtual stage, once computed), as the executor does.
+  std::vector<bool> trains(p);
+  for (int r = 0; r < p; ++r)
+    trains[r] = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
+      return a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+    });
   for (bool progressed = true; progressed;) {
     progressed = false;
     for (int r = 0; r < p; ++r) {
@@ -73,6 +80,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
           const int to = std::get<0>(msg);
           mailbox[msg] = clock[r] + (costs.transfer && to != r ? costs.transfer(r, to) : 0.0);
           if (std::get<0>(msg) != r) sends[{r, std::get<0>(msg)}].push_back(msg);
+          if (activation && !trains[r]) --in_flight[r];
           sent[r] = true;
           progressed = true;
         }
@@ -102,6 +110,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
             if (k > 0 && !done.input[k][a.mb]) complain(r, "forward without its input");
             done.fwd[k][a.mb] = true;
             sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++in_flight[r]);
+            if (!trains[r] && k == S - 1) --in_flight[r];
           } else if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
             if (!done.fwd[k][a.mb]) complain(r, "backward before its forward");
             if (k < S - 1 && !done.grad[k][a.mb]) complain(r, "backward without its output gradient");
@@ -143,11 +152,8 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
   if (sim.deadlock && sim.problem.empty()) sim.problem = "deadlock: " + stuck.str() + " (no rank can send it)";
   for (int k = 0; k < S; ++k) {
     const int r = pl.rank_of(k);
-    const bool trains = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
-      return a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
-    });
     for (int i = 0; i < m; ++i)
-      if (!done.fwd[k][i] || (trains && (!done.bwd[k][i] || !done.wgt[k][i])))
+      if (!done.fwd[k][i] || (trains[r] && (!done.bwd[k][i] || !done.wgt[k][i])))
         complain(r, "does not run every microbatch through stage " + std::to_string(k));
   }
   if (!mailbox.empty()) complain(0, "a message was sent but never received");

@@ -31,6 +31,53 @@ double Communicator::timeout_seconds() {
   return t;
 }
 
+namespace {
+std::vector<std::function<std::string()>>& wait_contexts() {
+  static thread_local std::vector<std::function<std::string()>> scopes;
+  return scopes;
+}
+}  // namespace
+
+WaitContext::WaitContext(std::function<std::string()> describe) { wait_contexts().push_back(std::move(describe)); }
+WaitContext::~WaitContext() { wait_contexts().pop_back(); }
+
+std::string WaitContext::describe() {
+  std::string out;
+  for (const auto& d : wait_contexts()) {
+    const std::string s = d();
+    if (!s.empty()) out += (out.empty() ? "" : ", ") + s;
+  }
+  return out;
+}
+
+int world_rank_of(MPI_Comm comm, int rank) {
+  MPI_Group g, world;
+  MPI_Comm_group(comm, &g);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  int out = -1;
+  MPI_Group_translate_ranks(g, 1, &rank, world, &out);
+  MPI_Group_free(&g);
+  MPI_Group_free(&world);
+  return out;
+}
+
+void abort_on_hang(double waited, const std::string& what) {
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  const std::string context = WaitContext::describe();
+  const double grace = std::min(30.0, std::max(2.0, 0.05 * Communicator::timeout_seconds()));
+  std::fprintf(stderr,
+               "error: rank %d waited %.0f s for %s%s%s%s (GPT2_COMM_TIMEOUT = %.0f s): a peer rank died, hangs, or "
+               "never makes the matching call. Aborting the job in %.0f s, while the other stuck ranks say what "
+               "they wait for: a rank that says nothing died or is stuck computing.\n",
+               world, waited, what.c_str(), context.empty() ? "" : " (", context.c_str(), context.empty() ? "" : ")",
+               Communicator::timeout_seconds(), grace);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::abort();  // (MPI_Abort does not return)
+}
+
 void mpi_wait(MPI_Request& r, const char* what, int peer) {
   const auto t0 = std::chrono::steady_clock::now();
   int done = 0;
@@ -40,17 +87,8 @@ void mpi_wait(MPI_Request& r, const char* what, int peer) {
     if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
     if ((spins & 1023) == 0) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > Communicator::timeout_seconds()) {
-        int world = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &world);
-        std::fprintf(stderr,
-                     "error: rank %d waited %.0f s for the %s%s%s (GPT2_COMM_TIMEOUT); a peer rank "
-                     "probably died or hangs. Aborting the job.\n",
-                     world, waited, what, peer >= 0 ? " with peer " : "",
-                     peer >= 0 ? std::to_string(peer).c_str() : "");
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
+      if (waited > Communicator::timeout_seconds())
+        abort_on_hang(waited, std::string("the ") + what + (peer >= 0 ? " with peer " + std::to_string(peer) : ""));
     }
   }
 }

@@ -128,6 +128,22 @@ int64_t allreduce_max(MPI_Comm comm, int64_t x);
 // (and peer) it waited for and calls MPI_Abort.
 void mpi_wait(MPI_Request& r, const char* what, int peer = -1);
 
+// What this rank is doing while it may wait, for the watchdog's message: a scope that names it
+// (the pipeline's pass and peer, say). Scopes nest; the text is made only when a wait times out.
+class WaitContext {
+ public:
+  explicit WaitContext(std::function<std::string()> describe);
+  ~WaitContext();
+  WaitContext(const WaitContext&) = delete;
+  WaitContext& operator=(const WaitContext&) = delete;
+  static std::string describe();  // the open scopes, outermost first ("" when none)
+};
+// The watchdog's end: prints "error: rank R waited S s for WHAT (CONTEXT)" and what to do next, gives
+// the other stuck ranks a grace period to say what they wait for, then aborts the job with exit 3.
+[[noreturn]] void abort_on_hang(double waited, const std::string& what);
+// The world rank of rank `rank` of communicator comm (for messages).
+int world_rank_of(MPI_Comm comm, int rank);
+
 // ---- the backend registry (modules/comm) ----
 struct CommContext {
   int local_size = 1;  // ranks on this node

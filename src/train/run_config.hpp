@@ -7,6 +7,7 @@
 
 #include "core/input_deck.hpp"
 #include "model/model_config.hpp"
+#include "pipeline/pass_lists.hpp"
 #include "runtime/topology.hpp"
 
 namespace gpt2 {
@@ -99,13 +100,15 @@ struct RunConfig {
   // The block's relative pass costs from the model's shape, which time-ordered schedules (zb-v) order
   // by: the same on every rank.
   PassCosts pass_costs() const;
+  // The pipeline the deck asks for: schedule, ranks, microbatches, virtual stages, pass costs.
+  PipelineShape pipeline_shape() const;
   // Checks values and their combinations; world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
   std::string toml();  // the effective configuration
 
  private:
   void validate_schedule() const;
-  void validate_schedule_file(const ScheduleEntry& e) const;
+  void check_schedule_file_shape(const ScheduleEntry& e) const;
 };
 
 }  // namespace gpt2

@@ -99,8 +99,10 @@ void Trainer::setup_model() {
     chunks.push_back(stages_.back().get());
   }
 
-  train_actions_ = make_schedule(p.schedule, p.pp, p.microbatches, s, placement_.chunks, cfg_.pass_costs());
-  eval_actions_ = forward_only_schedule(placement_, p.microbatches, s);
+  // This rank's lists, from the one place that builds (and proves) every rank's.
+  PassLists lists = build_pass_lists(cfg_.pipeline_shape());
+  train_actions_ = std::move(lists.train[size_t(s)]);
+  eval_actions_ = std::move(lists.eval[size_t(s)]);
   exec_ = std::make_unique<PipelineExecutor>(chunks, placement_, *groups_->pipe, tracer_, schedule.split_backward);
   if (stage_layout.has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
@@ -133,6 +135,7 @@ void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activat
 
 StepMetrics Trainer::train_step() {
   Tracer::Scope scope(tracer_, EventKind::step, int(step_));
+  const WaitContext context([this] { return "training step " + std::to_string(step_ + 1); });
   const double t0 = tracer_.now();
   const int T = cfg_.data.seq_len;
   store_->begin_step(int(step_), cfg_.parallel.microbatches);
@@ -236,6 +239,9 @@ double Trainer::evaluate() {
   const int m = cfg_.parallel.microbatches;
   double total = 0;
   for (int k = 0; k < batches; ++k) {
+    const WaitContext context([this, k] {
+      return "evaluation after step " + std::to_string(step_) + ", validation batch " + std::to_string(k + 1);
+    });
     PipelineExecutor::StepIO io;
     io.step = int(step_);
     io.microbatch_size = mb_size_;

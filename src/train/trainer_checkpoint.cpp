@@ -163,6 +163,7 @@ std::vector<float> Trainer::gather_params() { return gather_section("params"); }
 void Trainer::save_checkpoint() {
   if (cfg_.checkpoint.dir.empty()) return;
   Tracer::Scope t(tracer_, EventKind::checkpoint, int(step_));
+  const WaitContext context([this] { return "writing the checkpoint of step " + std::to_string(step_); });
   const std::string name = checkpoint_name(step_);
   const std::string path = cfg_.checkpoint.dir + "/" + name;
   CheckpointMeta meta;

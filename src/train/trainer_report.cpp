@@ -9,6 +9,7 @@ namespace gpt2 {
 void Trainer::maybe_sample() {
   const int every = cfg_.train.sample_every;
   if (every <= 0 || step_ % every != 0) return;
+  const WaitContext context([this] { return "sampling after step " + std::to_string(step_); });
   if (topo_->pp() > 1) {
     static bool told = false;
     if (rank_ == 0 && !told) std::printf("(samples during training need parallel.pp = 1; use gpt2 sample)\n");

@@ -56,7 +56,10 @@ void Trainer::write_trace() {
 
 // Did any rank get a stop signal? One int all-reduced per step (about 7 us on 2 ranks of one node):
 // every rank leaves after the same step.
-int Trainer::stop_signal() { return groups_->world->host_max(int32_t(StopSignals::pending())); }
+int Trainer::stop_signal() {
+  const WaitContext context([this] { return "agreeing on stop signals after step " + std::to_string(step_); });
+  return groups_->world->host_max(int32_t(StopSignals::pending()));
+}
 
 // The steps since the last checkpoint are saved: this is what the signal's grace is for.
 void Trainer::save_on_stop(int signal, int64_t first) {

@@ -232,7 +232,8 @@ def main():
     t_all = time.time()
 
     dead = r"BAD TERMINATION|[Kk]illed|signal 9|died|terminated"
-    watchdog = r"waited \d+ s for .*a peer rank probably died or hangs"
+    # The watchdog names the step (and, in the pipeline, the pass and the peer) a stuck rank waits in.
+    watchdog = r"waited \d+ s for [^\n]*\([^\n]*step \d+[^\n]*\): a peer rank died, hangs"
     long_wait = {"GPT2_COMM_TIMEOUT": "600"}  # the launcher, not our watchdog, must end these
     cases = [
         ("kill_dp", {"parallel__dp": 2}, 0, signal.SIGKILL, long_wait, 30, dead),

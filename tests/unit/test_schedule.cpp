@@ -8,8 +8,10 @@
 #include "parallel/stage_partition.hpp"
 #include "pipeline/simulator.hpp"
 #include "core/error.hpp"
+#include "pipeline/pass_lists.hpp"
 #include "pipeline/schedule.hpp"
 #include "runtime/topology.hpp"
+#include "train/run_config.hpp"
 
 using namespace gpt2;
 using Cycles = std::vector<std::vector<std::pair<int, int>>>;  // per clock: (microbatch, stage)
@@ -254,4 +256,70 @@ TEST(Schedule, ZeroBubbleSplitsBackwardsAndTheVKeepsBothEndsOnRankZero) {
       if (a.kind == ActionKind::backward_weight) EXPECT_EQ(seen[std::make_pair(a.mb, a.chunk)], 1) << "rank " << r;
     }
   }
+}
+
+// Every pipeline a deck can ask for with p <= 8 ranks, v <= 4 virtual stages and m <= 32
+// microbatches: validation either rejects it as bad input, or every rank's training AND evaluation
+// list is proven (no deadlock, inputs before use, messages received in sending order, within the
+// schedule's memory bound, evaluation holding one microbatch-chunk at a time).
+TEST(PassLists, EveryLayoutValidationAcceptsIsProvenForTrainingAndEvaluation) {
+  std::map<std::string, int> accepted;
+  for (const std::string& name : ScheduleRegistry::names())
+    for (int p = 1; p <= 8; ++p)
+      for (int v = 1; v <= 4; ++v)
+        for (int m = 1; m <= 32; ++m) {
+          RunConfig c;
+          const int chunks = schedule_chunks(ScheduleRegistry::get(name, "parallel.schedule"), v);
+          c.model.n_layer = p * chunks, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
+          c.model.block_size = c.data.seq_len = 16;
+          c.data.train = "unused.bin";
+          c.train.batch_size = m;
+          c.parallel.schedule = name, c.parallel.pp = p, c.parallel.virtual_stages = v, c.parallel.microbatches = m;
+          const std::string what = name + " p=" + std::to_string(p) + " v=" + std::to_string(v) + " m=" + std::to_string(m);
+          try {
+            c.validate();
+          } catch (const InputError& e) {
+            // A rejection must be a layout rule, never a list that cannot run.
+            ASSERT_EQ(std::string(e.what()).find("cannot run"), std::string::npos) << what << ": " << e.what();
+            continue;
+          }
+          const PassLists l = build_pass_lists(c.pipeline_shape());
+          ASSERT_EQ(l.train.size(), size_t(p)) << what;
+          ASSERT_EQ(l.eval.size(), size_t(p)) << what;
+          size_t forwards = 0, eval_forwards = 0;
+          for (int r = 0; r < p; ++r) {
+            for (const Action& a : l.train[size_t(r)]) forwards += a.kind == ActionKind::forward;
+            for (const Action& a : l.eval[size_t(r)]) eval_forwards += a.kind == ActionKind::forward;
+            ASSERT_EQ(l.eval_peak[size_t(r)], 1) << what << " rank " << r;
+            ASSERT_GE(l.train_peak[size_t(r)], 1) << what << " rank " << r;
+          }
+          ASSERT_EQ(forwards, size_t(p) * chunks * m) << what;  // every microbatch through every virtual stage
+          ASSERT_EQ(eval_forwards, forwards) << what;
+          ++accepted[name];
+        }
+  // What validation accepts: each schedule at every p and m it allows (interleaved: m a multiple of p,
+  // every v; the others one v).
+  EXPECT_EQ(accepted["naive"], 8 * 32);
+  EXPECT_EQ(accepted["1f1b"], 8 * 32);
+  EXPECT_EQ(accepted["zb-v"], 8 * 32);
+  int interleaved = 0;
+  for (int p = 1; p <= 8; ++p) interleaved += 4 * (32 / p);
+  EXPECT_EQ(accepted["interleaved"], interleaved);
+}
+
+// The proof fails where a list cannot run: a forward-only list that waits for a message its peer
+// sends only later (each rank's first receive from the other), and a schedule holding more than
+// its bound.
+TEST(PassLists, TheProofNamesWhoWaitsForWhatAndTheMemoryBound) {
+  Placement pl;
+  pl.ranks = 2;
+  std::vector<std::vector<Action>> l = {forward_only_schedule(pl, 2, 0), forward_only_schedule(pl, 2, 1)};
+  EXPECT_EQ(prove_pass_lists(l, pl, 2, {1, 1}), "");
+  l[0].erase(l[0].begin() + 1);  // rank 0 no longer sends microbatch 0
+  EXPECT_NE(prove_pass_lists(l, pl, 2, {}).find("rank 1 waits for the activation of microbatch 0"), std::string::npos)
+      << prove_pass_lists(l, pl, 2, {});
+  const auto gpipe = make_schedules("gpipe", 2, 4);
+  EXPECT_EQ(prove_pass_lists(gpipe, pl, 4, {4, 4}), "");
+  EXPECT_NE(prove_pass_lists(gpipe, pl, 4, {3, 4}).find("rank 0 holds 4 microbatch-chunks at once, more than the 3"),
+            std::string::npos);
 }

@@ -1,0 +1,52 @@
+#include "pipeline/pass_lists.hpp"
+
+#include <sstream>
+
+#include "core/error.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace gpt2 {
+
+std::string prove_pass_lists(const std::vector<std::vector<Action>>& lists, const Placement& placement,
+                             int microbatches, const std::vector<int>& max_in_flight, std::vector<int>* peak) {
+  const Simulation s = simulate(lists, microbatches, SimCosts{}, placement);
+  if (peak) *peak = s.peak_in_flight;
+  if (!s.problem.empty()) return s.problem;
+  if (!s.fifo_consistent)
+    return "a rank receives a peer's messages in another order than the peer sends them (NCCL matches in order)";
+  for (size_t r = 0; r < max_in_flight.size() && r < s.peak_in_flight.size(); ++r)
+    if (s.peak_in_flight[r] > max_in_flight[r]) {
+      std::ostringstream os;
+      os << "rank " << r << " holds " << s.peak_in_flight[r] << " microbatch-chunks at once, more than the "
+         << max_in_flight[r] << " the schedule allows";
+      return os.str();
+    }
+  return "";
+}
+
+PassLists build_pass_lists(const PipelineShape& shape) {
+  const ScheduleEntry& e = ScheduleRegistry::get(shape.schedule, "parallel.schedule");
+  PassLists out;
+  out.placement = schedule_placement(e, shape.ranks, shape.virtual_stages);
+  const int p = shape.ranks, m = shape.microbatches, chunks = out.placement.chunks;
+  out.train = make_schedules(shape.schedule, p, m, chunks, shape.costs);
+  std::vector<int> train_bound, eval_bound(size_t(p), 1);  // evaluation lets each go once it is sent
+  for (int r = 0; r < p; ++r) {
+    out.eval.push_back(forward_only_schedule(out.placement, m, r));
+    train_bound.push_back(max_in_flight(e, ScheduleShape{p, m, r, chunks, shape.costs}));
+  }
+  const char* key = e.file.empty() ? "parallel.schedule" : "parallel.schedule_file";
+  const std::string what = e.file.empty() ? shape.schedule : e.file;
+  auto prove = [&](const char* lists, const std::vector<std::vector<Action>>& l, const std::vector<int>& bound,
+                   std::vector<int>& peak) {
+    const std::string problem = prove_pass_lists(l, out.placement, m, bound, &peak);
+    if (!problem.empty())
+      fail_input(key, what, ": the ", lists, " pass lists for parallel.pp = ", p, ", parallel.microbatches = ", m,
+                 chunks > 1 ? ", " + std::to_string(chunks) + " chunks per rank" : std::string(), " cannot run: ", problem);
+  };
+  prove("training", out.train, train_bound, out.train_peak);
+  prove("evaluation", out.eval, eval_bound, out.eval_peak);
+  return out;
+}
+
+}  // namespace gpt2
