@@ -1,7 +1,9 @@
 #include "modules/comm/mpi_communicator.hpp"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "core/error.hpp"
 #include "tensor/half.hpp"
@@ -56,7 +58,7 @@ void scale<bf16>(void* p, size_t n, double f) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool ordered) : ordered_(ordered) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_dup(comm, &control_);
   MPI_Comm_rank(comm_, &rank_);
@@ -81,7 +83,28 @@ Request MpiCommunicator::start(Op op) {
     id = int(ops_.size());
     ops_.push_back(std::move(op));
   }
+  if (ordered_) {
+    queue_.push_back(id);
+    advance();
+  } else if (ops_[size_t(id)].post) {
+    std::function<void(Op&)> post = std::move(ops_[size_t(id)].post);
+    ops_[size_t(id)].post = nullptr;
+    post(ops_[size_t(id)]);
+  }
   return Request{id};
+}
+
+void MpiCommunicator::advance() {
+  while (!queue_.empty()) {
+    Op& head = ops_[size_t(queue_.front())];
+    if (head.post) {
+      std::function<void(Op&)> post = std::move(head.post);
+      head.post = nullptr;
+      post(head);
+    }
+    if (!poll(head)) return;
+    queue_.pop_front();
+  }
 }
 
 Request MpiCommunicator::iallreduce(void* buf, size_t count, DType t, ReduceOp op) {
@@ -92,12 +115,12 @@ Request MpiCommunicator::iallreduce(void* buf, size_t count, DType t, ReduceOp o
   o.result_count = count;
   o.type = t;
   o.average = op == ReduceOp::avg && size_ > 1;
-  void* p = buf;
-  if (!kHostAccessible) {
-    to_host(o.staging, buf, bytes);
-    p = o.staging.data();
-  }
-  if (size_ > 1) MPI_Iallreduce(MPI_IN_PLACE, p, int(count), mpi_datatype(t), mpi_op(op, t), comm_, &o.req);
+  if (!kHostAccessible) to_host(o.staging, buf, bytes);
+  if (size_ > 1)
+    o.post = [this, buf, count, t, op](Op& self) {
+      void* p = kHostAccessible ? buf : static_cast<void*>(self.staging.data());
+      MPI_Iallreduce(MPI_IN_PLACE, p, int(count), mpi_datatype(t), mpi_op(op, t), comm_, &self.req);
+    };
   return start(std::move(o));
 }
 
@@ -126,7 +149,9 @@ Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, size_t co
     finish(o);
     return start(std::move(o));
   }
-  MPI_Ireduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op, t), comm_, &o.req);
+  o.post = [this, s, r, count, t, op](Op& self) {
+    MPI_Ireduce_scatter_block(s, r, int(count), mpi_datatype(t), mpi_op(op, t), comm_, &self.req);
+  };
   return start(std::move(o));
 }
 
@@ -147,7 +172,9 @@ Request MpiCommunicator::iall_gather(const void* send, void* recv, size_t count,
     finish(o);
     return start(std::move(o));
   }
-  MPI_Iallgather(send, int(count), mpi_datatype(t), recv, int(count), mpi_datatype(t), comm_, &o.req);
+  o.post = [this, send, recv, count, t](Op& self) {
+    MPI_Iallgather(send, int(count), mpi_datatype(t), recv, int(count), mpi_datatype(t), comm_, &self.req);
+  };
   return start(std::move(o));
 }
 
@@ -155,12 +182,12 @@ Request MpiCommunicator::isend(const void* buf, size_t count, DType t, int peer,
   Op o;
   o.what = "send";
   o.peer = peer;
-  const void* p = buf;
-  if (!kHostAccessible) {
-    to_host(o.staging, buf, count * dtype_size(t));
-    p = o.staging.data();
-  }
-  MPI_Isend(p, int(count), mpi_datatype(t), peer, tag, comm_, &o.req);
+  if (!kHostAccessible) to_host(o.staging, buf, count * dtype_size(t));
+  o.post = [this, buf, count, t, peer, tag](Op& self) {
+    const void* p = kHostAccessible ? buf : static_cast<const void*>(self.staging.data());
+    // Ordered: complete only once received, as NCCL's send does.
+    (ordered_ ? MPI_Issend : MPI_Isend)(p, int(count), mpi_datatype(t), peer, tag, comm_, &self.req);
+  };
   return start(std::move(o));
 }
 
@@ -177,8 +204,11 @@ void* MpiCommunicator::receive_into(Op& o, void* buf, size_t count, DType t, int
 Request MpiCommunicator::irecv(void* buf, size_t count, DType t, int peer, int tag) {
   Op o;
   o.what = "receive";
-  void* p = receive_into(o, buf, count, t, peer);
-  MPI_Irecv(p, int(count), mpi_datatype(t), peer, tag, comm_, &o.req);
+  receive_into(o, buf, count, t, peer);
+  o.post = [this, count, t, peer, tag](Op& self) {
+    void* p = kHostAccessible ? self.result : static_cast<void*>(self.staging.data());
+    MPI_Irecv(p, int(count), mpi_datatype(t), peer, tag, comm_, &self.req);
+  };
   return start(std::move(o));
 }
 
@@ -186,15 +216,16 @@ Request MpiCommunicator::isendrecv(const void* send, size_t send_count, int dest
                                    size_t recv_count, int source, int recv_tag, DType t) {
   Op o;
   o.what = "send-receive";
-  void* r = receive_into(o, recv, recv_count, t, source);
-  const void* s = send;
-  if (!kHostAccessible) {
-    to_host(o.send_staging, send, send_count * dtype_size(t));
-    s = o.send_staging.data();
-  }
-  // Two requests rather than MPI_Isendrecv, which needs MPI 4 (clusters still run MPI 3 libraries).
-  MPI_Irecv(r, int(recv_count), mpi_datatype(t), source, recv_tag, comm_, &o.req);
-  MPI_Isend(s, int(send_count), mpi_datatype(t), dest, send_tag, comm_, &o.send_req);
+  receive_into(o, recv, recv_count, t, source);
+  if (!kHostAccessible) to_host(o.send_staging, send, send_count * dtype_size(t));
+  // Two requests rather than MPI_Isendrecv, which needs MPI 4 (clusters still run MPI 3 libraries);
+  // started together, as one NCCL group.
+  o.post = [this, send, send_count, dest, send_tag, recv_count, source, recv_tag, t](Op& self) {
+    void* r = kHostAccessible ? self.result : static_cast<void*>(self.staging.data());
+    const void* s = kHostAccessible ? send : static_cast<const void*>(self.send_staging.data());
+    MPI_Irecv(r, int(recv_count), mpi_datatype(t), source, recv_tag, comm_, &self.req);
+    (ordered_ ? MPI_Issend : MPI_Isend)(s, int(send_count), mpi_datatype(t), dest, send_tag, comm_, &self.send_req);
+  };
   return start(std::move(o));
 }
 
@@ -217,6 +248,7 @@ void MpiCommunicator::finish(Op& op) {
 
 bool MpiCommunicator::poll(Op& op) {
   if (op.done) return true;
+  if (op.post) return false;  // ordered: not started yet
   int flag = 1;
   if (op.req != MPI_REQUEST_NULL) MPI_Test(&op.req, &flag, MPI_STATUS_IGNORE);
   if (flag && op.send_req != MPI_REQUEST_NULL) MPI_Test(&op.send_req, &flag, MPI_STATUS_IGNORE);
@@ -228,7 +260,8 @@ bool MpiCommunicator::poll(Op& op) {
 
 bool MpiCommunicator::test(Request& r) {
   if (!r.pending()) return true;
-  if (!poll(ops_[r.id])) return false;
+  if (ordered_) advance();  // completes in order only
+  if (ordered_ ? !ops_[r.id].done : !poll(ops_[r.id])) return false;
   free_.push_back(r.id);
   r.id = -1;
   return true;
@@ -236,6 +269,21 @@ bool MpiCommunicator::test(Request& r) {
 
 void MpiCommunicator::wait(Request& r) {
   if (!r.pending()) return;
+  if (ordered_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int spins = 0; !test(r); ++spins) {
+      if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if ((spins & 1023) != 0) continue;
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > timeout_seconds()) {
+        const Op& op = ops_[r.id];
+        abort_on_hang(waited, std::string("the ") + op.what + (op.peer >= 0 ? " with peer " + std::to_string(op.peer) : "") +
+                                  (op.post ? ", queued behind an earlier operation of the group that never completed"
+                                           : " (NCCL order: mpi-ordered)"));
+      }
+    }
+    return;
+  }
   Op& op = ops_[r.id];
   if (!op.done) {
     mpi_wait(op.req, op.what, op.peer);
@@ -247,6 +295,7 @@ void MpiCommunicator::wait(Request& r) {
 }
 
 void MpiCommunicator::progress() {
+  if (ordered_) return advance();
   for (Op& op : ops_)
     if ((op.req != MPI_REQUEST_NULL || op.send_req != MPI_REQUEST_NULL) && !op.done) poll(op);
 }
@@ -268,6 +317,12 @@ namespace {
      // MPI advances a non-blocking all-reduce only inside MPI calls (made between blocks): small
      // buckets finish during backward.
      1.0});
+[[maybe_unused]] const bool registered_ordered = CommRegistry::add(
+    {"mpi-ordered",
+     "MPI with NCCL's ordering (each group's operations in issue order, sends complete when received, only "
+     "grouped send/receive pairs start together): finds on a CPU the hangs a GPU run would have",
+     3, [](MPI_Comm c) -> std::unique_ptr<Communicator> { return std::make_unique<MpiCommunicator>(c, true); },
+     [](const CommContext&) { return std::string("mpi-ordered"); }, 1.0});
 }  // namespace
 
 }  // namespace gpt2

@@ -1,6 +1,15 @@
 #pragma once
 // Communicator over MPI with host buffers. In CUDA builds device buffers are staged through host
 // memory (the path used for several ranks sharing one GPU, where NCCL refuses to run).
+//
+// Ordered (parallel.comm = "mpi-ordered"): NCCL's semantics on the host, to find on a CPU the hangs a
+// GPU run would have. A communicator runs its operations one at a time in issue order (an operation
+// starts on the wire once every earlier one has completed, as on NCCL's stream), a send completes
+// only once its receive is posted (MPI_Issend: NCCL's point-to-point), and only isendrecv's send and
+// receive start together (an NCCL group). So a receive posted before a send, both neighbours
+// waiting in their receive, deadlocks here as it would on two GPUs.
+#include <deque>
+#include <functional>
 #include <vector>
 
 #include "runtime/communicator.hpp"
@@ -9,9 +18,10 @@ namespace gpt2 {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm);  // duplicates comm
+  explicit MpiCommunicator(MPI_Comm comm, bool ordered = false);  // duplicates comm
   ~MpiCommunicator() override;
-  std::string backend() const override { return "mpi"; }
+  std::string backend() const override { return ordered_ ? "mpi-ordered" : "mpi"; }
+  bool ordered() const override { return ordered_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm mpi_comm() const override { return control_; }
@@ -41,6 +51,7 @@ class MpiCommunicator final : public Communicator {
     size_t result_count = 0;
     DType type = DType::f32;
     bool average = false;       // divide by size() on completion
+    std::function<void(Op&)> post;  // starts it on the wire (ordered: once every earlier op completed)
   };
   Request start(Op op);
   // Sets o up to receive count values into buf; returns where MPI writes (buf, or host staging
@@ -48,11 +59,14 @@ class MpiCommunicator final : public Communicator {
   static void* receive_into(Op& o, void* buf, size_t count, DType t, int peer);
   void finish(Op& op);  // copy back / average, once the MPI request completed
   bool poll(Op& op);
+  void advance();  // ordered: completes the oldest operations in order, starting each next one
 
   MPI_Comm comm_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;  // data plane; control plane
   int rank_ = 0, size_ = 1;
   std::vector<Op> ops_;
   std::vector<int> free_;
+  bool ordered_ = false;
+  std::deque<int> queue_;  // ordered: the operations not yet complete, oldest first
 };
 
 }  // namespace gpt2

@@ -16,6 +16,7 @@ class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(MPI_Comm comm);
   ~NcclCommunicator() override;
+  bool ordered() const override { return true; }
   std::string backend() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }

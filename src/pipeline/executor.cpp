@@ -134,9 +134,11 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
   inbox_.erase(it);
 }
 
-// A paired send and receive: both posted at once, the receive waited for, the send left to finish in
-// the background like any other (a send that had to complete here could wait for a receive the peer
-// posts only later: with large messages MPI and NCCL complete a send only once it is matched).
+// A paired send and receive. On an ordered communicator (NCCL) one grouped operation, waited for as
+// a whole: issued one after the other, both neighbours would wait in their receive for a send queued
+// behind it. Under MPI, which matches by tag, both posted at once and only the receive waited for;
+// the send finishes in the background like any other (with large messages MPI completes a send only
+// once matched, and the peer may post that receive only later).
 void PipelineExecutor::exchange(const Action& a, int B, size_t elems, int step) {
   const bool sends_activation = a.kind == ActionKind::send_activation_recv_grad;
   const Peer to = sends_activation ? next(a.chunk) : prev(a.chunk);
@@ -148,12 +150,18 @@ void PipelineExecutor::exchange(const Action& a, int B, size_t elems, int step) 
   Kokkos::deep_copy(out.buf, Vec<float>(const_cast<float*>(data), elems));
   Buffer<float> in = buffer(elems);
   Request r;
+  const int send_tag = tag(!sends_activation, a.mb, to.stage);
+  const int recv_tag = tag(sends_activation, a.recv_mb, placement_.stage(rank_, a.recv_chunk));
   {
     Tracer::Scope t(tracer_, EventKind::send, step, a.mb, elems * sizeof(float), a.chunk);
-    r = pipe_.irecv(in.data(), elems, DType::f32, from.rank, tag(sends_activation, a.recv_mb, placement_.stage(rank_, a.recv_chunk)));
-    out.send = pipe_.isend(out.buf.data(), elems, DType::f32, to.rank, tag(!sends_activation, a.mb, to.stage));
+    if (pipe_.ordered()) {
+      r = pipe_.isendrecv(out.buf.data(), elems, to.rank, send_tag, in.data(), elems, from.rank, recv_tag, DType::f32);
+    } else {
+      r = pipe_.irecv(in.data(), elems, DType::f32, from.rank, recv_tag);
+      out.send = pipe_.isend(out.buf.data(), elems, DType::f32, to.rank, send_tag);
+    }
   }
-  outgoing_.push_back(std::move(out));
+  outgoing_.push_back(std::move(out));  // (ordered: its send is part of r)
   {
     Tracer::Scope t(tracer_, EventKind::recv, step, a.recv_mb, elems * sizeof(float), a.recv_chunk);
     pipe_.wait(r);

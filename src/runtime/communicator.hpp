@@ -76,6 +76,9 @@ class Communicator {
   // reads the result. MPI completes r here.
   virtual void order_after(Request& r) { wait(r); }
   virtual bool test(Request& r) = 0;  // true when complete (then r is reset)
+  // Operations run one at a time in issue order and a send completes only once received (NCCL,
+  // mpi-ordered): a send and a receive that must progress together have to be one isendrecv.
+  virtual bool ordered() const { return false; }
   virtual void progress() = 0;        // drive outstanding operations (MPI has no progress thread)
   virtual void barrier() = 0;
 
