@@ -29,6 +29,14 @@ PassLists build_pass_lists(const PipelineShape& shape) {
   PassLists out;
   out.placement = schedule_placement(e, shape.ranks, shape.virtual_stages);
   const int p = shape.ranks, m = shape.microbatches, chunks = out.placement.chunks;
+  // The proof simulates every pass of every rank (its rounds grow with p^2): bounds keep validation
+  // quick on any deck.
+  constexpr int kMaxRanks = 4096;
+  constexpr double kMaxPasses = 1 << 18;
+  if (p > kMaxRanks) fail_input("parallel.pp", "at most ", kMaxRanks, " pipeline stages are supported, got ", p);
+  if (double(p) * m * chunks > kMaxPasses)
+    fail_input("parallel.microbatches", "parallel.pp x parallel.microbatches x chunks per rank = ", double(p) * m * chunks,
+               " forward passes a step; at most ", kMaxPasses, " are supported");
   out.train = make_schedules(shape.schedule, p, m, chunks, shape.costs);
   std::vector<int> train_bound, eval_bound(size_t(p), 1);  // evaluation lets each go once it is sent
   for (int r = 0; r < p; ++r) {
