@@ -83,8 +83,10 @@ Request MpiCommunicator::start(Op op) {
     id = int(ops_.size());
     ops_.push_back(std::move(op));
   }
-  if (ordered_) {
-    queue_.push_back(id);
+  if (ordered_ && in_group_) {
+    group_.push_back(id);
+  } else if (ordered_) {
+    queue_.push_back({id});
     advance();
   } else if (ops_[size_t(id)].post) {
     std::function<void(Op&)> post = std::move(ops_[size_t(id)].post);
@@ -96,15 +98,34 @@ Request MpiCommunicator::start(Op op) {
 
 void MpiCommunicator::advance() {
   while (!queue_.empty()) {
-    Op& head = ops_[size_t(queue_.front())];
-    if (head.post) {
-      std::function<void(Op&)> post = std::move(head.post);
-      head.post = nullptr;
-      post(head);
+    bool done = true;
+    for (int id : queue_.front()) {  // the oldest group: all its operations start together
+      Op& op = ops_[size_t(id)];
+      if (op.post) {
+        std::function<void(Op&)> post = std::move(op.post);
+        op.post = nullptr;
+        post(op);
+      }
+      done = poll(op) && done;
     }
-    if (!poll(head)) return;
+    if (!done) return;
+    for (int id : queue_.front()) ops_[size_t(id)].retired = true;
     queue_.pop_front();
   }
+}
+
+void MpiCommunicator::group_start() {
+  if (in_group_) fail("MPI communicator: group_start inside a group");
+  in_group_ = true;
+}
+
+void MpiCommunicator::group_end() {
+  if (!in_group_) fail("MPI communicator: group_end without group_start");
+  in_group_ = false;
+  if (!ordered_ || group_.empty()) return;
+  queue_.push_back(std::move(group_));
+  group_.clear();
+  advance();
 }
 
 Request MpiCommunicator::iallreduce(void* buf, size_t count, DType t, ReduceOp op) {
@@ -261,7 +282,7 @@ bool MpiCommunicator::poll(Op& op) {
 bool MpiCommunicator::test(Request& r) {
   if (!r.pending()) return true;
   if (ordered_) advance();  // completes in order only
-  if (ordered_ ? !ops_[r.id].done : !poll(ops_[r.id])) return false;
+  if (ordered_ ? !ops_[r.id].retired : !poll(ops_[r.id])) return false;
   free_.push_back(r.id);
   r.id = -1;
   return true;

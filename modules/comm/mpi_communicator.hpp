@@ -22,6 +22,8 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override;
   std::string backend() const override { return ordered_ ? "mpi-ordered" : "mpi"; }
   bool ordered() const override { return ordered_; }
+  void group_start() override;
+  void group_end() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm mpi_comm() const override { return control_; }
@@ -52,6 +54,7 @@ class MpiCommunicator final : public Communicator {
     DType type = DType::f32;
     bool average = false;       // divide by size() on completion
     std::function<void(Op&)> post;  // starts it on the wire (ordered: once every earlier op completed)
+    bool retired = false;  // ordered: its whole group completed (only then may its slot be reused)
   };
   Request start(Op op);
   // Sets o up to receive count values into buf; returns where MPI writes (buf, or host staging
@@ -66,7 +69,9 @@ class MpiCommunicator final : public Communicator {
   std::vector<Op> ops_;
   std::vector<int> free_;
   bool ordered_ = false;
-  std::deque<int> queue_;  // ordered: the operations not yet complete, oldest first
+  std::deque<std::vector<int>> queue_;  // ordered: groups of operations not yet complete, oldest first
+  bool in_group_ = false;
+  std::vector<int> group_;  // ordered: the group being issued
 };
 
 }  // namespace gpt2

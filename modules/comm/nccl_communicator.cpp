@@ -57,7 +57,26 @@ NcclCommunicator::~NcclCommunicator() {
   if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
 }
 
+// A group's operations all go to one stream (kRecv) and are launched by ncclGroupEnd: their events
+// can only be recorded after it.
+void NcclCommunicator::group_start() {
+  if (in_group_) fail("NCCL communicator: group_start inside a group");
+  check(cudaEventRecord(ready_, Kokkos::Cuda().cuda_stream()), "cudaEventRecord");
+  check(cudaStreamWaitEvent(streams_[kRecv], ready_, 0), "cudaStreamWaitEvent");
+  check(ncclGroupStart(), "ncclGroupStart");
+  in_group_ = true;
+}
+
+void NcclCommunicator::group_end() {
+  if (!in_group_) fail("NCCL communicator: group_end without group_start");
+  in_group_ = false;
+  check(ncclGroupEnd(), "ncclGroupEnd");
+  for (int id : group_) check(cudaEventRecord(ops_[size_t(id)].done, streams_[kRecv]), "cudaEventRecord");
+  group_.clear();
+}
+
 cudaStream_t NcclCommunicator::begin(Lane lane) {
+  if (in_group_) return streams_[kRecv];
   check(cudaEventRecord(ready_, Kokkos::Cuda().cuda_stream()), "cudaEventRecord");
   check(cudaStreamWaitEvent(streams_[lane], ready_, 0), "cudaStreamWaitEvent");
   return streams_[lane];
@@ -75,7 +94,10 @@ Request NcclCommunicator::end(Lane lane, const char* what, int peer) {
   }
   ops_[id].what = what;
   ops_[id].peer = peer;
-  check(cudaEventRecord(ops_[id].done, streams_[lane]), "cudaEventRecord");
+  if (in_group_)
+    group_.push_back(id);
+  else
+    check(cudaEventRecord(ops_[id].done, streams_[lane]), "cudaEventRecord");
   return Request{id};
 }
 
@@ -115,12 +137,14 @@ Request NcclCommunicator::irecv(void* buf, size_t count, DType t, int peer, int)
 
 Request NcclCommunicator::isendrecv(const void* send, size_t send_count, int dest, int, void* recv,
                                     size_t recv_count, int source, int, DType t) {
+  const bool outer = !in_group_;
+  if (outer) group_start();
   cudaStream_t s = begin(kRecv);
-  check(ncclGroupStart(), "ncclGroupStart");
   check(ncclSend(send, send_count, nccl_type(t), dest, comm_, s), "ncclSend");
   check(ncclRecv(recv, recv_count, nccl_type(t), source, comm_, s), "ncclRecv");
-  check(ncclGroupEnd(), "ncclGroupEnd");
-  return end(kRecv, "send-receive", source);
+  Request r = end(kRecv, "send-receive", source);
+  if (outer) group_end();
+  return r;
 }
 
 bool NcclCommunicator::test(Request& r) {

@@ -17,6 +17,8 @@ class NcclCommunicator final : public Communicator {
   explicit NcclCommunicator(MPI_Comm comm);
   ~NcclCommunicator() override;
   bool ordered() const override { return true; }
+  void group_start() override;
+  void group_end() override;
   std::string backend() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -50,6 +52,8 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   cudaStream_t streams_[3] = {};
   cudaEvent_t ready_ = nullptr;  // marks the Kokkos stream position at issue time
+  bool in_group_ = false;
+  std::vector<int> group_;  // the group's requests: their events are recorded once it is launched
   std::vector<Op> ops_;
   std::vector<int> free_;
 };

@@ -99,15 +99,12 @@ void PipelineExecutor::drain() {
   outgoing_.clear();
 }
 
-void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, int step) {
+void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, int step, std::vector<Incoming>& posted) {
   const Peer from = grad ? next(chunk) : prev(chunk);
   if (from.rank == rank_) return;  // handed over locally: already in the inbox
-  Buffer<float> b = buffer(elems);
-  {
-    Tracer::Scope t(tracer_, EventKind::recv, step, mb, elems * sizeof(float), chunk);
-    pipe_.recv(b.data(), elems, DType::f32, from.rank, tag(grad, mb, placement_.stage(rank_, chunk)));
-  }
-  inbox_[{grad, mb, chunk}] = std::move(b);
+  Incoming in{Request{}, buffer(elems), grad, mb, chunk, posted_by_};
+  in.request = pipe_.irecv(in.buf.data(), elems, DType::f32, from.rank, tag(grad, mb, placement_.stage(rank_, chunk)));
+  posted.push_back(std::move(in));
 }
 
 void PipelineExecutor::send(bool grad, int mb, int chunk, const float* data, size_t elems, int step) {
@@ -134,39 +131,52 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
   inbox_.erase(it);
 }
 
-// A paired send and receive. On an ordered communicator (NCCL) one grouped operation, waited for as
-// a whole: issued one after the other, both neighbours would wait in their receive for a send queued
-// behind it. Under MPI, which matches by tag, both posted at once and only the receive waited for;
-// the send finishes in the background like any other (with large messages MPI completes a send only
-// once matched, and the peer may post that receive only later).
-void PipelineExecutor::exchange(const Action& a, int B, size_t elems, int step) {
-  const bool sends_activation = a.kind == ActionKind::send_activation_recv_grad;
-  const Peer to = sends_activation ? next(a.chunk) : prev(a.chunk);
-  const Peer from = sends_activation ? next(a.recv_chunk) : prev(a.recv_chunk);
-  // Sent: an activation (to stage k + 1) or a gradient (to k - 1); received: the other kind, for
-  // the receiving chunk's own stage.
-  const float* data = sends_activation ? live_.at({a.mb, a.chunk}).act->output().data() : stage(a.chunk).dres(B).data();
-  Outgoing out{buffer(elems), Request{}};
-  Kokkos::deep_copy(out.buf, Vec<float>(const_cast<float*>(data), elems));
-  Buffer<float> in = buffer(elems);
-  Request r;
-  const int send_tag = tag(!sends_activation, a.mb, to.stage);
-  const int recv_tag = tag(sends_activation, a.recv_mb, placement_.stage(rank_, a.recv_chunk));
-  {
-    Tracer::Scope t(tracer_, EventKind::send, step, a.mb, elems * sizeof(float), a.chunk);
-    if (pipe_.ordered()) {
-      r = pipe_.isendrecv(out.buf.data(), elems, to.rank, send_tag, in.data(), elems, from.rank, recv_tag, DType::f32);
-    } else {
-      r = pipe_.irecv(in.data(), elems, DType::f32, from.rank, recv_tag);
-      out.send = pipe_.isend(out.buf.data(), elems, DType::f32, to.rank, send_tag);
+void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io,
+                                   size_t elems) {
+  std::vector<Incoming> posted;
+  const int B = io.microbatch_size;
+  pipe_.group_start();
+  for (size_t i = first; i < last; ++i) {
+    const Action& a = actions[i];
+    posted_by_ = i;
+    switch (a.kind) {
+      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, io.step, posted); break;
+      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, io.step, posted); break;
+      case ActionKind::send_activation:
+      case ActionKind::send_activation_recv_grad: {
+        Slot& s = live_.at({a.mb, a.chunk});
+        const Peer to = next(a.chunk);
+        if (to.rank == rank_) {
+          send(false, a.mb, a.chunk, s.act->output().data(), elems, io.step);
+        } else {
+          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, elems * sizeof(float), a.chunk);
+          s.send = pipe_.isend(s.act->output().data(), elems, DType::f32, to.rank, tag(false, a.mb, to.stage));
+        }
+        // Evaluation: nothing more to do with it; the slot is reused once the send completes. A send
+        // never waits here (the proof assumes it): a rank waiting for its send to be matched while the
+        // receiver waits for that rank's own message deadlocks (interleaved evaluation did).
+        if (!io.need_grad) release(a.mb, a.chunk);
+        if (a.kind == ActionKind::send_activation_recv_grad) receive(true, a.recv_mb, a.recv_chunk, elems, io.step, posted);
+        break;
+      }
+      case ActionKind::send_grad:
+      case ActionKind::send_grad_recv_activation:
+        send(true, a.mb, a.chunk, stage(a.chunk).dres(B).data(), elems, io.step);
+        if (a.kind == ActionKind::send_grad_recv_activation)
+          receive(false, a.recv_mb, a.recv_chunk, elems, io.step, posted);
+        break;
+      default: fail("pipeline: ", action_name(a.kind), " is not a message");
     }
   }
-  outgoing_.push_back(std::move(out));  // (ordered: its send is part of r)
-  {
-    Tracer::Scope t(tracer_, EventKind::recv, step, a.recv_mb, elems * sizeof(float), a.recv_chunk);
-    pipe_.wait(r);
+  pipe_.group_end();
+  // The receives, waited for in order; the sends finish in the background (on an ordered
+  // communicator with the group, which the first wait completes).
+  for (Incoming& in : posted) {
+    const WaitContext context([&] { return describe(actions[in.action], in.action, actions.size(), io); });
+    Tracer::Scope t(tracer_, EventKind::recv, io.step, in.mb, elems * sizeof(float), in.chunk);
+    pipe_.wait(in.request);
+    inbox_[{in.grad, in.mb, in.chunk}] = std::move(in.buf);
   }
-  inbox_[{sends_activation, a.recv_mb, a.recv_chunk}] = std::move(in);
 }
 
 // For the watchdog: the pass this rank is in and, for a message, the peer and what it waits for (the
@@ -198,12 +208,17 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
   const size_t rows = size_t(B) * any.seq_len(), elems = size_t(any.stream_rows(B)) * any.config().n_embd;
   for (size_t index = 0; index < actions.size(); ++index) {
     const Action& a = actions[index];
+    if (!is_compute(a.kind)) {  // the run of messages up to the next compute: one group
+      size_t last = index;
+      while (last < actions.size() && !is_compute(actions[last].kind)) ++last;
+      communicate(actions, index, last, io, elems);
+      index = last - 1;
+      continue;
+    }
     const WaitContext context([&] { return describe(a, index, actions.size(), io); });
     const int k = placement_.stage(rank_, a.chunk);
     Stage<float>& st = stage(a.chunk);
     switch (a.kind) {
-      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, io.step); break;
-      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, io.step); break;
       case ActionKind::forward: {
         Slot& s = acquire(a.mb, a.chunk, B);
         if (k > 0) take(false, a.mb, a.chunk, s.act->input.data(), elems);
@@ -220,21 +235,6 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         if (!io.need_grad && k == S - 1) release(a.mb, a.chunk);  // evaluation: nothing more to do with it
         break;
       }
-      case ActionKind::send_activation: {
-        Slot& s = live_.at({a.mb, a.chunk});
-        const Peer to = next(a.chunk);
-        if (to.rank == rank_) {
-          send(false, a.mb, a.chunk, s.act->output().data(), elems, io.step);
-        } else {
-          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, elems * sizeof(float), a.chunk);
-          s.send = pipe_.isend(s.act->output().data(), elems, DType::f32, to.rank, tag(false, a.mb, to.stage));
-        }
-        // Evaluation: nothing more to do with it; the slot is reused once the send completes. A send
-        // never waits here (the proof assumes it): a rank waiting for its send to be matched while the
-        // receiver waits for that rank's own message deadlocks (interleaved evaluation did).
-        if (!io.need_grad) release(a.mb, a.chunk);
-        break;
-      }
       case ActionKind::backward:
       case ActionKind::backward_input: {
         Slot& s = live_.at({a.mb, a.chunk});  // (its activation may still be on its way: backward does not touch it)
@@ -248,15 +248,12 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         }
         break;
       }
-      case ActionKind::backward_weight: {
+      default: {  // the weight pass
         Tracer::Scope t(tracer_, EventKind::backward_weight, io.step, a.mb, 0, a.chunk);
         st.backward_weight(*live_.at({a.mb, a.chunk}).act);
         release(a.mb, a.chunk);
         break;
       }
-      case ActionKind::send_grad: send(true, a.mb, a.chunk, st.dres(B).data(), elems, io.step); break;
-      case ActionKind::send_activation_recv_grad:
-      case ActionKind::send_grad_recv_activation: exchange(a, B, elems, io.step); break;
     }
   }
   if (!releasing_.empty() || !outgoing_.empty()) {

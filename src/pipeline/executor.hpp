@@ -66,11 +66,21 @@ class PipelineExecutor {
   Buffer<float> buffer(size_t n);   // a free message buffer
   void recycle();                   // completed outgoing messages give their buffers back
   void drain();                     // complete every pending send
-  void receive(bool grad, int mb, int chunk, size_t elems, int step);
+  struct Incoming {  // a receive posted in a group, waited for once the group is issued
+    Request request;
+    Buffer<float> buf;
+    bool grad;
+    int mb, chunk;
+    size_t action;  // the action that posted it (for the watchdog)
+  };
+  // Posts the receive of (grad?, mb, chunk) unless it comes from this rank (already in the inbox).
+  void receive(bool grad, int mb, int chunk, size_t elems, int step, std::vector<Incoming>& posted);
   void send(bool grad, int mb, int chunk, const float* data, size_t elems, int step);
+  // A run of consecutive message actions [first, last): issued as one group (NCCL's order needs a
+  // rank's sends and receives between two computes to start together), then its receives waited for.
+  void communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io, size_t elems);
   // The message for (grad?, mb, chunk) from the inbox into dst.
   void take(bool grad, int mb, int chunk, float* dst, size_t elems);
-  void exchange(const Action& a, int B, size_t elems, int step);  // a paired send and receive
   void reuse(Slot& s);  // a released slot's activations back to its chunk's pool
   std::string describe(const Action& a, size_t index, size_t count, const StepIO& io) const;
 
@@ -87,6 +97,7 @@ class PipelineExecutor {
   std::vector<Outgoing> outgoing_;
   std::vector<Buffer<float>> free_buffers_;
   int peak_slots_ = 0, pool_B_ = -1;
+  size_t posted_by_ = 0;  // the action communicate() is issuing
   size_t slot_bytes_ = 0;
 };
 

@@ -17,6 +17,10 @@ struct PipelineShape {
   std::string schedule;  // a registered schedule (a schedule file registers itself)
   int ranks = 1, microbatches = 1, virtual_stages = 1;
   PassCosts costs;  // what zb-v orders by: the model's (RunConfig::pass_costs)
+  // The pipeline's communicator runs operations in NCCL's order (nccl, mpi-ordered): the lists must
+  // also run when a rank's messages between two computes go as one group, one group at a time, and
+  // a send completes only once received.
+  bool ordered = false;
 };
 
 struct PassLists {
@@ -31,6 +35,7 @@ PassLists build_pass_lists(const PipelineShape& shape);
 // The proof of one set of lists: "" when they run, otherwise what goes wrong. max_in_flight: the
 // most microbatch-chunks each rank may hold (by rank; empty: no bound); peak: what each holds.
 std::string prove_pass_lists(const std::vector<std::vector<Action>>& lists, const Placement& placement,
-                             int microbatches, const std::vector<int>& max_in_flight, std::vector<int>* peak = nullptr);
+                             int microbatches, const std::vector<int>& max_in_flight, bool ordered = false,
+                             std::vector<int>* peak = nullptr);
 
 }  // namespace gpt2

@@ -77,8 +77,13 @@ class Communicator {
   virtual void order_after(Request& r) { wait(r); }
   virtual bool test(Request& r) = 0;  // true when complete (then r is reset)
   // Operations run one at a time in issue order and a send completes only once received (NCCL,
-  // mpi-ordered): a send and a receive that must progress together have to be one isendrecv.
+  // mpi-ordered): sends and receives that must progress together have to be one group.
   virtual bool ordered() const { return false; }
+  // The point-to-point operations issued between the two start together and complete as one (NCCL's
+  // ncclGroupStart / ncclGroupEnd); a Request of the group completes when the whole group has on an
+  // ordered communicator. No-ops where operations are independent (MPI).
+  virtual void group_start() {}
+  virtual void group_end() {}
   virtual void progress() = 0;        // drive outstanding operations (MPI has no progress thread)
   virtual void barrier() = 0;
 

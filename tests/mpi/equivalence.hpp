@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "../common/tiny_data.hpp"
@@ -15,8 +16,10 @@
 namespace gpt2::test {
 
 
+// GPT2_TEST_COMM=mpi-ordered runs the suites under NCCL's ordering (ctest label gpu_semantics).
 inline RunConfig tiny_config(const std::string& data) {
   RunConfig c;
+  if (const char* comm = std::getenv("GPT2_TEST_COMM")) c.parallel.comm = comm;
   c.model.n_layer = 4, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
   c.model.block_size = 16;
   c.data.train = data + "/train.bin";
@@ -126,6 +129,18 @@ inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::
     }
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), 1e-4) << what << " " << t.name();
   }
+}
+
+// Under an ordered communicator (GPT2_TEST_COMM=mpi-ordered) a layout whose pass lists would hang
+// with NCCL's ordering is refused before any work: true for those (the test then skips the case).
+inline bool refused_under_ordering(const RunConfig& c, int world) {
+  try {
+    c.validate(world);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("under NCCL's ordering") != std::string::npos) return true;
+    throw;
+  }
+  return false;
 }
 
 // Runs cfg on groups of `ranks` consecutive world ranks (several groups side by side).

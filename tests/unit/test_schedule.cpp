@@ -323,3 +323,33 @@ TEST(PassLists, TheProofNamesWhoWaitsForWhatAndTheMemoryBound) {
   EXPECT_NE(prove_pass_lists(gpipe, pl, 4, {3, 4}).find("rank 0 holds 4 microbatch-chunks at once, more than the 3"),
             std::string::npos);
 }
+
+// The same layouts on an ordered communicator (NCCL, mpi-ordered): every list is also proven under
+// NCCL's ordering, and a layout whose lists would hang there is refused naming that ordering.
+TEST(PassLists, UnderNcclOrderingEveryLayoutRunsOrIsRefused) {
+  std::map<std::string, std::pair<int, int>> runs_refused;
+  for (const std::string& name : ScheduleRegistry::names())
+    for (int p = 1; p <= 8; ++p)
+      for (int v = 1; v <= 4; ++v)
+        for (int m = 1; m <= 32; ++m) {
+          RunConfig c;
+          const int chunks = schedule_chunks(ScheduleRegistry::get(name, "parallel.schedule"), v);
+          c.model.n_layer = p * chunks, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
+          c.model.block_size = c.data.seq_len = 16;
+          c.data.train = "unused.bin";
+          c.train.batch_size = m;
+          c.parallel.schedule = name, c.parallel.pp = p, c.parallel.virtual_stages = v, c.parallel.microbatches = m;
+          c.parallel.comm = "mpi-ordered";
+          try {
+            c.validate();
+            ++runs_refused[name].first;
+          } catch (const InputError& e) {
+            const std::string w = e.what();
+            if (w.find("cannot run") == std::string::npos) continue;  // a layout rule
+            ASSERT_NE(w.find("under NCCL's ordering"), std::string::npos) << w;
+            ++runs_refused[name].second;
+          }
+        }
+  for (const auto& [name, n] : runs_refused) std::printf("%s: %d run, %d refused\n", name.c_str(), n.first, n.second);
+  for (const char* name : {"naive", "gpipe", "1f1b", "zb-h1"}) EXPECT_EQ(runs_refused[name].second, 0) << name;
+}
