@@ -121,7 +121,17 @@ void PipelineExecutor::send(bool grad, int mb, int chunk, const float* data, siz
   outgoing_.push_back(std::move(o));
 }
 
-void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t elems) {
+void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t elems, const StepIO& io) {
+  if (auto p = incoming_.find({grad, mb, chunk}); p != incoming_.end()) {  // posted: wait for it now
+    Incoming& in = p->second;
+    {
+      const WaitContext context([&] { return describe((*io_actions_)[in.action], in.action, io_actions_->size(), io); });
+      Tracer::Scope t(tracer_, EventKind::recv, io.step, mb, elems * sizeof(float), chunk);
+      pipe_.wait(in.request);
+    }
+    inbox_[{grad, mb, chunk}] = std::move(in.buf);
+    incoming_.erase(p);
+  }
   auto it = inbox_.find({grad, mb, chunk});
   if (it == inbox_.end())
     fail("pipeline: the ", grad ? "gradient" : "activation", " of microbatch ", mb, " for chunk ", chunk,
@@ -169,14 +179,9 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
     }
   }
   pipe_.group_end();
-  // The receives, waited for in order; the sends finish in the background (on an ordered
-  // communicator with the group, which the first wait completes).
-  for (Incoming& in : posted) {
-    const WaitContext context([&] { return describe(actions[in.action], in.action, actions.size(), io); });
-    Tracer::Scope t(tracer_, EventKind::recv, io.step, in.mb, elems * sizeof(float), in.chunk);
-    pipe_.wait(in.request);
-    inbox_[{in.grad, in.mb, in.chunk}] = std::move(in.buf);
-  }
+  // Each receive is waited for by the compute that needs it (take); the sends finish in the
+  // background.
+  for (Incoming& in : posted) incoming_[{in.grad, in.mb, in.chunk}] = std::move(in);
 }
 
 // For the watchdog: the pass this rank is in and, for a message, the peer and what it waits for (the
@@ -206,6 +211,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
   // Losses cover every token; activations and their gradients the rows of the residual stream this
   // rank holds (1/tp of them with sequence parallelism).
   const size_t rows = size_t(B) * any.seq_len(), elems = size_t(any.stream_rows(B)) * any.config().n_embd;
+  io_actions_ = &actions;
   for (size_t index = 0; index < actions.size(); ++index) {
     const Action& a = actions[index];
     if (!is_compute(a.kind)) {  // the run of messages up to the next compute: one group
@@ -221,7 +227,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
     switch (a.kind) {
       case ActionKind::forward: {
         Slot& s = acquire(a.mb, a.chunk, B);
-        if (k > 0) take(false, a.mb, a.chunk, s.act->input.data(), elems);
+        if (k > 0) take(false, a.mb, a.chunk, s.act->input.data(), elems, io);
         if (io.load && (st.has_embedding() || st.has_head())) {
           Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb, 0, a.chunk);
           io.load(a.mb, *s.act);
@@ -238,7 +244,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       case ActionKind::backward:
       case ActionKind::backward_input: {
         Slot& s = live_.at({a.mb, a.chunk});  // (its activation may still be on its way: backward does not touch it)
-        if (k < S - 1) take(true, a.mb, a.chunk, st.dres(B).data(), elems);
+        if (k < S - 1) take(true, a.mb, a.chunk, st.dres(B).data(), elems, io);
         Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb, 0, a.chunk);
         if (a.kind == ActionKind::backward) {
           st.backward(*s.act);
@@ -262,7 +268,8 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
     drain();
   }
   if (!live_.empty()) fail("pipeline: ", live_.size(), " microbatch-chunks still held at the end of a step");
-  if (!inbox_.empty()) fail("pipeline: ", inbox_.size(), " received messages were never used");
+  if (!inbox_.empty() || !incoming_.empty())
+    fail("pipeline: ", inbox_.size() + incoming_.size(), " received messages were never used");
 }
 
 }  // namespace gpt2

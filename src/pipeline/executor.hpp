@@ -80,7 +80,7 @@ class PipelineExecutor {
   // rank's sends and receives between two computes to start together), then its receives waited for.
   void communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io, size_t elems);
   // The message for (grad?, mb, chunk) from the inbox into dst.
-  void take(bool grad, int mb, int chunk, float* dst, size_t elems);
+  void take(bool grad, int mb, int chunk, float* dst, size_t elems, const StepIO& io);
   void reuse(Slot& s);  // a released slot's activations back to its chunk's pool
   std::string describe(const Action& a, size_t index, size_t count, const StepIO& io) const;
 
@@ -94,6 +94,8 @@ class PipelineExecutor {
   std::vector<Slot> releasing_;  // done, its activation's send still pending
   std::map<int, std::vector<std::unique_ptr<Activations<float>>>> pool_;  // by chunk
   std::map<MessageKey, Buffer<float>> inbox_;
+  std::map<MessageKey, Incoming> incoming_;  // posted receives, waited for by the compute that needs them
+  const std::vector<Action>* io_actions_ = nullptr;  // the list run() runs (for the watchdog)
   std::vector<Outgoing> outgoing_;
   std::vector<Buffer<float>> free_buffers_;
   int peak_slots_ = 0, pool_B_ = -1;

@@ -1,6 +1,7 @@
 #include "pipeline/pass_lists.hpp"
 
 #include <deque>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -11,42 +12,52 @@ namespace gpt2 {
 
 namespace {
 bool is_message(ActionKind k) { return !is_compute(k); }
+bool is_receive(ActionKind k) { return k == ActionKind::recv_activation || k == ActionKind::recv_grad; }
 
-// One message of a group: to (send) or from (recv) `peer`, identified by (gradient?, microbatch,
-// destination virtual stage).
+using Message = std::tuple<bool, int, int>;  // (gradient?, microbatch, destination virtual stage)
+
+// One message of a group: to (send) or from (recv) `peer`.
 struct Part {
   bool send;
   int peer;
-  std::tuple<bool, int, int> msg;
+  Message msg;
   bool matched = false;
 };
 
-// A rank's list as the executor issues it: computes, and runs of consecutive messages each issued as
-// one group (hand-overs between a rank's own chunks need no message).
+// A rank's list as the executor issues it: computes (and the message each waits for, when it comes
+// from another rank), and runs of consecutive messages each issued as one group (hand-overs between
+// a rank's own chunks need no message).
 struct Item {
   bool compute = true;
   std::vector<Part> parts;
   size_t action = 0;  // the first action of the item
+  bool needs = false;
+  Message input{};    // compute: the message it waits for
 };
 
 std::vector<Item> items_of(const std::vector<Action>& list, const Placement& pl, int rank) {
   std::vector<Item> out;
+  const int S = pl.stages();
   for (size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
+    const int k = pl.stage(rank, a.chunk);
     if (!is_message(a.kind)) {
-      out.push_back({true, {}, i});
+      Item c{true, {}, i};
+      if (a.kind == ActionKind::forward && k > 0 && pl.rank_of(k - 1) != rank) c.needs = true, c.input = {false, a.mb, k};
+      if ((a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) && k < S - 1 && pl.rank_of(k + 1) != rank)
+        c.needs = true, c.input = {true, a.mb, k};
+      out.push_back(c);
       continue;
     }
     if (out.empty() || out.back().compute) out.push_back({false, {}, i});
     const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
     const bool sends = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
-    const bool receives = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
     if (sends) {
       const bool activation = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_activation_recv_grad;
-      const int to = pl.stage(rank, a.chunk) + (activation ? 1 : -1);
+      const int to = k + (activation ? 1 : -1);
       if (pl.rank_of(to) != rank) out.back().parts.push_back({true, pl.rank_of(to), {!activation, a.mb, to}});
     }
-    if (receives) {
+    if (paired || is_receive(a.kind)) {
       const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
       const int at = pl.stage(rank, paired ? a.recv_chunk : a.chunk), from = at + (grad ? 1 : -1);
       if (pl.rank_of(from) != rank)
@@ -55,19 +66,24 @@ std::vector<Item> items_of(const std::vector<Action>& list, const Placement& pl,
   }
   return out;
 }
-}  // namespace
 
 // NCCL's semantics: a rank's groups run one at a time in issue order, a message moves when the
-// sender's and the receiver's current groups both hold it, and the host waits for a group that
-// receives (its compute needs the data) but not for one that only sends.
-namespace {
+// sender's and the receiver's current groups both hold it, issuing never blocks the host, and a
+// compute waits for the group that receives its input.
 std::string prove_ordered(const std::vector<std::vector<Action>>& lists, const Placement& pl) {
   const int p = int(lists.size());
   std::vector<std::vector<Item>> items(static_cast<size_t>(p));
-  for (int r = 0; r < p; ++r) items[size_t(r)] = items_of(lists[size_t(r)], pl, r);
+  std::vector<std::map<Message, size_t>> received_in(static_cast<size_t>(p));  // message -> its group
+  std::vector<std::vector<char>> retired(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    items[size_t(r)] = items_of(lists[size_t(r)], pl, r);
+    retired[size_t(r)].assign(items[size_t(r)].size(), 0);
+    for (size_t g = 0; g < items[size_t(r)].size(); ++g)
+      for (const Part& x : items[size_t(r)][g].parts)
+        if (!x.send) received_in[size_t(r)][x.msg] = g;
+  }
   std::vector<size_t> pc(size_t(p), 0);
   std::vector<std::deque<size_t>> queue(static_cast<size_t>(p));  // issued groups, not complete, oldest first
-  std::vector<long> waits(size_t(p), -1);             // the group the host waits for
   auto complete = [&](int r, size_t g) {
     for (const Part& x : items[size_t(r)][g].parts)
       if (!x.matched) return false;
@@ -77,18 +93,15 @@ std::string prove_ordered(const std::vector<std::vector<Action>>& lists, const P
     progressed = false;
     for (int r = 0; r < p; ++r) {
       auto& mine = items[size_t(r)];
-      while (true) {
-        if (waits[size_t(r)] >= 0) {
-          if (!complete(r, size_t(waits[size_t(r)]))) break;
-          waits[size_t(r)] = -1;
+      while (pc[size_t(r)] < mine.size()) {
+        const Item& it = mine[pc[size_t(r)]];
+        if (it.compute && it.needs) {
+          const auto g = received_in[size_t(r)].find(it.input);
+          if (g == received_in[size_t(r)].end() || g->second > pc[size_t(r)] || !retired[size_t(r)][g->second]) break;
         }
-        if (pc[size_t(r)] >= mine.size()) break;
-        const size_t i = pc[size_t(r)]++;
+        if (!it.compute && !it.parts.empty()) queue[size_t(r)].push_back(pc[size_t(r)]);
+        ++pc[size_t(r)];
         progressed = true;
-        if (mine[i].compute || mine[i].parts.empty()) continue;
-        queue[size_t(r)].push_back(i);
-        for (const Part& x : mine[i].parts)
-          if (!x.send) waits[size_t(r)] = long(i);
       }
     }
     // Match the current groups' messages.
@@ -105,6 +118,7 @@ std::string prove_ordered(const std::vector<std::vector<Action>>& lists, const P
             }
         }
         if (!complete(r, g)) break;
+        retired[size_t(r)][g] = 1;
         queue[size_t(r)].pop_front();
         progressed = true;
       }
@@ -115,7 +129,7 @@ std::string prove_ordered(const std::vector<std::vector<Action>>& lists, const P
     if (queue[size_t(r)].empty() && pc[size_t(r)] >= items[size_t(r)].size()) continue;
     if (!stuck.str().empty()) stuck << "; ";
     if (queue[size_t(r)].empty()) {
-      stuck << "rank " << r << " stops at pass " << items[size_t(r)][pc[size_t(r)] - 1].action + 1;
+      stuck << "rank " << r << " waits at pass " << items[size_t(r)][pc[size_t(r)]].action + 1;
       continue;
     }
     const Item& g = items[size_t(r)][queue[size_t(r)].front()];
@@ -128,6 +142,7 @@ std::string prove_ordered(const std::vector<std::vector<Action>>& lists, const P
   return stuck.str().empty() ? "" : "deadlock under NCCL's ordering (a rank's message groups one at a time, a send done once "
                                      "received): " + stuck.str();
 }
+
 }  // namespace
 
 std::string prove_pass_lists(const std::vector<std::vector<Action>>& lists, const Placement& placement,

@@ -92,12 +92,9 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
             pc[r] = ranks[r].size();
             break;
           }
+          // Posted here; the compute that needs it waits for it.
           const int at = pl.stage(r, chunk);
           const Message msg{r, grad ? 1 : 0, mb, at};
-          auto it = mailbox.find(msg);
-          if (it == mailbox.end()) break;  // blocked
-          clock[r] = std::max(clock[r], it->second);
-          mailbox.erase(it);
           const int from = pl.rank_of(grad ? at + 1 : at - 1);
           if (from != r) receives[{from, r}].push_back(msg);
           (grad ? done.grad : done.input)[at][mb] = true;
@@ -105,6 +102,15 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
         if (sends_now || receives_now) {
           sent[r] = false;
         } else {
+          // The message the compute needs (posted by an earlier receive) must have arrived.
+          const bool needs_input = a.kind == ActionKind::forward && k > 0;
+          const bool needs_grad = (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) && k < S - 1;
+          if ((needs_input && done.input[k][a.mb]) || (needs_grad && done.grad[k][a.mb])) {
+            auto it = mailbox.find(Message{r, needs_grad ? 1 : 0, a.mb, k});
+            if (it == mailbox.end()) break;  // blocked
+            clock[r] = std::max(clock[r], it->second);
+            mailbox.erase(it);
+          }
           double cost = costs.forward;
           if (a.kind == ActionKind::forward) {
             if (k > 0 && !done.input[k][a.mb]) complain(r, "forward without its input");
@@ -137,16 +143,15 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
       }
     }
   }
-  // Only receives block: name what each stuck rank waits for.
+  // Only a compute waiting for its message blocks: name what each stuck rank waits for.
   std::ostringstream stuck;
   for (int r = 0; r < p; ++r) {
     if (pc[r] >= ranks[r].size()) continue;
     const Action& a = ranks[r][pc[r]];
-    const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
-    const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
-    const int mb = paired ? a.recv_mb : a.mb, k = pl.stage(r, paired ? a.recv_chunk : a.chunk);
+    const bool grad = a.kind != ActionKind::forward;
+    const int k = pl.stage(r, a.chunk);
     stuck << (sim.deadlock ? "; " : "") << "rank " << r << " waits for the " << (grad ? "gradient" : "activation")
-          << " of microbatch " << mb << " from virtual stage " << (grad ? k + 1 : k - 1);
+          << " of microbatch " << a.mb << " from virtual stage " << (grad ? k + 1 : k - 1);
     sim.deadlock = true;
   }
   if (sim.deadlock && sim.problem.empty()) sim.problem = "deadlock: " + stuck.str() + " (no rank can send it)";

@@ -4,8 +4,9 @@
 // (perf/step_model) -- and finds deadlocks and inconsistencies, when each compute ran, the idle
 // (bubble) fraction, the most microbatch-chunks each rank holds activations for at once, and
 // whether every pair of ranks receives its messages in the order they were sent (NCCL, which has
-// no tags, needs that; MPI matches by tag). Sends never block; a receive waits until its message
-// has arrived (sent + transfer time).
+// no tags, needs that; MPI matches by tag). Sends never block; a receive is posted where the list
+// has it and the compute that needs its message waits until it has arrived (sent + transfer time),
+// as the executor does.
 #include <functional>
 #include <string>
 #include <vector>

@@ -136,7 +136,7 @@ def main():
          "parallel.pp = 2 and parallel.microbatches = 1"),
         ("schedule file that deadlocks",
          train(deck("s4", parallel__dp=1, parallel__pp=2, parallel__microbatches=2, parallel__schedule_file=P("hangs.sched"))), 2,
-         "pass lists for parallel.pp = 2, parallel.microbatches = 2 cannot run: deadlock: rank 0 waits for the gradient of microbatch 1"),
+         "pass lists for parallel.pp = 2, parallel.microbatches = 2 cannot run: deadlock: rank 0 waits for the gradient of microbatch 0 from virtual stage 1"),
         ("virtual stages with a one-chunk schedule", train(deck("c33", parallel__virtual_stages=2)), 2,
          "parallel.virtual_stages: is for the interleaved schedule"),
         ("unwritable trace folder", train(deck("c20", trace__file="/proc/gpt2/trace.h5")), 2, "trace.file: cannot create folder"),

@@ -188,3 +188,43 @@ TEST(CommGroups, GroupsFollowTheGridAndSingleRankGroupsAreSerial) {
   const std::vector<int> all = g.world->host_gather_all(10 * r);
   for (int i = 0; i < p; ++i) EXPECT_EQ(all[size_t(i)], 10 * i);
 }
+
+// mpi-ordered behaves as NCCL does: a send completes only once its receive is posted (plain MPI
+// completes a small one at once), and a neighbour exchange issued as one group completes on both
+// sides (issued as a receive then a send by both, it would hang: each receive queued ahead of the
+// send the other waits for).
+TEST(Communicator, OrderedSendsCompleteWhenReceivedAndGroupsExchange) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  MPI_Comm pair;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, 0, &pair);
+  int me, n;
+  MPI_Comm_rank(pair, &me);
+  MPI_Comm_size(pair, &n);
+  if (n == 2) {
+    auto c = make_communicator("mpi-ordered", pair);
+    ASSERT_TRUE(c->ordered());
+    ASSERT_EQ(c->backend(), "mpi-ordered");
+    Buffer<float> out = fill<float>(16, [](size_t i) { return float(i); }), in("in", 16);
+    const int other = 1 - me;
+    if (me == 0) {
+      Request s = c->isend(out.data(), 16, DType::f32, other, 7);
+      for (int i = 0; i < 100; ++i) c->progress();
+      EXPECT_FALSE(c->test(s)) << "a send completed before its receive was posted";
+      MPI_Barrier(pair);
+      c->wait(s);
+    } else {
+      MPI_Barrier(pair);
+      c->recv(in.data(), 16, DType::f32, other, 7);
+      EXPECT_EQ(host(in)[5], 5.0f);
+    }
+    // Both ranks: receive then send, as one group.
+    c->group_start();
+    Request r = c->irecv(in.data(), 16, DType::f32, other, 9);
+    Request s = c->isend(out.data(), 16, DType::f32, other, 9);
+    c->group_end();
+    c->wait(r);
+    c->wait(s);
+    EXPECT_EQ(host(in)[15], 15.0f);
+  }
+  MPI_Comm_free(&pair);
+}

@@ -161,7 +161,7 @@ TEST(ScheduleFile, DeckRunsTheFileAndRefusesOneThatCannotRun) {
   // Rank 0 waits for a gradient before it sends microbatch 1, which rank 1 wants first (rank 0
   // receives in sending order: microbatch 1's gradient, then 0's).
   const std::string hangs = write("hangs.sched", "rank 0: F0 B0 F1 B1\nrank 1: F1 B1 F0 B0\n");
-  refused({"parallel.schedule_file=" + hangs}, "deadlock: rank 0 waits for the gradient of microbatch 1 from virtual stage 1; "
+  refused({"parallel.schedule_file=" + hangs}, "deadlock: rank 0 waits for the gradient of microbatch 0 from virtual stage 1; "
           "rank 1 waits for the activation of microbatch 1 from virtual stage 0");
   refused({"parallel.schedule_file=" + dir + "missing.sched"}, "missing.sched (no such file)");
 }
