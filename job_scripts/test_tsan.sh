@@ -43,6 +43,10 @@ for t in ${TSAN_THREADS:-2 4}; do
   echo "test_tsan: unit_tests at $t threads"
   KOKKOS_NUM_THREADS=$t "$build/bin/unit_tests" --gtest_brief=1 "$@"
 done
+# Teams of several threads, as a GPU runs the team kernels: a missing team barrier is a race here.
+echo "test_tsan: the kernel tests at 4 threads, 4 threads a team"
+KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 \
+  --gtest_filter='Kernels.*:ModelGradcheck.*:TensorParallel.*:PyTorchReference.*' "$@"
 echo "test_tsan: mpi_tests on 2 ranks at 2 threads"
 KOKKOS_NUM_THREADS=2 mpiexec -n 2 "$build/bin/mpi_tests" --gtest_brief=1
 t_end=$(date +%s)

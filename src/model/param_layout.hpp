@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <Kokkos_Macros.hpp>
+
 #include "model/model_config.hpp"
 
 namespace gpt2 {
@@ -31,8 +33,9 @@ struct Range {
 // parallelism) is a block of rows (one run) or a block of columns of every row (one run per row).
 struct GlobalMap {
   size_t begin = 0, len = 0, stride = 0, count = 1;
-  size_t size() const { return len * count; }
-  size_t at(size_t i) const { return begin + (i / len) * stride + i % len; }  // global index of local i
+  KOKKOS_INLINE_FUNCTION size_t size() const { return len * count; }
+  // The global index of local element i (device code calls it: parameter initialisation).
+  KOKKOS_INLINE_FUNCTION size_t at(size_t i) const { return begin + (i / len) * stride + i % len; }
 };
 
 struct TensorInfo {

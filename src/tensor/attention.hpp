@@ -4,6 +4,7 @@
 // (B, nh, T, T); the four products per head are strided-batched GEMMs (one call per sequence).
 #include "tensor/gemm.hpp"
 #include "tensor/math.hpp"
+#include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -16,7 +17,7 @@ void causal_softmax_rows(Mat<T> att, int Tn) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   Kokkos::parallel_for(
-      "attention_softmax", Policy(att.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "attention_softmax", team_policy<ExecSpace>(att.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank(), len = r % Tn + 1;
         T mx = 0;
         Kokkos::parallel_reduce(
@@ -43,7 +44,7 @@ void causal_softmax_rows_backward(Mat<T> datt, CMat<T> att, int Tn) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   Kokkos::parallel_for(
-      "attention_softmax_backward", Policy(att.extent(0), Kokkos::AUTO),
+      "attention_softmax_backward", team_policy<ExecSpace>(att.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank(), len = r % Tn + 1;
         T dot = 0;

@@ -13,7 +13,7 @@ void crossentropy_forward(Vec<T> losses, Vec<T> lse, CMat<T> logits, Tokens targ
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   Kokkos::parallel_for(
-      "crossentropy_forward", Policy(logits.extent(0), Kokkos::AUTO),
+      "crossentropy_forward", team_policy<ExecSpace>(logits.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const T mx = team_max<T>(team, V, [&](int j) { return logits(n, j); });
@@ -34,7 +34,7 @@ void crossentropy_backward(Mat<T> logits, CVec<T> lse, Tokens targets, int V, T 
   using Member = Policy::member_type;
   const int Vp = logits.extent(1);
   Kokkos::parallel_for(
-      "crossentropy_backward", Policy(logits.extent(0), Kokkos::AUTO),
+      "crossentropy_backward", team_policy<ExecSpace>(logits.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const T l = lse(n);
@@ -54,7 +54,7 @@ void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T d
   using Member = Policy::member_type;
   const int Vp = logits.extent(1);
   Kokkos::parallel_for(
-      "crossentropy_fused", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "crossentropy_fused", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tgt = targets(n);
         const T target_logit = logits(n, tgt);
         const T mx = team_max<T>(team, V, [&](int j) { return logits(n, j); });
@@ -85,7 +85,7 @@ void crossentropy_local_max(Vec<T> mx, CMat<T> logits, int cols) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   Kokkos::parallel_for(
-      "crossentropy_local_max", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "crossentropy_local_max", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const T m = cols > 0 ? team_max<T>(team, cols, [&](int j) { return logits(n, j); })
                              : Kokkos::reduction_identity<T>::max();
@@ -102,9 +102,10 @@ void crossentropy_local_sums(Vec<T> sums, Mat<T> logits, CVec<T> mx, Tokens targ
   using Member = Policy::member_type;
   const int Vl = logits.extent(1);
   Kokkos::parallel_for(
-      "crossentropy_local_sums", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "crossentropy_local_sums", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tgt = targets(n) - vocab_begin;
         const T target_logit = tgt >= 0 && tgt < cols ? logits(n, tgt) : T(0);
+        team.team_barrier();  // every thread has read it before any overwrites the row with exp()
         const T m = mx(n);
         const T sum = team_sum<T>(team, cols, [&](int j) {
           const T e = km::expf_(logits(n, j) - m);
@@ -127,7 +128,7 @@ void crossentropy_parallel_finish(Vec<T> losses, Mat<T> logits, CVec<T> mx, CVec
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   Kokkos::parallel_for(
-      "crossentropy_parallel_finish", Policy(logits.extent(0), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "crossentropy_parallel_finish", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tgt = targets(n) - vocab_begin;
         const T sum = sums(2 * n);
         if (need_grad) {

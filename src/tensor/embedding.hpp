@@ -1,6 +1,7 @@
 #pragma once
 // Token + position embedding.
 #include "tensor/column_sum.hpp"
+#include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -15,7 +16,7 @@ void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int 
   using Member = Policy::member_type;
   const int N = out.extent(0), C = out.extent(1), rows = wte.extent(0);
   Kokkos::parallel_for(
-      "embedding_forward", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "embedding_forward", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tok = tokens(n) - vocab_begin, t = n % seq_len;
         const bool mine = tok >= 0 && tok < rows;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {

@@ -2,6 +2,7 @@
 // LayerNorm over the channel dimension, eps 1e-5, biased variance (as GPT-2 / PyTorch).
 #include "tensor/column_sum.hpp"
 #include "tensor/math.hpp"
+#include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -16,7 +17,7 @@ void layernorm_forward(Mat<S> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T>
   using Member = Policy::member_type;
   const int N = in.extent(0), C = in.extent(1);
   Kokkos::parallel_for(
-      "layernorm_forward", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "layernorm_forward", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         T sum = 0;
         Kokkos::parallel_reduce(
@@ -49,7 +50,7 @@ void layernorm_backward_input(Mat<T> din, CMat<T> dout, CMat<T> in, CVec<T> w, C
   using Member = Policy::member_type;
   const int N = in.extent(0), C = in.extent(1);
   Kokkos::parallel_for(
-      "layernorm_backward_in", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "layernorm_backward_in", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const T m = mean(n), s = rstd(n);
         T g_mean = 0, gx_mean = 0;  // mean of dnorm, mean of dnorm * norm

@@ -2,6 +2,7 @@
 // Linear layer with PyTorch's weight layout: out = in @ w^T + b. The GEMMs go to the vendor BLAS.
 #include "tensor/column_sum.hpp"
 #include "tensor/gemm.hpp"
+#include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -23,7 +24,7 @@ void add_bias_residual(Mat<T> out, CVec<T> b, CMat<T> residual = {}) {
   const bool has_b = b.extent(0) != 0, has_r = residual.extent(0) != 0;
   if (!has_b && !has_r) return;
   Kokkos::parallel_for(
-      "matmul_bias_residual", Policy(N, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+      "matmul_bias_residual", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         T* row = &out(n, 0);
         if (has_b && has_r) {

@@ -23,6 +23,13 @@ constexpr bool kHostReduce = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSp
 namespace detail {
 constexpr int64_t kSumChunk = 4096;
 
+// A chunk of a reduction: its first index and length (a plain struct: device code may not build a
+// std::pair, whose constructors are host functions).
+struct ChunkSpan {
+  int64_t begin;
+  int len;
+};
+
 // partial(at + c) = sum_j f(g(b + j)), j < len, for each chunk c < chunks (chunk(c) gives b and len),
 // one team a chunk (8-lane partial sums on the host), chunks in parallel.
 template <class T, bool Square, class Chunk, class Partial>
@@ -31,10 +38,10 @@ void chunk_sums(CVec<T> g, int64_t chunks, const Chunk& chunk, Partial partial, 
   using Member = Policy::member_type;
   if (chunks <= 0) return;
   Kokkos::parallel_for(
-      "chunked_sum", Policy(chunks, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
-        const std::pair<int64_t, int> c = chunk(team.league_rank());
-        const int64_t b = c.first;
-        const double s = team_sum<double>(team, c.second, [&](int j) {
+      "chunked_sum", team_policy<ExecSpace>(chunks), KOKKOS_LAMBDA(const Member& team) {
+        const ChunkSpan c = chunk(team.league_rank());
+        const int64_t b = c.begin;
+        const double s = team_sum<double>(team, c.len, [&](int j) {
           const double x = g(b + j);
           return Square ? x * x : x;
         });
@@ -75,13 +82,13 @@ void chunked_sum(CVec<T> g, Result&& result) {
   if constexpr (kHostReduce) {
     detail::assign(result, detail::chunk_sums_in_order<T, Square>(g, chunks, [=](int64_t c) {
       const int64_t b = c * kChunk;
-      return std::pair<int64_t, int>(b, int(b + kChunk <= n ? kChunk : n - b));
+      return detail::ChunkSpan{b, int(b + kChunk <= n ? kChunk : n - b)};
     }));
   } else {
     using Policy = Kokkos::TeamPolicy<ExecSpace>;
     using Member = Policy::member_type;
     Kokkos::parallel_reduce(
-        "chunked_sum", Policy(chunks > 0 ? chunks : 1, Kokkos::AUTO),  // (one empty team when n = 0)
+        "chunked_sum", team_policy<ExecSpace>(chunks > 0 ? chunks : 1),  // (one empty team when n = 0)
         KOKKOS_LAMBDA(const Member& team, double& acc) {
           const int64_t b = team.league_rank() * kChunk;
           const int len = int(b + kChunk <= n ? kChunk : n - b);
@@ -151,7 +158,7 @@ void chunk_squares(CVec<T> g, const ChunkTable& table, int64_t first, int64_t la
   const auto starts = table.starts, lengths = table.lengths;
   detail::chunk_sums<T, true>(
       g, last - first,
-      KOKKOS_LAMBDA(int64_t c) { return std::pair<int64_t, int>(starts(first + c), int(lengths(first + c))); },
+      KOKKOS_LAMBDA(int64_t c) { return detail::ChunkSpan{starts(first + c), int(lengths(first + c))}; },
       table.partial, first);
 }
 

@@ -5,7 +5,27 @@
 // compiler from splitting it itself). The combination order is fixed, so results are reproducible.
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace gpt2 {
+
+// The teams of every team kernel: `league` teams of the backend's size (Kokkos::AUTO: one thread on
+// the host, a warp or more on a GPU), or of GPT2_TEAM_SIZE threads when that is set (clamped to
+// the threads there are): the tests run the host backends with several threads a team, as a GPU
+// runs them, so a missing team barrier shows on a CPU (and under ThreadSanitizer).
+template <class Space>
+Kokkos::TeamPolicy<Space> team_policy(int64_t league) {
+  static const int forced = [] {
+    const char* e = std::getenv("GPT2_TEAM_SIZE");
+    return e ? std::max(0, std::atoi(e)) : 0;
+  }();
+  if (forced > 1) {
+    const int size = std::min(forced, Space().concurrency());
+    if (size > 1) return Kokkos::TeamPolicy<Space>(league, size);
+  }
+  return Kokkos::TeamPolicy<Space>(league, Kokkos::AUTO);
+}
 
 template <class T, class Member, class F>
 KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {

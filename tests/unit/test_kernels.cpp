@@ -1,6 +1,8 @@
 // Finite-difference gradient checks in double for every kernel's backward, plus forward checks
 // against direct host formulas.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "tensor/adamw.hpp"
 #include "tensor/attention.hpp"
@@ -328,4 +330,26 @@ TEST(Kernels, FastExpAndTanhAreAccurate) {
   EXPECT_LT(worst_exp, 3e-7);   // ~2.5 ulp of float
   EXPECT_LT(worst_tanh, 3e-7);
   EXPECT_EQ(km::fast_exp(-200.0f) < 1e-37f, true);
+}
+
+// GPT2_TEAM_SIZE sets the threads of every team kernel's teams (clamped to the threads there are):
+// the teams the tests with it run are really that size.
+TEST(Kernels, TeamPolicyTakesTheTeamSizeAsked) {
+  const char* e = std::getenv("GPT2_TEAM_SIZE");
+  const int asked = e ? std::atoi(e) : 0;
+  Kokkos::View<int*, MemSpace> sizes("sizes", 3);
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "team_sizes", team_policy<ExecSpace>(3), KOKKOS_LAMBDA(const Member& team) {
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { sizes(team.league_rank()) = team.team_size(); });
+      });
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sizes);
+  const int want = asked > 1 ? std::min(asked, ExecSpace().concurrency()) : -1;
+  for (int i = 0; i < 3; ++i) {
+    if (want > 1) {
+      EXPECT_EQ(h(i), want);
+    } else {
+      EXPECT_GE(h(i), 1);
+    }
+  }
 }
