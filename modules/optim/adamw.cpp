@@ -35,7 +35,7 @@ void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_
                         Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s);
   }
   if (zero_grads)
-    for (const Range& r : gaps_) Kokkos::deep_copy(Vec<float>(grads.data() + r.begin, r.size()), 0.0f);
+    for (const Range& r : gaps_) Kokkos::deep_copy(ExecSpace(), Vec<float>(grads.data() + r.begin, r.size()), 0.0f);
 }
 
 std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {

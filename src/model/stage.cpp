@@ -82,7 +82,7 @@ void Stage<T>::on_grads_done(std::function<void(int, bool)> f) {
 template <class T>
 void Stage<T>::zero_grads() {
   if (!own_) fail("Stage::zero_grads: the gradients live in an external store");
-  Kokkos::deep_copy(grads, T(0));
+  Kokkos::deep_copy(ExecSpace(), grads, T(0));
 }
 
 template <class T>
@@ -258,7 +258,7 @@ void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
   if (has_embedding()) {
     // The embedding has only weights: an input pass keeps its gradient for the weight pass.
     if (pass == Pass::backward_input) {
-      Kokkos::deep_copy(a.dembed, dres(a.B));
+      Kokkos::deep_copy(ExecSpace(), a.dembed, dres(a.B));
     } else {
       Probed p(probe_, pass, 0);
       embedding_backward_(a, pass == Pass::backward ? dres(a.B) : a.dembed);
@@ -331,7 +331,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
   auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, CMat<T> w, Mat<T> dw, Vec<T> db) {
-    if (do_in && keep) Kokkos::deep_copy(kept, d);
+    if (do_in && keep) Kokkos::deep_copy(ExecSpace(), kept, d);
     const CMat<T> rows = gather(kept, a.B);
     if (do_in) lin_.backward_input(din, rows, w);
     if (do_w) {

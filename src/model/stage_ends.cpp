@@ -98,7 +98,7 @@ void Stage<T>::head_backward(Activations<T>& a, Pass pass) {
   const T* p = store_->params(norm);
   if (pass != Pass::backward_weight) {
     Mat<T> d = dres(a.B);
-    Kokkos::deep_copy(Vec<T>(d.data(), d.size()), T(0));
+    Kokkos::deep_copy(ExecSpace(), Vec<T>(d.data(), d.size()), T(0));
     layernorm_backward_input<T>(d, a.dlnf, a.output(), unit_vec(p, norm, Param::lnfw), a.lnf_mean, a.lnf_rstd);
   }
   if (pass != Pass::backward_input) {

@@ -36,7 +36,7 @@ class SingleTp final : public TpGroup<T> {
 
  private:
   static void copy(const T* send, T* recv, size_t n) {
-    if (send != recv) Kokkos::deep_copy(Vec<T>(recv, n), Vec<T>(const_cast<T*>(send), n));
+    if (send != recv) Kokkos::deep_copy(ExecSpace(), Vec<T>(recv, n), Vec<T>(const_cast<T*>(send), n));
   }
 };
 

@@ -43,7 +43,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
       const size_t n = b.range.size(), piece = b.piece.size();
       Buffer<bf16> send = wire_buffer(n);
       convert<bf16, float>(Vec<bf16>(send.data(), n), Vec<const float>(src, n));
-      Kokkos::fence();  // the host communicator reads it next
+      if (!dp_.ordered()) ExecSpace().fence();  // MPI reads it from the host next (NCCL: stream order)
       if (!scatter) {
         p.request = dp_.iallreduce(send.data(), n, DType::bf16, ReduceOp::avg);
         p.wire = send, p.dst = src;

@@ -1,5 +1,7 @@
 #include "parallel/param_store.hpp"
 
+#include "runtime/device_sync.hpp"
+
 #include "core/error.hpp"
 #include "model/param_init.hpp"
 
@@ -139,7 +141,7 @@ float* ParamStore::grads(int u) {
   Buffer<float>& ws = grad_ws_[size_t(u)];
   if (!ws.extent(0)) {
     ws = take(unit(u).range.size());
-    Kokkos::deep_copy(ws, 0.0f);
+    Kokkos::deep_copy(ExecSpace(), ws, 0.0f);
   }
   return ws.data();
 }
@@ -180,8 +182,8 @@ void ParamStore::begin_step(int step, int microbatches) {
   std::fill(norm_summed_.begin(), norm_summed_.end(), 0);
   // The accumulating buffer is the shard (ZeRO-0: the whole gradients; ZeRO-2/3) unless ZeRO-1's
   // reduce-scatter overwrites it from whole gradients; the last update may have zeroed it already.
-  if (grads_.extent(0) && !(grads_zeroed_ && grad_shard_.data() == grads_.data())) Kokkos::deep_copy(grads_, 0.0f);
-  if (policy_.grads && !grads_zeroed_) Kokkos::deep_copy(grad_shard_, 0.0f);
+  if (grads_.extent(0) && !(grads_zeroed_ && grad_shard_.data() == grads_.data())) Kokkos::deep_copy(ExecSpace(), grads_, 0.0f);
+  if (policy_.grads && !grads_zeroed_) Kokkos::deep_copy(ExecSpace(), grad_shard_, 0.0f);
   grads_zeroed_ = false;
 }
 
@@ -229,8 +231,8 @@ void ParamStore::sync_replicated(Communicator& tp) {
     for (const auto& r : replicated_) {
       const size_t len = r.second - r.first;
       const Vec<float> shard(grad_shard_.data() + r.first, len), packed(replicated_buf_.data() + at, len);
-      if (pack) Kokkos::deep_copy(packed, shard);
-      else Kokkos::deep_copy(shard, packed);
+      if (pack) Kokkos::deep_copy(ExecSpace(), packed, shard);
+      else Kokkos::deep_copy(ExecSpace(), shard, packed);
       at += len;
     }
   };
@@ -282,7 +284,7 @@ void ParamStore::init(uint64_t seed) {
 
 void ParamStore::scatter_pieces(const float* whole, float* shard) const {
   for (const Bucket& b : shards_.buckets())
-    Kokkos::deep_copy(vec(shard + b.shard_offset, b.piece.size()),
+    Kokkos::deep_copy(ExecSpace(), vec(shard + b.shard_offset, b.piece.size()),
                       vec(const_cast<float*>(whole) + b.piece.begin, b.piece.size()));
 }
 
@@ -313,7 +315,8 @@ std::vector<float> ParamStore::local_values(const std::string& section) {
   if (section == "params") whole = policy_.params ? gather_whole(param_shard_.data()) : params_;
   else whole = policy_.optimizer ? gather_whole(state_buffer(section).data()) : Buffer<float>(state_buffer(section).data(), n);
   std::vector<float> out(n);
-  Kokkos::deep_copy(HostFloats(out.data(), n), vec(whole.data(), n));
+  Kokkos::deep_copy(ExecSpace(), HostFloats(out.data(), n), vec(whole.data(), n));
+  device_sync("a checkpoint's values to the host");  // (between steps: checkpoints, tests)
   return out;
 }
 
@@ -321,18 +324,21 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
   const size_t n = layout_.local_size();
   if (values.size() != n) fail("ParamStore: ", section, " has ", values.size(), " values for a layout of ", n);
   const HostFloats host(const_cast<float*>(values.data()), n);
+  struct Done {  // `values` may go once this returns: the copies from it must be complete
+    ~Done() { device_sync("a checkpoint's values from the host"); }
+  } done;
   if (section == "params" && !policy_.params) {
-    Kokkos::deep_copy(vec(params_.data(), n), host);
+    Kokkos::deep_copy(ExecSpace(), vec(params_.data(), n), host);
     if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
     return;
   }
   float* shard = section == "params" ? param_shard_.data() : state_buffer(section).data();
   if (!policy_.optimizer) {
-    Kokkos::deep_copy(vec(shard, n), host);
+    Kokkos::deep_copy(ExecSpace(), vec(shard, n), host);
     return;
   }
   Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "whole"), n);
-  Kokkos::deep_copy(whole, host);
+  Kokkos::deep_copy(ExecSpace(), whole, host);
   scatter_pieces(whole.data(), shard);
 }
 

@@ -110,7 +110,7 @@ void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, int s
 void PipelineExecutor::send(bool grad, int mb, int chunk, const float* data, size_t elems, int step) {
   const Peer to = grad ? prev(chunk) : next(chunk);
   Buffer<float> b = buffer(elems);
-  Kokkos::deep_copy(b, Vec<float>(const_cast<float*>(data), elems));
+  Kokkos::deep_copy(ExecSpace(), b, Vec<float>(const_cast<float*>(data), elems));
   if (to.rank == rank_) {  // the next chunk is this rank's own: hand it over
     inbox_[{grad, mb, to.chunk}] = std::move(b);
     return;
@@ -136,7 +136,7 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
   if (it == inbox_.end())
     fail("pipeline: the ", grad ? "gradient" : "activation", " of microbatch ", mb, " for chunk ", chunk,
          " is used before it was received");
-  Kokkos::deep_copy(Vec<float>(dst, elems), Vec<float>(it->second.data(), elems));
+  Kokkos::deep_copy(ExecSpace(), Vec<float>(dst, elems), Vec<float>(it->second.data(), elems));
   free_buffers_.push_back(std::move(it->second));
   inbox_.erase(it);
 }

@@ -170,7 +170,7 @@ void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T*
       "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, batch), [=](int i) {
         blas_gemm(opA, opB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
       });
-  Kokkos::fence();
+  Kokkos::DefaultHostExecutionSpace().fence();
 }
 template void gemm_strided_batched<float>(Op, Op, int, int, int, float, const float*, int, int64_t,
                                           const float*, int, int64_t, float, float*, int, int64_t,

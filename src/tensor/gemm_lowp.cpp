@@ -76,7 +76,7 @@ void convert_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, 
   if (b32.extent(0) < nb) b32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_b32"), nb);
   convert<float, L>(Vec<float>(a32.data(), na), Vec<const L>(A, na));
   convert<float, L>(Vec<float>(b32.data(), nb), Vec<const L>(B, nb));
-  Kokkos::fence();
+  ExecSpace().fence();
   gemm<float>(opA, opB, M, N, K, alpha, a32.data(), lda, b32.data(), ldb, beta, C, ldc);
 }
 }  // namespace
@@ -86,7 +86,7 @@ void gemm_lowp<bf16>(Op opA, Op opB, int M, int N, int K, float alpha, const bf1
                      int ldb, float beta, float* C, int ldc) {
 #if defined(GPT2_HAVE_ONEDNN)
   if (!g_force_convert) {
-    Kokkos::fence();  // the inputs were written by Kokkos kernels
+    ExecSpace().fence();  // the inputs were written by Kokkos kernels
     dnnl_bf16_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }

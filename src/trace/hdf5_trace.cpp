@@ -141,6 +141,8 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_per_rank(g, "optimizer_bytes", meta.optimizer_bytes, comm);
   attr_per_rank(g, "peak_workspace_bytes", meta.workspace_bytes, comm);
   attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);
+  attr_per_rank(g, "device_syncs_per_step", meta.device_syncs_per_step, comm);
+  attr_string(g, "event_timing", meta.event_timing);
   H5Gclose(g);
 
   // /events: every rank's events at its offset.

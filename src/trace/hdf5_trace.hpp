@@ -10,7 +10,11 @@
 //             per rank (arrays of length world_size): dp_rank, pp_rank, tp_rank, clock_error (s),
 //             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
 //             parameters of the rank's stage, unsharded: the Psi of ZeRO), peak_activation_bytes,
-//             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces)
+//             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces),
+//             device_syncs_per_step (the most whole-device waits one training step made);
+//             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
+//             "host issue times" (device work runs behind the host: an event ends when its work
+//             was queued, not done)
 //   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes, chunk, unit}: all
 //             ranks, rank order, each rank's events by start time; attribute kind_names lists the
 //             kind codes; dropped = events that did not fit. step is 0-based (eval events: the steps
@@ -42,6 +46,8 @@ struct TraceMeta {
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest
   double stage_param_bytes = 0;                                 // its stage's, unsharded
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
+  double device_syncs_per_step = 0;  // this rank's most whole-device syncs in one training step
+  std::string event_timing;          // what event times mean on a device (fenced or issue times)
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;
   ModelConfig model;

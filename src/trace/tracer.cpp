@@ -1,5 +1,7 @@
 #include "trace/tracer.hpp"
 
+#include "runtime/device_sync.hpp"
+
 #include <Kokkos_Core.hpp>
 
 #include "runtime/communicator.hpp"
@@ -38,7 +40,7 @@ void Tracer::configure(bool enabled, int64_t capacity, bool sync, int stage) {
 }
 
 void Tracer::fence() const {
-  if (sync_) Kokkos::fence();
+  if (sync_) device_sync("trace.sync: an event's bounds");
 }
 
 double Tracer::sync_clock(Communicator& comm) {

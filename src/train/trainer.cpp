@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -8,6 +9,7 @@
 #include "core/fs.hpp"
 #include "parallel/stage_partition.hpp"
 #include "runtime/collective.hpp"
+#include "runtime/device_sync.hpp"
 #include "tensor/adamw.hpp"
 #include "tensor/gemm.hpp"
 #include "tensor/precision.hpp"
@@ -79,9 +81,10 @@ void Trainer::setup_model() {
   parse_precision(cfg_.train.precision, so.precision);
   loss_scale_ = LossScale(so.precision == Precision::fp16, cfg_.train.initial_loss_scale, cfg_.train.loss_scale_window);
   if (cfg_.trace.units && !cfg_.trace.file.empty()) {
-    // Unit timings for the performance model's calibration (fenced, so they cover the device work).
+    // Unit timings for the performance model's calibration: fenced, so they cover the device work
+    // (these steps make a whole-device sync per unit: a calibration trace, not a timed run).
     so.probe = [this, start = 0.0](Pass pass, int unit, bool begin) mutable {
-      tracer_.fence();
+      device_sync("trace.units: a unit's bounds");
       if (begin) {
         start = tracer_.now();
         return;
@@ -131,13 +134,14 @@ void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activat
                        int64_t(mb) * mb_size_;
   loader.load(batch, row0, mb_size_, host_inputs_.data(), host_targets_.data());
   using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  Kokkos::deep_copy(a.tokens, HostInts(host_inputs_.data(), host_inputs_.size()));
-  Kokkos::deep_copy(a.targets, HostInts(host_targets_.data(), host_targets_.size()));
+  Kokkos::deep_copy(ExecSpace(), a.tokens, HostInts(host_inputs_.data(), host_inputs_.size()));
+  Kokkos::deep_copy(ExecSpace(), a.targets, HostInts(host_targets_.data(), host_targets_.size()));
 }
 
 StepMetrics Trainer::train_step() {
   Tracer::Scope scope(tracer_, EventKind::step, int(step_));
   const WaitContext context([this] { return "training step " + std::to_string(step_ + 1); });
+  const uint64_t syncs0 = device_sync_count();
   const double t0 = tracer_.now();
   const int T = cfg_.data.seq_len;
   store_->begin_step(int(step_), cfg_.parallel.microbatches);
@@ -184,13 +188,13 @@ StepMetrics Trainer::train_step() {
     const GradScale gs = scaled ? GradScale(clip_factor(sums.grad_norm, cfg_.train.grad_clip) / scale)
                                 : GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip);
     store_->optimizer_step(m.lr, gs);
-    Kokkos::fence();
   }
   loss_scale_.update(overflow);
   if (!skip_mode && !scaled) sums = read_step_sums(cfg_.parallel.microbatches);
   m.loss = sums.loss;
   m.grad_norm = sums.grad_norm;
   ++step_;
+  step_syncs_ = std::max(step_syncs_, device_sync_count() - syncs0);
   const double dt = tracer_.now() - t0;
   m.step_ms = dt * 1e3;
   m.tokens_per_s = double(cfg_.train.batch_size) * T / dt;
@@ -227,7 +231,11 @@ Trainer::StepSums Trainer::read_step_sums(int microbatches_run) {
     for (auto& [comm, request] : sums_pending_) comm->wait(request);
     sums_pending_.clear();
   }
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), step_sums_);
+  // The step's one whole-device wait: everything queued so far (the optimizer too, unless it waits
+  // for these values) is done when the host has them.
+  auto h = Kokkos::create_mirror_view(Kokkos::HostSpace(), step_sums_);
+  Kokkos::deep_copy(ExecSpace(), h, step_sums_);
+  device_sync("the step's loss and gradient norm");
   StepSums s;
   s.loss = h(0) / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
   s.grad_norm = std::sqrt(h(1));

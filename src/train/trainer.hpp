@@ -83,6 +83,8 @@ class Trainer {
   MemoryUse memory() const { return store_->memory(); }
   size_t param_bytes() const { return store_->memory().params; }
   size_t activation_bytes() const { return size_t(exec_->peak_slots()) * exec_->slot_bytes(); }
+  // The most whole-device synchronisations one training step made on this rank (runtime/device_sync).
+  uint64_t device_syncs_per_step() const { return step_syncs_; }
 
  private:
   void setup_data();
@@ -140,6 +142,7 @@ class Trainer {
   std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while checkpoint.dir is set
   int64_t saved_step_ = -1;                      // step of the last checkpoint written or loaded
   int64_t skipped_ = 0;                          // updates skipped (non-finite, or fp16 overflows)
+  uint64_t step_syncs_ = 0;                      // the most whole-device syncs a step made
   LossScale loss_scale_;                         // fp16's dynamic loss scale (1 otherwise)
   std::string end_message_;
 };

@@ -45,6 +45,8 @@ void Trainer::write_trace() {
   meta.zero = cfg_.parallel.zero;
   meta.stage_param_bytes = double(stage_layout().local_size() * sizeof(float));
   meta.activation_bytes = double(activation_bytes());
+  meta.device_syncs_per_step = double(step_syncs_);
+  meta.event_timing = cfg_.trace.sync ? "fenced per event" : cfg_.trace.units ? "fenced per unit" : "host issue times";
   meta.steps = cfg_.train.steps;
   meta.batches_per_epoch = train_loader_->batches_per_epoch();
   meta.train_tokens = int64_t(train_data_->num_tokens());

@@ -64,6 +64,8 @@ inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
     MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, t.topology().dp_comm());
     r.replicas_identical = r.replicas_identical && lo == hi;
   }
+  // One whole-device wait a step at most (reading the loss and the norm), on every layout.
+  EXPECT_LE(t.device_syncs_per_step(), 1u) << "rank " << rank_of(MPI_COMM_WORLD);
   r.params = t.gather_params();
   r.peak_slots = t.executor().peak_slots();
   r.stage = t.topology().stage(), r.stages = t.topology().pp();

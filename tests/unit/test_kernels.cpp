@@ -334,16 +334,22 @@ TEST(Kernels, FastExpAndTanhAreAccurate) {
 
 // GPT2_TEAM_SIZE sets the threads of every team kernel's teams (clamped to the threads there are):
 // the teams the tests with it run are really that size.
+namespace {
+Kokkos::View<int*, MemSpace> team_sizes(int league) {  // (device lambdas may not sit in a TEST body)
+  Kokkos::View<int*, MemSpace> sizes("sizes", league);
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "team_sizes", team_policy<ExecSpace>(league), KOKKOS_LAMBDA(const Member& team) {
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { sizes(team.league_rank()) = team.team_size(); });
+      });
+  return sizes;
+}
+}  // namespace
+
 TEST(Kernels, TeamPolicyTakesTheTeamSizeAsked) {
   const char* e = std::getenv("GPT2_TEAM_SIZE");
   const int asked = e ? std::atoi(e) : 0;
-  Kokkos::View<int*, MemSpace> sizes("sizes", 3);
-  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
-  Kokkos::parallel_for(
-      "team_sizes", team_policy<ExecSpace>(3), KOKKOS_LAMBDA(const Member& team) {
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { sizes(team.league_rank()) = team.team_size(); });
-      });
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sizes);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), team_sizes(3));
   const int want = asked > 1 ? std::min(asked, ExecSpace().concurrency()) : -1;
   for (int i = 0; i < 3; ++i) {
     if (want > 1) {
