@@ -5,19 +5,29 @@
 # with numpy (and torch for the benchmark); no MPI, HDF5 or network.
 #
 # Usage, from the repository root:  bash job_scripts/gpu_run.sh [BUNDLE] [OUTDIR] [PHASES]
-#   BUNDLE  the bundle folder (default gpu-bundle)
-#   OUTDIR  where the logs go (default gpu-results), at most 8 files:
-#           summary.txt env.txt checks.log bench.log bench.json unit_tests.log trace_dp2.h5
-#   PHASES  comma-separated, in this order: checks, bench, unit (default: all three)
-#     checks: kernel_check against the CPU reference in fp32 (1e-5) and TF32 (2e-3 for GEMMs); tiny
-#             training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank with
-#             parallel.comm=nccl, 2 ranks on the one GPU through MPI's host-staged path (dp=2, with
-#             an HDF5 trace; pp=2); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
-#     bench:  tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32 and TF32,
-#             ours against PyTorch eager, MFU, per-phase and per-kernel times
-#     unit:   the unit test suite on the GPU (whatever time is left)
-# Environment: GPT2_GPU_RUN_BUDGET (seconds for everything, default 570: under a 10-minute
-#   limit per command, with a margin), PYTHON (python3), GPT2_CUDA_LIBS (folders holding libcublas.so.13 /
+#   BUNDLE  the bundle folder gpu_bundle.sh made (default gpu-bundle): what goes in
+#   OUTDIR  where the results go (default gpu-results), at most 8 files:
+#           summary.txt env.txt checks.log sanitize.log bench.log bench.json unit_tests.log trace_dp2.h5
+#   PHASES  comma-separated, in this order: checks, sanitize, bench, unit (default: all four in one
+#           call). A call is bounded: 9 minutes for one phase, 24 for several (checks that would
+#           overrun are marked SKIP); under a job or session limit per command, run a phase a call:
+#             bash job_scripts/gpu_run.sh gpu-bundle gpu-results checks
+#             bash job_scripts/gpu_run.sh gpu-bundle gpu-results sanitize
+#             bash job_scripts/gpu_run.sh gpu-bundle gpu-results bench
+#             bash job_scripts/gpu_run.sh gpu-bundle gpu-results unit
+#           (summary.txt keeps the lines of earlier calls into the same OUTDIR.)
+#     checks:   kernel_check against the CPU reference in fp32 (1e-5) and TF32 (2e-3 for GEMMs); tiny
+#               training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank whose
+#               deck names nccl (one rank makes no NCCL call), 2 ranks on the one GPU through MPI's
+#               host-staged path (dp=2 with an HDF5 trace; pp=2; pp=2 under NCCL's ordering,
+#               mpi-ordered); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
+#     sanitize: one tiny training step under compute-sanitizer memcheck, then racecheck (skipped,
+#               saying so, where compute-sanitizer is not installed)
+#     bench:    tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32 and TF32,
+#               ours against PyTorch eager, MFU, per-phase and per-kernel times
+#     unit:     the unit test suite on the GPU
+# Environment: GPT2_GPU_RUN_BUDGET (seconds for the phases of this call, default 540 for one phase,
+#   1440 for several), PYTHON (python3), GPT2_CUDA_LIBS (folders holding libcublas.so.13 /
 #   libnccl.so.2, if the search in bundle/bin/env.sh does not find them), BENCH_ARGS (extra
 #   arguments for bench_gpu.py).
 # Exit status: 0 every check passed; 1 a check failed; 2 no GPU, no usable bundle or bad arguments.
@@ -26,8 +36,10 @@ set -uo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUNDLE=${1:-gpu-bundle}
 OUT=${2:-gpu-results}
-PHASES=${3:-checks,bench,unit}
-BUDGET=${GPT2_GPU_RUN_BUDGET:-570}
+PHASES=${3:-checks,sanitize,bench,unit}
+[[ $PHASES == all ]] && PHASES=checks,sanitize,bench,unit
+n_phases=$(tr ',' '\n' <<<"$PHASES" | grep -c .)
+BUDGET=${GPT2_GPU_RUN_BUDGET:-$((n_phases == 1 ? 540 : 1440))}
 PY=${PYTHON:-python3}
 
 die() { echo "[gpu_run] ERROR: $*" >&2; exit 2; }
@@ -35,9 +47,8 @@ log() { echo "[gpu_run] $*"; }
 remaining() { echo $((BUDGET - SECONDS)); }
 
 case $BUNDLE in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
-[[ $PHASES == all ]] && PHASES=checks,bench,unit
 for p in ${PHASES//,/ }; do
-  [[ $p == checks || $p == bench || $p == unit ]] || die "unknown phase '$p' (checks, bench, unit)"
+  [[ $p == checks || $p == sanitize || $p == bench || $p == unit ]] || die "unknown phase '$p' (checks, sanitize, bench, unit)"
 done
 has_phase() { [[ ,$PHASES, == *,$1,* ]]; }
 
@@ -82,6 +93,8 @@ export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GPT2_COMM_TIMEOUT=${GPT2_COM
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 SUMMARY=()
+# Lines of earlier calls into the same OUTDIR stay (one phase a call).
+[[ -f $OUT/summary.txt ]] && mapfile -t SUMMARY < <(grep -E '^(PASS|FAIL|SKIP) ' "$OUT/summary.txt")
 FAILED=0
 write_summary() {
   {
@@ -162,14 +175,43 @@ if has_phase checks; then
   check "kernel_check fp32 vs CPU (rel L2 <= 1e-5)" 120 "$B/kernel_check" --compare "$REF/kernel_check.bin"
   check "kernel_check TF32 vs CPU (GEMMs <= 2e-3)" 120 "$B/kernel_check" --compare "$REF/kernel_check.bin" --tf32
   check "tiny run, 1 rank: losses = CPU (1e-4)" 180 "${TINY[@]}" --workdir "$WORK/tiny_1rank"
-  check "tiny run, 1 rank, parallel.comm=nccl (dp=1)" 180 "${TINY[@]}" --workdir "$WORK/tiny_nccl" \
+  check "tiny run, 1 rank, deck names nccl (no NCCL call)" 180 "${TINY[@]}" --workdir "$WORK/tiny_nccl" \
     --set parallel.comm=nccl
   check "tiny run, 2 ranks, dp=2, comm=mpi (host-staged)" 240 "${TINY[@]}" --workdir "$WORK/tiny_dp2" \
     --ranks 2 --set parallel.dp=2 --set parallel.comm=mpi --trace
   [[ -f $WORK/tiny_dp2/trace.h5 ]] && cp "$WORK/tiny_dp2/trace.h5" "$OUT/trace_dp2.h5"
   check "tiny run, 2 ranks, pp=2, comm=mpi (host-staged)" 240 "${TINY[@]}" --workdir "$WORK/tiny_pp2" \
     --ranks 2 --set parallel.pp=2 --set parallel.microbatches=2 --set parallel.comm=mpi
+  check "tiny run, 2 ranks, pp=2, comm=mpi-ordered" 240 "${TINY[@]}" --workdir "$WORK/tiny_pp2_ordered" \
+    --ranks 2 --set parallel.pp=2 --set parallel.microbatches=2 --set parallel.comm=mpi-ordered
   check "mpi_tests -n 1 (MPI + NCCL communicators)" 300 "$B/mpiexec" -n 1 "$B/mpi_tests"
+fi
+
+# ---- compute-sanitizer: one tiny step, memcheck then racecheck --------------------------------------
+if has_phase sanitize; then
+  if ! command -v compute-sanitizer >/dev/null 2>&1; then
+    SUMMARY+=("SKIP  compute-sanitizer (not installed on this machine)")
+  else
+    log "compute-sanitizer"
+    : >"$OUT/sanitize.log"
+    for tool in memcheck racecheck; do
+      wrapper=$WORK/gpt2_$tool.sh
+      printf '#!/bin/sh\nexec compute-sanitizer --tool %s --error-exitcode 99 "%s" "$@"\n' "$tool" "$B/gpt2" >"$wrapper"
+      chmod +x "$wrapper"
+      t0=$SECONDS
+      left=$(( $(remaining) - 20 ))
+      ((left > 240)) && left=240
+      { echo "=================== $tool"; } >>"$OUT/sanitize.log"
+      timeout -k 10 "$left" "$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" --compare "$REF/tiny" --gpt2 "$wrapper" \
+        --workdir "$WORK/sanitize_$tool" --stop-at 1 --timeout "$left" >>"$OUT/sanitize.log" 2>&1
+      rc=$?
+      what=PASS
+      ((rc == 0)) || { what=FAIL; FAILED=1; }
+      SUMMARY+=("$(printf '%-5s %-52s %4ds  exit %d' "$what" "one tiny step under compute-sanitizer $tool" $((SECONDS - t0)) "$rc")")
+      log "${SUMMARY[-1]}"
+      write_summary
+    done
+  fi
 fi
 
 # ---- benchmark ----------------------------------------------------------------------------------------
