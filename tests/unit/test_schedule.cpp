@@ -258,6 +258,20 @@ TEST(Schedule, ZeroBubbleSplitsBackwardsAndTheVKeepsBothEndsOnRankZero) {
   }
 }
 
+namespace {
+// A deck of one block a virtual stage and one sequence a microbatch: schedule, p, v and m as given.
+RunConfig pipeline_deck(const std::string& name, int p, int v, int m) {
+  RunConfig c;
+  const int chunks = schedule_chunks(ScheduleRegistry::get(name, "parallel.schedule"), v);
+  c.model.n_layer = p * chunks, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
+  c.model.block_size = c.data.seq_len = 16;
+  c.data.train = "unused.bin";
+  c.train.batch_size = m;
+  c.parallel.schedule = name, c.parallel.pp = p, c.parallel.virtual_stages = v, c.parallel.microbatches = m;
+  return c;
+}
+}  // namespace
+
 // Every pipeline a deck can ask for with p <= 8 ranks, v <= 4 virtual stages and m <= 32
 // microbatches: validation either rejects it as bad input, or every rank's training AND evaluation
 // list is proven (no deadlock, inputs before use, messages received in sending order, within the
@@ -268,13 +282,7 @@ TEST(PassLists, EveryLayoutValidationAcceptsIsProvenForTrainingAndEvaluation) {
     for (int p = 1; p <= 8; ++p)
       for (int v = 1; v <= 4; ++v)
         for (int m = 1; m <= 32; ++m) {
-          RunConfig c;
-          const int chunks = schedule_chunks(ScheduleRegistry::get(name, "parallel.schedule"), v);
-          c.model.n_layer = p * chunks, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
-          c.model.block_size = c.data.seq_len = 16;
-          c.data.train = "unused.bin";
-          c.train.batch_size = m;
-          c.parallel.schedule = name, c.parallel.pp = p, c.parallel.virtual_stages = v, c.parallel.microbatches = m;
+          RunConfig c = pipeline_deck(name, p, v, m);
           const std::string what = name + " p=" + std::to_string(p) + " v=" + std::to_string(v) + " m=" + std::to_string(m);
           try {
             c.validate();
@@ -293,7 +301,7 @@ TEST(PassLists, EveryLayoutValidationAcceptsIsProvenForTrainingAndEvaluation) {
             ASSERT_EQ(l.eval_peak[size_t(r)], 1) << what << " rank " << r;
             ASSERT_GE(l.train_peak[size_t(r)], 1) << what << " rank " << r;
           }
-          ASSERT_EQ(forwards, size_t(p) * chunks * m) << what;  // every microbatch through every virtual stage
+          ASSERT_EQ(forwards, size_t(l.placement.stages()) * m) << what;  // every microbatch through every virtual stage
           ASSERT_EQ(eval_forwards, forwards) << what;
           ++accepted[name];
         }
@@ -332,13 +340,7 @@ TEST(PassLists, UnderNcclOrderingEveryLayoutRunsOrIsRefused) {
     for (int p = 1; p <= 8; ++p)
       for (int v = 1; v <= 4; ++v)
         for (int m = 1; m <= 32; ++m) {
-          RunConfig c;
-          const int chunks = schedule_chunks(ScheduleRegistry::get(name, "parallel.schedule"), v);
-          c.model.n_layer = p * chunks, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
-          c.model.block_size = c.data.seq_len = 16;
-          c.data.train = "unused.bin";
-          c.train.batch_size = m;
-          c.parallel.schedule = name, c.parallel.pp = p, c.parallel.virtual_stages = v, c.parallel.microbatches = m;
+          RunConfig c = pipeline_deck(name, p, v, m);
           c.parallel.comm = "mpi-ordered";
           try {
             c.validate();
