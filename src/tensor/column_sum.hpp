@@ -1,12 +1,12 @@
 #pragma once
 // Column reductions out(c) += sum_n f(n, c) over an (N, C) row-major matrix -- bias and LayerNorm
 // parameter gradients. Two stages, deterministic, no atomics: a team owns a block of columns; its
-// threads sum the rows in kRowBlocks fixed blocks of consecutive rows (each in row order) into team
-// scratch, then the block sums are added in block order. The blocks depend on N only, so every
-// backend, team size and thread count gives the same bits, and a GPU gets kRowBlocks threads a
-// column (one thread a column walking all N rows kept under 1% of an H100 busy). On the host a
-// column block is 16 contiguous columns, so every row is read as one cache line and the 16 sums
-// vectorize; on a GPU a block is one column.
+// threads sum the rows in blocks of consecutive rows (each in row order: kRowsPerBlock rows, more
+// past kMaxRowBlocks blocks) into team scratch, then the block sums are added in block order. The
+// blocks depend on N only, so every backend, team size and thread count gives the same bits, and a
+// GPU gets N / 64 threads a column (128 at B 8, T 1024), where one thread a column walking all N
+// rows kept under 1% of an H100 busy. On the host a column block is 16 contiguous columns, so every
+// row is read as one cache line and the 16 sums vectorize; on a GPU a block is one column.
 #include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
@@ -14,14 +14,28 @@ namespace gpt2 {
 
 constexpr bool kHostExec = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 constexpr int kColumnBlock = kHostExec ? 16 : 1;
-constexpr int kRowBlocks = 64;  // partial sums per column (the parallelism a column gets)
+constexpr int kRowsPerBlock = 64, kMaxRowBlocks = 4096;
+
+// Rows a block (a function of N alone) and the blocks of a column.
+KOKKOS_INLINE_FUNCTION int column_sum_rows_per_block(int N) {
+  const int spread = (N + kMaxRowBlocks - 1) / kMaxRowBlocks;
+  return spread > kRowsPerBlock ? spread : kRowsPerBlock;
+}
+inline int column_sum_row_blocks(int N) {
+  const int rows = column_sum_rows_per_block(N);
+  return N > 0 ? (N + rows - 1) / rows : 1;
+}
+// Work items (threads' shares) one column_sum launch offers: column blocks x row blocks.
+inline int64_t column_sum_work_items(int N, int C) {
+  return int64_t((C + kColumnBlock - 1) / kColumnBlock) * column_sum_row_blocks(N);
+}
 
 template <class T, class F>
 void column_sum(const char* label, Vec<T> out, int N, int C, const F& f) {
-  constexpr int W = kColumnBlock, R = kRowBlocks;
+  constexpr int W = kColumnBlock;
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   using Scratch = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-  const int rows = (N + R - 1) / R;  // rows a block
+  const int rows = column_sum_rows_per_block(N), R = column_sum_row_blocks(N);
   auto policy = team_policy<ExecSpace>((C + W - 1) / W);
   policy.set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(R * W)));
   Kokkos::parallel_for(

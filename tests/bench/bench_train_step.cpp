@@ -326,6 +326,8 @@ void BM_Embedding(benchmark::State& s) {
                               Mat<float>(out.data(), kN, kC), tok, kT);
     Kokkos::fence();
   }
+  // wte's backward: still one work item a column block walking every row (not yet two-stage).
+  s.counters["wte_backward_work_items"] = double((kC + kColumnBlock - 1) / kColumnBlock);
 }
 BENCHMARK(BM_Embedding)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
@@ -344,6 +346,22 @@ void BM_LayerNorm(benchmark::State& s) {
   report(s, 20.0 * kN * kC);
 }
 BENCHMARK(BM_LayerNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// A bias gradient (a column sum over N rows) at GPT-2's widths: C and 4C. work_items: what one
+// launch offers the device (column blocks x row blocks); one_per_column: the former one work item a
+// column block walking every row.
+void BM_BiasBackward(benchmark::State& s) {
+  const int C = int(s.range(0));
+  auto dout = random_buffer(size_t(kN) * C, 1), db = random_buffer(size_t(C), 2);
+  for (auto _ : s) {
+    bias_backward<float>(Vec<float>(db.data(), size_t(C)), CMat<float>(dout.data(), kN, C));
+    Kokkos::fence();
+  }
+  s.counters["work_items"] = double(column_sum_work_items(kN, C));
+  s.counters["work_items_T1024_B8"] = double(column_sum_work_items(8 * 1024, C));
+  s.counters["one_per_column"] = double((C + kColumnBlock - 1) / kColumnBlock);
+}
+BENCHMARK(BM_BiasBackward)->Arg(kC)->Arg(4 * kC)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_Matmul(benchmark::State& s) {  // the MLP up-projection: (N, C) x (4C, C)^T
   const int OC = 4 * kC;

@@ -360,10 +360,10 @@ TEST(Kernels, TeamPolicyTakesTheTeamSizeAsked) {
   }
 }
 
-// Column sums (bias, LayerNorm parameter gradients) add each column's rows in kRowBlocks fixed
-// blocks, then the blocks in order: the same bits as that order computed here one value at a
-// time, at any team size and thread count (the teams tests run this too). N = 1000: blocks of 16
-// rows, the last one short; C = 37: a partial column block on the host.
+// Column sums (bias, LayerNorm parameter gradients) add each column's rows in fixed blocks, then
+// the blocks in order: the same bits as that order computed here one value at a time, at any team
+// size and thread count (the teams tests run this too). N = 1000: 16 blocks of 64 rows, the last
+// one short; C = 37: a partial column block on the host.
 TEST(Kernels, ColumnSumsAddFixedRowBlocksInOrder) {
   const int N = 1000, C = 37;
   const std::vector<double> v = random_vector(size_t(N) * C, 91);
@@ -373,10 +373,12 @@ TEST(Kernels, ColumnSumsAddFixedRowBlocksInOrder) {
   Buffer<float> db = from_host(start);
   bias_backward<float>(Vec<float>(db.data(), C), CMat<float>(dout.data(), N, C));
   const std::vector<float> got = to_host(db);
-  const int rows = (N + kRowBlocks - 1) / kRowBlocks;
+  const int rows = column_sum_rows_per_block(N), blocks = column_sum_row_blocks(N);
+  ASSERT_EQ(rows, 64);
+  ASSERT_EQ(blocks, 16);
   for (int c = 0; c < C; ++c) {
     float total = 0;
-    for (int r = 0; r < kRowBlocks; ++r) {
+    for (int r = 0; r < blocks; ++r) {
       float block = 0;
       for (int n = r * rows; n < std::min(N, (r + 1) * rows); ++n) block += x[size_t(n) * C + c];
       total += block;
