@@ -39,9 +39,12 @@ export OPENBLAS_NUM_THREADS=1 GPT2_COMM_TIMEOUT=300
 # MPICH's UCX hooks madvise/mmap (libucm) and takes a lock in them while a thread exits, after TSan
 # has torn down that thread's state: a segfault at the end of every process. Not needed here.
 export UCX_MEM_EVENTS=no
+# The signal test forks the threaded test process: in such a child TSan's runtime does not deliver
+# the signals the child raises (measured: the handler never runs), so it is left to the other suites.
+skip_under_tsan=--gtest_filter=-StopSignals.FirstSignalOnlyFlagsRepeatsCountOnceALaterOneEndsTheProcess
 for t in ${TSAN_THREADS:-2 4}; do
   echo "test_tsan: unit_tests at $t threads"
-  KOKKOS_NUM_THREADS=$t "$build/bin/unit_tests" --gtest_brief=1 "$@"
+  KOKKOS_NUM_THREADS=$t "$build/bin/unit_tests" --gtest_brief=1 "$skip_under_tsan" "$@"
 done
 # Teams of several threads, as a GPU runs the team kernels: a missing team barrier is a race here.
 echo "test_tsan: the kernel tests at 4 threads, 4 threads a team"
