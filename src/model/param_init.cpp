@@ -58,7 +58,7 @@ void init_params(const ParamLayout& global, const std::vector<TensorInfo>& tenso
           dst(out + size_t(j)) = T(v);
         });
   }
-  Kokkos::fence();
+  ExecSpace().fence();  // (set-up: the callers read the values next; the space's fence suffices)
 }
 
 template void init_params<float>(const ParamLayout&, const std::vector<TensorInfo>&, uint64_t, Range, Vec<float>);

@@ -99,10 +99,10 @@ void PipelineExecutor::drain() {
   outgoing_.clear();
 }
 
-void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, int step, std::vector<Incoming>& posted) {
+void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, size_t action, std::vector<Incoming>& posted) {
   const Peer from = grad ? next(chunk) : prev(chunk);
   if (from.rank == rank_) return;  // handed over locally: already in the inbox
-  Incoming in{Request{}, buffer(elems), grad, mb, chunk, posted_by_};
+  Incoming in{Request{}, buffer(elems), grad, mb, chunk, action};
   in.request = pipe_.irecv(in.buf.data(), elems, DType::f32, from.rank, tag(grad, mb, placement_.stage(rank_, chunk)));
   posted.push_back(std::move(in));
 }
@@ -148,10 +148,9 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
   pipe_.group_start();
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
-    posted_by_ = i;
     switch (a.kind) {
-      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, io.step, posted); break;
-      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, io.step, posted); break;
+      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, i, posted); break;
+      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, i, posted); break;
       case ActionKind::send_activation:
       case ActionKind::send_activation_recv_grad: {
         Slot& s = live_.at({a.mb, a.chunk});
@@ -166,14 +165,14 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
         // never waits here (the proof assumes it): a rank waiting for its send to be matched while the
         // receiver waits for that rank's own message deadlocks (interleaved evaluation did).
         if (!io.need_grad) release(a.mb, a.chunk);
-        if (a.kind == ActionKind::send_activation_recv_grad) receive(true, a.recv_mb, a.recv_chunk, elems, io.step, posted);
+        if (a.kind == ActionKind::send_activation_recv_grad) receive(true, a.recv_mb, a.recv_chunk, elems, i, posted);
         break;
       }
       case ActionKind::send_grad:
       case ActionKind::send_grad_recv_activation:
         send(true, a.mb, a.chunk, stage(a.chunk).dres(B).data(), elems, io.step);
         if (a.kind == ActionKind::send_grad_recv_activation)
-          receive(false, a.recv_mb, a.recv_chunk, elems, io.step, posted);
+          receive(false, a.recv_mb, a.recv_chunk, elems, i, posted);
         break;
       default: fail("pipeline: ", action_name(a.kind), " is not a message");
     }

@@ -74,7 +74,8 @@ class PipelineExecutor {
     size_t action;  // the action that posted it (for the watchdog)
   };
   // Posts the receive of (grad?, mb, chunk) unless it comes from this rank (already in the inbox).
-  void receive(bool grad, int mb, int chunk, size_t elems, int step, std::vector<Incoming>& posted);
+  // (action: the index of the action that posts it, for the watchdog.)
+  void receive(bool grad, int mb, int chunk, size_t elems, size_t action, std::vector<Incoming>& posted);
   void send(bool grad, int mb, int chunk, const float* data, size_t elems, int step);
   // A run of consecutive message actions [first, last): issued as one group (NCCL's order needs a
   // rank's sends and receives between two computes to start together), then its receives waited for.
@@ -99,7 +100,6 @@ class PipelineExecutor {
   std::vector<Outgoing> outgoing_;
   std::vector<Buffer<float>> free_buffers_;
   int peak_slots_ = 0, pool_B_ = -1;
-  size_t posted_by_ = 0;  // the action communicate() is issuing
   size_t slot_bytes_ = 0;
 };
 

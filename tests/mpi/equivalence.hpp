@@ -16,10 +16,17 @@
 namespace gpt2::test {
 
 
-// GPT2_TEST_COMM=mpi-ordered runs the suites under NCCL's ordering (ctest label gpu_semantics).
+// GPT2_TEST_COMM=mpi-ordered runs the suites under NCCL's ordering (ctest label gpu_semantics);
+// unset or empty: the default backend.
+inline std::string test_comm() {
+  const char* comm = std::getenv("GPT2_TEST_COMM");
+  return comm && *comm ? comm : "auto";
+}
+inline bool ordered_test_comm() { return test_comm() != "auto"; }
+
 inline RunConfig tiny_config(const std::string& data) {
   RunConfig c;
-  if (const char* comm = std::getenv("GPT2_TEST_COMM")) c.parallel.comm = comm;
+  c.parallel.comm = test_comm();
   c.model.n_layer = 4, c.model.n_head = 2, c.model.n_embd = 32, c.model.vocab_size = 64;
   c.model.block_size = 16;
   c.data.train = data + "/train.bin";

@@ -41,7 +41,7 @@ TEST(Parallel, PipelineMatchesOneRankForEverySchedule) {
       // ordered communicator a slot stays until the next stage has received its activation.)
       const int m = c.parallel.microbatches;
       const int bound = std::string(sched) == "1f1b" ? std::min(m, r.stages - r.stage) : std::string(sched) == "gpipe" ? m : 1;
-      if (!std::getenv("GPT2_TEST_COMM")) {
+      if (!ordered_test_comm()) {
         EXPECT_EQ(r.peak_slots, bound) << "pp=" << pp << " " << sched << " stage " << r.stage;
       }
       MPI_Comm_free(&g);
@@ -152,7 +152,6 @@ TEST(Parallel, EveryScheduleEvaluatesAfterTrainingWithLargeMessages) {
     RunConfig c = base;
     c.parallel.pp = 2, c.parallel.microbatches = 4, c.parallel.schedule = sched;
     c.parallel.virtual_stages = std::string(sched) == "interleaved" ? 2 : 1;
-    c.parallel.comm = std::getenv("GPT2_TEST_COMM") ? std::getenv("GPT2_TEST_COMM") : "auto";
     if (refused_under_ordering(c, 2)) continue;
     const std::vector<double> got = train_then_evaluate(c, pair);
     ASSERT_EQ(got.size(), ref.size());
