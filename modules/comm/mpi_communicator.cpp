@@ -1,5 +1,7 @@
 #include "modules/comm/mpi_communicator.hpp"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -56,6 +58,14 @@ void scale<bf16>(void* p, size_t n, double f) {
   for (size_t i = 0; i < n; ++i) x[i] = bf16(float(x[i]) * float(f));
 }
 
+// Every ordered communicator of this process: a device runs each communicator's queue on its own,
+// so a rank waiting on one still moves the others (a send queued on another communicator must
+// reach its receiver while this rank waits).
+std::vector<MpiCommunicator*>& ordered_communicators() {
+  static std::vector<MpiCommunicator*> all;
+  return all;
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool ordered) : ordered_(ordered) {
@@ -63,9 +73,19 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool ordered) : ordered_(ordered
   MPI_Comm_dup(comm, &control_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  if (ordered_) {
+    ordered_communicators().push_back(this);
+    set_background_progress(&MpiCommunicator::advance_all);
+  }
+}
+
+void MpiCommunicator::advance_all() {
+  for (MpiCommunicator* c : ordered_communicators()) c->advance();
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  auto& all = ordered_communicators();
+  all.erase(std::remove(all.begin(), all.end(), this), all.end());
   for (Op& op : ops_)
     for (MPI_Request* r : {&op.req, &op.send_req})
       if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
@@ -293,6 +313,7 @@ void MpiCommunicator::wait(Request& r) {
   if (ordered_) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0; !test(r); ++spins) {
+      advance_all();
       if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
       if ((spins & 1023) != 0) continue;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -62,6 +62,7 @@ class MpiCommunicator final : public Communicator {
   static void* receive_into(Op& o, void* buf, size_t count, DType t, int peer);
   void finish(Op& op);  // copy back / average, once the MPI request completed
   bool poll(Op& op);
+  static void advance_all();  // ordered: advance() every ordered communicator of the process
   void advance();  // ordered: completes the oldest operations in order, starting each next one
 
   MPI_Comm comm_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;  // data plane; control plane

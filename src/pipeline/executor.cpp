@@ -8,22 +8,9 @@ namespace gpt2 {
 
 PipelineExecutor::PipelineExecutor(std::vector<Stage<float>*> chunks, const Placement& placement, Communicator& pipe,
                                    Tracer& tracer, bool split)
-    : chunks_(std::move(chunks)), placement_(placement), rank_(pipe.rank()), pipe_(pipe), tracer_(tracer), split_(split) {
+    : chunks_(std::move(chunks)), placement_(placement), rank_(pipe.rank()), p2p_(pipe, placement), tracer_(tracer),
+      split_(split) {
   if (int(chunks_.size()) != placement_.chunks) fail("PipelineExecutor: ", chunks_.size(), " stages for ", placement_.chunks, " chunks");
-}
-
-// A message's tag names its kind, microbatch and destination stage (MPI matches on it; NCCL, which
-// has none, matches in issue order: the schedules receive in sending order).
-int PipelineExecutor::tag(bool grad, int mb, int dest_stage) const {
-  return (2 * (mb * placement_.stages() + dest_stage) + int(grad)) % 32768;
-}
-PipelineExecutor::Peer PipelineExecutor::next(int chunk) const {
-  const int k = placement_.stage(rank_, chunk) + 1;
-  return {placement_.rank_of(k), placement_.chunk_of(k), k};
-}
-PipelineExecutor::Peer PipelineExecutor::prev(int chunk) const {
-  const int k = placement_.stage(rank_, chunk) - 1;
-  return {placement_.rank_of(k), placement_.chunk_of(k), k};
 }
 
 PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, int B) {
@@ -31,7 +18,7 @@ PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, int B) {
   if (it != live_.end()) return it->second;
   if (B != pool_B_) pool_.clear(), pool_B_ = B;
   for (size_t i = 0; i < releasing_.size();) {  // reuse slots whose sends have completed
-    if (pipe_.test(releasing_[i].send)) {
+    if (p2p_.test(releasing_[i].send)) {
       reuse(releasing_[i]);
       releasing_.erase(releasing_.begin() + long(i));
     } else {
@@ -78,7 +65,7 @@ Buffer<float> PipelineExecutor::buffer(size_t n) {
 
 void PipelineExecutor::recycle() {
   for (size_t i = 0; i < outgoing_.size();)
-    if (pipe_.test(outgoing_[i].send)) {
+    if (p2p_.test(outgoing_[i].send)) {
       free_buffers_.push_back(std::move(outgoing_[i].buf));
       outgoing_.erase(outgoing_.begin() + long(i));
     } else {
@@ -88,37 +75,43 @@ void PipelineExecutor::recycle() {
 
 void PipelineExecutor::drain() {
   for (Slot& s : releasing_) {
-    pipe_.wait(s.send);
+    p2p_.wait(s.send);
     reuse(s);
   }
   releasing_.clear();
   for (Outgoing& o : outgoing_) {
-    pipe_.wait(o.send);
+    p2p_.wait(o.send);
     free_buffers_.push_back(std::move(o.buf));
   }
   outgoing_.clear();
 }
 
-void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, size_t action, std::vector<Incoming>& posted) {
-  const Peer from = grad ? next(chunk) : prev(chunk);
-  if (from.rank == rank_) return;  // handed over locally: already in the inbox
-  Incoming in{Request{}, buffer(elems), grad, mb, chunk, action};
-  in.request = pipe_.irecv(in.buf.data(), elems, DType::f32, from.rank, tag(grad, mb, placement_.stage(rank_, chunk)));
-  posted.push_back(std::move(in));
+PipelineExecutor::Incoming* PipelineExecutor::expect(bool grad, int mb, int chunk, size_t elems, size_t action) {
+  const PipelineP2P::Peer from = grad ? p2p_.next(chunk) : p2p_.prev(chunk);
+  if (from.rank == rank_) return nullptr;  // handed over locally: already in the inbox
+  Incoming& in = incoming_[{grad, mb, chunk}] = Incoming{{}, buffer(elems), action};
+  return &in;
 }
 
-void PipelineExecutor::send(bool grad, int mb, int chunk, const float* data, size_t elems, int step) {
-  const Peer to = grad ? prev(chunk) : next(chunk);
+void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, size_t action) {
+  if (Incoming* in = expect(grad, mb, chunk, elems, action))
+    in->handle = grad ? p2p_.recv_backward(in->buf.data(), elems, mb, chunk) : p2p_.recv_forward(in->buf.data(), elems, mb, chunk);
+}
+
+bool PipelineExecutor::hand_over(bool grad, int mb, int chunk, const float* data, size_t elems) {
+  const PipelineP2P::Peer to = grad ? p2p_.prev(chunk) : p2p_.next(chunk);
+  if (to.rank != rank_) return false;
   Buffer<float> b = buffer(elems);
   Kokkos::deep_copy(ExecSpace(), b, Vec<float>(const_cast<float*>(data), elems));
-  if (to.rank == rank_) {  // the next chunk is this rank's own: hand it over
-    inbox_[{grad, mb, to.chunk}] = std::move(b);
-    return;
-  }
-  Tracer::Scope t(tracer_, EventKind::send, step, mb, elems * sizeof(float), chunk);
-  Outgoing o{std::move(b), Request{}};
-  o.send = pipe_.isend(o.buf.data(), elems, DType::f32, to.rank, tag(grad, mb, to.stage));
+  inbox_[{grad, mb, to.chunk}] = std::move(b);
+  return true;
+}
+
+PipelineExecutor::Outgoing& PipelineExecutor::outgoing(const float* data, size_t elems) {
+  Outgoing o{buffer(elems), {}};
+  Kokkos::deep_copy(ExecSpace(), o.buf, Vec<float>(const_cast<float*>(data), elems));
   outgoing_.push_back(std::move(o));
+  return outgoing_.back();
 }
 
 void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t elems, const StepIO& io) {
@@ -127,7 +120,7 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
     {
       const WaitContext context([&] { return describe((*io_actions_)[in.action], in.action, io_actions_->size(), io); });
       Tracer::Scope t(tracer_, EventKind::recv, io.step, mb, elems * sizeof(float), chunk);
-      pipe_.wait(in.request);
+      p2p_.wait(in.handle);
     }
     inbox_[{grad, mb, chunk}] = std::move(in.buf);
     incoming_.erase(p);
@@ -143,44 +136,55 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
 
 void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io,
                                    size_t elems) {
-  std::vector<Incoming> posted;
   const int B = io.microbatch_size;
-  pipe_.group_start();
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
+    const size_t bytes = elems * sizeof(float);
     switch (a.kind) {
-      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, i, posted); break;
-      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, i, posted); break;
-      case ActionKind::send_activation:
-      case ActionKind::send_activation_recv_grad: {
+      case ActionKind::recv_activation: receive(false, a.mb, a.chunk, elems, i); break;
+      case ActionKind::recv_grad: receive(true, a.mb, a.chunk, elems, i); break;
+      case ActionKind::send_activation: {
+        // Sent from the slot itself: it is reused once the send completes. A send never waits here
+        // (the proof assumes it): a rank waiting for its send to be matched while the receiver waits
+        // for that rank's own message deadlocks (interleaved evaluation did).
         Slot& s = live_.at({a.mb, a.chunk});
-        const Peer to = next(a.chunk);
-        if (to.rank == rank_) {
-          send(false, a.mb, a.chunk, s.act->output().data(), elems, io.step);
-        } else {
-          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, elems * sizeof(float), a.chunk);
-          s.send = pipe_.isend(s.act->output().data(), elems, DType::f32, to.rank, tag(false, a.mb, to.stage));
+        if (!hand_over(false, a.mb, a.chunk, s.act->output().data(), elems)) {
+          Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
+          s.send = p2p_.send_forward(s.act->output().data(), elems, a.mb, a.chunk);
         }
-        // Evaluation: nothing more to do with it; the slot is reused once the send completes. A send
-        // never waits here (the proof assumes it): a rank waiting for its send to be matched while the
-        // receiver waits for that rank's own message deadlocks (interleaved evaluation did).
-        if (!io.need_grad) release(a.mb, a.chunk);
-        if (a.kind == ActionKind::send_activation_recv_grad) receive(true, a.recv_mb, a.recv_chunk, elems, i, posted);
+        if (!io.need_grad) release(a.mb, a.chunk);  // evaluation: nothing more to do with it
         break;
       }
-      case ActionKind::send_grad:
-      case ActionKind::send_grad_recv_activation:
-        send(true, a.mb, a.chunk, stage(a.chunk).dres(B).data(), elems, io.step);
-        if (a.kind == ActionKind::send_grad_recv_activation)
-          receive(false, a.recv_mb, a.recv_chunk, elems, i, posted);
+      case ActionKind::send_grad: {
+        const float* dx = stage(a.chunk).dres(B).data();  // reused by the next backward: sent from a copy
+        if (hand_over(true, a.mb, a.chunk, dx, elems)) break;
+        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
+        Outgoing& o = outgoing(dx, elems);
+        o.send = p2p_.send_backward(o.buf.data(), elems, a.mb, a.chunk);
         break;
+      }
+      // The paired exchanges of a steady state: both messages with the same other rank.
+      case ActionKind::send_activation_recv_grad: {
+        Slot& s = live_.at({a.mb, a.chunk});
+        Incoming* in = expect(true, a.recv_mb, a.recv_chunk, elems, i);
+        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
+        auto pair = p2p_.send_forward_recv_backward(s.act->output().data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
+                                                    a.recv_chunk, elems);
+        s.send = pair.send, in->handle = pair.recv;
+        break;
+      }
+      case ActionKind::send_grad_recv_activation: {
+        Incoming* in = expect(false, a.recv_mb, a.recv_chunk, elems, i);
+        Outgoing& o = outgoing(stage(a.chunk).dres(B).data(), elems);  // (last: buffer() recycles outgoing_)
+        Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
+        auto pair = p2p_.send_backward_recv_forward(o.buf.data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
+                                                    a.recv_chunk, elems);
+        o.send = pair.send, in->handle = pair.recv;
+        break;
+      }
       default: fail("pipeline: ", action_name(a.kind), " is not a message");
     }
   }
-  pipe_.group_end();
-  // Each receive is waited for by the compute that needs it (take); the sends finish in the
-  // background.
-  for (Incoming& in : posted) incoming_[{in.grad, in.mb, in.chunk}] = std::move(in);
 }
 
 // For the watchdog: the pass this rank is in and, for a message, the peer and what it waits for (the
@@ -193,13 +197,13 @@ std::string PipelineExecutor::describe(const Action& a, size_t index, size_t cou
   const bool recv_grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
   if (paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad) {
     const int chunk = paired ? a.recv_chunk : a.chunk, mb = paired ? a.recv_mb : a.mb;
-    const Peer from = recv_grad ? next(chunk) : prev(chunk);
+    const PipelineP2P::Peer from = recv_grad ? p2p_.next(chunk) : p2p_.prev(chunk);
     os << "; waits for the " << (recv_grad ? "gradient" : "activation") << " of microbatch " << mb << " from virtual stage "
-       << from.stage << " on pipeline rank " << from.rank << " (world rank " << world_rank_of(pipe_.mpi_comm(), from.rank)
+       << from.stage << " on pipeline rank " << from.rank << " (world rank " << p2p_.world_rank(from.rank)
        << ")";
   } else if (a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad) {
-    const Peer to = a.kind == ActionKind::send_grad ? prev(a.chunk) : next(a.chunk);
-    os << " to pipeline rank " << to.rank << " (world rank " << world_rank_of(pipe_.mpi_comm(), to.rank) << ")";
+    const PipelineP2P::Peer to = a.kind == ActionKind::send_grad ? p2p_.prev(a.chunk) : p2p_.next(a.chunk);
+    os << " to pipeline rank " << to.rank << " (world rank " << p2p_.world_rank(to.rank) << ")";
   }
   return os.str();
 }
@@ -213,7 +217,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
   io_actions_ = &actions;
   for (size_t index = 0; index < actions.size(); ++index) {
     const Action& a = actions[index];
-    if (!is_compute(a.kind)) {  // the run of messages up to the next compute: one group
+    if (!is_compute(a.kind)) {  // the run of messages up to the next compute
       size_t last = index;
       while (last < actions.size() && !is_compute(actions[last].kind)) ++last;
       communicate(actions, index, last, io, elems);

@@ -1,7 +1,7 @@
 #pragma once
 // Runs one rank's pipeline actions for a step: forwards, backwards (whole, or split into B and W)
-// and their messages, for each chunk (virtual stage) the rank holds, over the pipeline
-// Communicator. Each (microbatch, chunk)'s saved activations live in a slot taken from a pool when
+// and their messages, for each chunk (virtual stage) the rank holds; messages go through the
+// pipeline's point-to-point layer (pipeline/p2p). Each (microbatch, chunk)'s saved activations live in a slot taken from a pool when
 // its forward starts and returned when its backward (W, when split) is done -- or, in evaluation,
 // once its output is sent -- so the pool's size is the schedule's peak in-flight count: m for GPipe,
 // p - stage for 1F1B. A received message (an activation for a forward, a gradient for a backward)
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "model/stage.hpp"
-#include "runtime/communicator.hpp"
+#include "pipeline/p2p.hpp"
 #include "pipeline/schedule.hpp"
 #include "trace/tracer.hpp"
 
@@ -23,7 +23,8 @@ namespace gpt2 {
 class PipelineExecutor {
  public:
   // chunks: the rank's stages, chunk by chunk; pipe: its pipeline's communicator (rank == pipeline
-  // rank); split: backwards come as B and W (the activations keep what W needs).
+  // rank; the links between neighbours are made from it, collectively); split: backwards come as B
+  // and W (the activations keep what W needs).
   PipelineExecutor(std::vector<Stage<float>*> chunks, const Placement& placement, Communicator& pipe, Tracer& tracer,
                    bool split = false);
 
@@ -46,39 +47,34 @@ class PipelineExecutor {
   using MessageKey = std::tuple<bool, int, int>;  // (gradient?, microbatch, chunk it is for)
   struct Slot {
     std::unique_ptr<Activations<float>> act;
-    Request send;  // activation still on its way
+    PipelineP2P::Handle send;  // activation still on its way
     int chunk = 0;
   };
   struct Outgoing {  // a message on its way (its own buffer: the source is reused)
     Buffer<float> buf;
-    Request send;
+    PipelineP2P::Handle send;
   };
-  struct Peer {
-    int rank, chunk, stage;
+  struct Incoming {  // a posted receive, waited for by the compute that needs it
+    PipelineP2P::Handle handle;
+    Buffer<float> buf;
+    size_t action;  // the action that posted it (for the watchdog)
   };
   Stage<float>& stage(int chunk) { return *chunks_[size_t(chunk)]; }
-  Peer next(int chunk) const;  // the stage this chunk's activation goes to
-  Peer prev(int chunk) const;  // the stage its input gradient goes to
-  // A message's tag: its kind, microbatch and destination stage, the same on both sides.
-  int tag(bool grad, int mb, int dest_stage) const;
   Slot& acquire(int mb, int chunk, int B);
   void release(int mb, int chunk);  // back to the pool once its send completed
   Buffer<float> buffer(size_t n);   // a free message buffer
   void recycle();                   // completed outgoing messages give their buffers back
   void drain();                     // complete every pending send
-  struct Incoming {  // a receive posted in a group, waited for once the group is issued
-    Request request;
-    Buffer<float> buf;
-    bool grad;
-    int mb, chunk;
-    size_t action;  // the action that posted it (for the watchdog)
-  };
-  // Posts the receive of (grad?, mb, chunk) unless it comes from this rank (already in the inbox).
-  // (action: the index of the action that posts it, for the watchdog.)
-  void receive(bool grad, int mb, int chunk, size_t elems, size_t action, std::vector<Incoming>& posted);
-  void send(bool grad, int mb, int chunk, const float* data, size_t elems, int step);
-  // A run of consecutive message actions [first, last): issued as one group (NCCL's order needs a
-  // rank's sends and receives between two computes to start together), then its receives waited for.
+  // The receive of (grad?, mb, chunk), its buffer ready to post (nullptr: it comes from this rank
+  // itself, already in the inbox). action: the index of the action that posts it, for the watchdog.
+  Incoming* expect(bool grad, int mb, int chunk, size_t elems, size_t action);
+  void receive(bool grad, int mb, int chunk, size_t elems, size_t action);  // expect + post
+  // A message to this rank's own next (previous) chunk goes straight to the inbox: true when it did.
+  bool hand_over(bool grad, int mb, int chunk, const float* data, size_t elems);
+  // A copy of data to send from: valid until the next buffer() (which recycles outgoing_).
+  Outgoing& outgoing(const float* data, size_t elems);
+  // A run of consecutive message actions [first, last), issued in list order; each receive is
+  // waited for by the compute that needs it (take), sends finish in the background.
   void communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io, size_t elems);
   // The message for (grad?, mb, chunk) from the inbox into dst.
   void take(bool grad, int mb, int chunk, float* dst, size_t elems, const StepIO& io);
@@ -88,7 +84,7 @@ class PipelineExecutor {
   std::vector<Stage<float>*> chunks_;
   Placement placement_;
   int rank_;
-  Communicator& pipe_;
+  PipelineP2P p2p_;
   Tracer& tracer_;
   bool split_;
   std::map<Key, Slot> live_;

@@ -78,12 +78,21 @@ void abort_on_hang(double waited, const std::string& what) {
   std::abort();  // (MPI_Abort does not return)
 }
 
+namespace {
+void (*g_background_progress)() = nullptr;
+}
+void set_background_progress(void (*progress)()) { g_background_progress = progress; }
+void background_progress() {
+  if (g_background_progress) g_background_progress();
+}
+
 void mpi_wait(MPI_Request& r, const char* what, int peer) {
   const auto t0 = std::chrono::steady_clock::now();
   int done = 0;
   for (int spins = 0;; ++spins) {
     MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     if (done) return;
+    background_progress();
     if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
     if ((spins & 1023) == 0) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

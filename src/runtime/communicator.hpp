@@ -135,6 +135,11 @@ int64_t allreduce_max(MPI_Comm comm, int64_t x);
 // Completes an MPI request, polling; after Communicator::timeout_seconds() prints which operation
 // (and peer) it waited for and calls MPI_Abort.
 void mpi_wait(MPI_Request& r, const char* what, int peer = -1);
+// Called while any wait spins: moves operations that run on their own on a device (the
+// mpi-ordered backend sets it, so queued operations of every communicator start while a rank waits
+// on one -- as NCCL's streams go on while the host blocks).
+void set_background_progress(void (*progress)());
+void background_progress();
 
 // What this rank is doing while it may wait, for the watchdog's message: a scope that names it
 // (the pipeline's pass and peer, say). Scopes nest; the text is made only when a wait times out.

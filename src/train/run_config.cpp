@@ -220,9 +220,7 @@ void RunConfig::validate_schedule() const {
 PassCosts RunConfig::pass_costs() const { return gpt2::pass_costs(model.n_embd, data.seq_len); }
 
 PipelineShape RunConfig::pipeline_shape() const {
-  // (auto picks NCCL only where each rank has a GPU: the trainer proves again with what it resolved.)
-  const bool ordered = parallel.comm == "nccl" || parallel.comm == "mpi-ordered";
-  return {parallel.schedule, parallel.pp, parallel.microbatches, parallel.virtual_stages, pass_costs(), ordered};
+  return {parallel.schedule, parallel.pp, parallel.microbatches, parallel.virtual_stages, pass_costs()};
 }
 
 // A hand-written schedule runs the shape it was written for (and its lists are proven like any

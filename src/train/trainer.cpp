@@ -103,9 +103,7 @@ void Trainer::setup_model() {
   }
 
   // This rank's lists, from the one place that builds (and proves) every rank's.
-  PipelineShape shape = cfg_.pipeline_shape();
-  shape.ordered = groups_->pipe->ordered();
-  PassLists lists = build_pass_lists(shape);
+  PassLists lists = build_pass_lists(cfg_.pipeline_shape());
   train_actions_ = std::move(lists.train[size_t(s)]);
   eval_actions_ = std::move(lists.eval[size_t(s)]);
   exec_ = std::make_unique<PipelineExecutor>(chunks, placement_, *groups_->pipe, tracer_, schedule.split_backward);

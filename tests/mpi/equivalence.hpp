@@ -140,18 +140,6 @@ inline void expect_matches_reference(const Result& r, MPI_Comm comm, const std::
   }
 }
 
-// Under an ordered communicator (GPT2_TEST_COMM=mpi-ordered) a layout whose pass lists would hang
-// with NCCL's ordering is refused before any work: true for those (the test then skips the case).
-inline bool refused_under_ordering(const RunConfig& c, int world) {
-  try {
-    c.validate(world);
-  } catch (const InputError& e) {
-    if (std::string(e.what()).find("under NCCL's ordering") != std::string::npos) return true;
-    throw;
-  }
-  return false;
-}
-
 // Runs cfg on groups of `ranks` consecutive world ranks (several groups side by side).
 inline Result train_on_groups(const RunConfig& cfg, int ranks, MPI_Comm* group, int steps = -1) {
   MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / ranks, 0, group);

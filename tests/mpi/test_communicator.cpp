@@ -228,3 +228,34 @@ TEST(Communicator, OrderedSendsCompleteWhenReceivedAndGroupsExchange) {
   }
   MPI_Comm_free(&pair);
 }
+
+// Ordered communicators run side by side, as NCCL's do on a device: while a rank waits on one, the
+// operations queued on another still start. Rank 0 queues two sends on `a` (the second behind the
+// first) and waits for a message on `b` that rank 1 sends only after receiving both: with each
+// queue moved only by waits on its own communicator, rank 0's second send never starts (a hang).
+TEST(Communicator, OrderedCommunicatorsProgressWhileARankWaitsOnAnother) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  MPI_Comm pair;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, 0, &pair);
+  int me, n;
+  MPI_Comm_rank(pair, &me);
+  MPI_Comm_size(pair, &n);
+  if (n == 2) {
+    auto a = make_communicator("mpi-ordered", pair), b = make_communicator("mpi-ordered", pair);
+    Buffer<float> x = fill<float>(16, [](size_t i) { return float(i); }), y("y", 16), z("z", 16);
+    const int other = 1 - me;
+    if (me == 0) {
+      Request s1 = a->isend(x.data(), 16, DType::f32, other, 1);
+      Request s2 = a->isend(x.data(), 16, DType::f32, other, 2);
+      b->recv(z.data(), 16, DType::f32, other, 3);
+      a->wait(s1);
+      a->wait(s2);
+      EXPECT_EQ(host(z)[7], 7.0f);
+    } else {
+      a->recv(y.data(), 16, DType::f32, other, 1);
+      a->recv(z.data(), 16, DType::f32, other, 2);
+      b->send(z.data(), 16, DType::f32, other, 3);
+    }
+  }
+  MPI_Comm_free(&pair);
+}

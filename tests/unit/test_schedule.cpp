@@ -332,26 +332,3 @@ TEST(PassLists, TheProofNamesWhoWaitsForWhatAndTheMemoryBound) {
             std::string::npos);
 }
 
-// The same layouts on an ordered communicator (NCCL, mpi-ordered): every list is also proven under
-// NCCL's ordering, and a layout whose lists would hang there is refused naming that ordering.
-TEST(PassLists, UnderNcclOrderingEveryLayoutRunsOrIsRefused) {
-  std::map<std::string, std::pair<int, int>> runs_refused;
-  for (const std::string& name : ScheduleRegistry::names())
-    for (int p = 1; p <= 8; ++p)
-      for (int v = 1; v <= 4; ++v)
-        for (int m = 1; m <= 32; ++m) {
-          RunConfig c = pipeline_deck(name, p, v, m);
-          c.parallel.comm = "mpi-ordered";
-          try {
-            c.validate();
-            ++runs_refused[name].first;
-          } catch (const InputError& e) {
-            const std::string w = e.what();
-            if (w.find("cannot run") == std::string::npos) continue;  // a layout rule
-            ASSERT_NE(w.find("under NCCL's ordering"), std::string::npos) << w;
-            ++runs_refused[name].second;
-          }
-        }
-  for (const auto& [name, n] : runs_refused) std::printf("%s: %d run, %d refused\n", name.c_str(), n.first, n.second);
-  for (const char* name : {"naive", "gpipe", "1f1b", "zb-h1"}) EXPECT_EQ(runs_refused[name].second, 0) << name;
-}
