@@ -56,6 +56,7 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   datty_ = uninitialized<T>("datty", N * C / tp);
   if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
   if (sp_) full_ = uninitialized<T>("sp_full", N * C);
+  if (has_embedding()) wte_parts_ = uninitialized<T>("wte_parts", size_t(TokenGroups::max_parts(int(N))) * C);
   if (sp_ && lin_.mixed()) full16_ = uninitialized<uint16_t>("sp_full16", N * C);
   if (has_head() && lin_.mixed()) lnf16_ = uninitialized<uint16_t>("lnf16", N * C);
   if (has_head()) {

@@ -28,6 +28,7 @@
 #include "model/stage_layout.hpp"
 #include "model/tp_group.hpp"
 #include "model/unit_store.hpp"
+#include "tensor/token_groups.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -48,12 +49,24 @@ struct Activations {
   Buffer<T> mem;           // one allocation; the views below are slices of it
   Buffer<uint16_t> mem16;  // mixed precision: the 16-bit GemmInputs' allocation
   Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> tokens, targets;  // (N) first / head stage
+  TokenGroups groups;  // first stage: the tokens' rows grouped by token (the wte gradient's order)
   Mat<T> input;                                                       // (rows,C) stage input
   std::vector<Block> blocks;
   Vec<T> lnf_mean, lnf_rstd;  // head stage
   Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
   Mat<T> dembed;              // split backward, first stage: gradient at the embedding's output
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
+  // The microbatch's tokens and targets (N each; either may be null) from host memory, copied on
+  // the execution space's stream, and the tokens' groups built.
+  void load(const int* host_tokens, const int* host_targets) {
+    using HostInts = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+    const size_t N = size_t(rows());
+    if (host_tokens) {
+      Kokkos::deep_copy(ExecSpace(), tokens, HostInts(host_tokens, N));
+      group_tokens(groups, host_tokens, int(N));
+    }
+    if (host_targets) Kokkos::deep_copy(ExecSpace(), targets, HostInts(host_targets, N));
+  }
   Mat<T> output() const { return blocks.back().res3; }  // (rows,C) sent to the next stage
   size_t bytes() const { return mem.extent(0) * sizeof(T) + mem16.extent(0) * sizeof(uint16_t); }
 };
@@ -190,6 +203,7 @@ class Stage {
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
   Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;
+  Buffer<T> wte_parts_;  // first stage: the wte gradient's partial sums (embedding_backward)
   Buffer<uint16_t> lnf16_, full16_;  // mixed precision: the head's GEMM input; gathered 16-bit rows
   Linear<T> lin_;
 };

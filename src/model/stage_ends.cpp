@@ -36,7 +36,8 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   const bool wpe_here = !sp_ || adds_once();
   embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd),
                         wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>(),
-                        gather(d, a.B), a.tokens, T_, layout_.vocab_begin());
+                        gather(d, a.B), a.groups, Mat<T>(wte_parts_.data(), size_t(a.groups.parts), c.n_embd), T_,
+                        layout_.vocab_begin());
   store_->grads_done(wpe, false);
   store_->grads_done(wte, false);
 }

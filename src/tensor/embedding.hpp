@@ -2,6 +2,7 @@
 // Token + position embedding.
 #include "tensor/column_sum.hpp"
 #include "tensor/team_reduce.hpp"
+#include "tensor/token_groups.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -26,24 +27,48 @@ void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int 
 }
 
 // dwte (Vp,C) += scatter of dout rows by token; dwpe (maxT,C) += dout summed over the batch.
-// Deterministic: each output element is summed by one thread in row order (no atomics), so the same
-// batch gives the same bits on every backend and every run. Vocabulary-parallel: dwte holds rows
-// [vocab_begin, vocab_begin + rows); tokens elsewhere are another rank's. An empty dwpe is skipped
-// (the rank that did not add wpe).
+// Deterministic, no atomics: the wte gradient in two fixed-order stages over the rows grouped by
+// token (tensor/token_groups.hpp: groups, built from the same tokens) -- each chunk of a token's rows
+// summed in row order, then a token's chunk sums in chunk order; parts (groups.max_parts(N), C) holds
+// those. wpe: each (position, column block) sums its rows in row order. The same batch gives the
+// same bits on every backend and thread count. Vocabulary-parallel: dwte holds rows [vocab_begin,
+// vocab_begin + rows); tokens elsewhere are another rank's. An empty dwpe is skipped (the rank that
+// did not add wpe).
 template <class T>
-void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, Tokens tokens, int seq_len, int vocab_begin = 0) {
+void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroups& groups, Mat<T> parts, int seq_len,
+                        int vocab_begin = 0) {
   const int N = dout.extent(0), C = dout.extent(1), Tn = seq_len, rows = dwte.extent(0);
-  // Work items own blocks of kColumnBlock channels (see column_sum.hpp) and walk the rows in order.
+  if (groups.N != N) Kokkos::abort("embedding_backward: token groups of another batch");
+  // Work items own blocks of kColumnBlock channels (see column_sum.hpp).
   constexpr int W = kColumnBlock;
+  const int blocks = (C + W - 1) / W;
+  const Vec<int> order = groups.rows, begin = groups.chunk_begin, token = groups.chunk_token, part = groups.chunk_part;
   Kokkos::parallel_for(
-      "embedding_backward_wte", Kokkos::RangePolicy<ExecSpace>(0, (C + W - 1) / W), KOKKOS_LAMBDA(int blk) {
-        const int c0 = blk * W, c1 = c0 + W < C ? c0 + W : C;
-        for (int n = 0; n < N; ++n) {
-          const int tok = tokens(n) - vocab_begin;
-          if (tok < 0 || tok >= rows) continue;
-          for (int c = c0; c < c1; ++c) dwte(tok, c) += dout(n, c);
+      "embedding_backward_wte", Kokkos::RangePolicy<ExecSpace>(0, int64_t(groups.chunks) * blocks),
+      KOKKOS_LAMBDA(int64_t i) {
+        const int ch = int(i / blocks), c0 = int(i % blocks) * W, w = c0 + W < C ? W : C - c0;
+        const int tok = token(ch) - vocab_begin, p = part(ch);
+        if (tok < 0 || tok >= rows) return;
+        T acc[W] = {};
+        for (int r = begin(ch); r < begin(ch + 1); ++r)
+          for (int k = 0; k < w; ++k) acc[k] += dout(order(r), c0 + k);
+        for (int k = 0; k < w; ++k) {
+          if (p < 0) dwte(tok, c0 + k) += acc[k];  // the token's only chunk
+          else parts(p, c0 + k) = acc[k];
         }
       });
+  if (groups.runs > 0) {
+    const Vec<int> run_token = groups.run_token, run_part = groups.run_part;
+    Kokkos::parallel_for(
+        "embedding_backward_wte_runs", Kokkos::RangePolicy<ExecSpace>(0, int64_t(groups.runs) * C),
+        KOKKOS_LAMBDA(int64_t i) {
+          const int run = int(i / C), c = int(i % C), tok = run_token(run) - vocab_begin;
+          if (tok < 0 || tok >= rows) return;
+          T s = 0;
+          for (int q = run_part(run); q < run_part(run + 1); ++q) s += parts(q, c);
+          dwte(tok, c) += s;
+        });
+  }
   // wpe: for each position t, a column sum over the rows holding it (in row order).
   if (dwpe.extent(0) == 0) return;
   Kokkos::parallel_for(

@@ -131,9 +131,7 @@ void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activat
   const int64_t row0 = int64_t(topo_->dp_rank()) * (cfg_.train.batch_size / cfg_.parallel.dp) +
                        int64_t(mb) * mb_size_;
   loader.load(batch, row0, mb_size_, host_inputs_.data(), host_targets_.data());
-  using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  Kokkos::deep_copy(ExecSpace(), a.tokens, HostInts(host_inputs_.data(), host_inputs_.size()));
-  Kokkos::deep_copy(ExecSpace(), a.targets, HostInts(host_targets_.data(), host_targets_.size()));
+  a.load(host_inputs_.data(), host_targets_.data());
 }
 
 StepMetrics Trainer::train_step() {

@@ -129,7 +129,8 @@ struct Outputs {
 
 // ---- the kernels ---------------------------------------------------------------------------------
 void check_embedding(Outputs& out) {
-  auto tokens = dev_ints(ints(kN, 1, kV));
+  const std::vector<int> host_tokens = ints(kN, 1, kV);
+  auto tokens = dev_ints(host_tokens);
   auto wte = dev(uniform(size_t(kVp) * kC, 2, 0.5f)), wpe = dev(uniform(size_t(kMaxT) * kC, 3, 0.5f));
   auto y = zeros(size_t(kN) * kC);
   embedding_forward<float>(M(y, kN, kC), tokens, M(wte, kVp, kC), M(wpe, kMaxT, kC), kT);
@@ -137,7 +138,10 @@ void check_embedding(Outputs& out) {
   // Backward accumulates (+=) into gradients that already hold something.
   auto dy = dev(uniform(size_t(kN) * kC, 4, 1.0f));
   auto dwte = dev(uniform(size_t(kVp) * kC, 5, 0.1f)), dwpe = dev(uniform(size_t(kMaxT) * kC, 6, 0.1f));
-  embedding_backward<float>(M(dwte, kVp, kC), M(dwpe, kMaxT, kC), M(dy, kN, kC), tokens, kT);
+  TokenGroups groups;
+  group_tokens(groups, host_tokens.data(), kN);
+  auto parts = zeros(size_t(TokenGroups::max_parts(kN)) * kC);
+  embedding_backward<float>(M(dwte, kVp, kC), M(dwpe, kMaxT, kC), M(dy, kN, kC), groups, M(parts, groups.parts, kC), kT);
   out.add("embedding.bwd.dwte", dwte, false);
   out.add("embedding.bwd.dwpe", dwpe, false);
 }

@@ -154,9 +154,56 @@ TEST(Kernels, EmbeddingGradcheck) {
   };
   loss();
   Buffer<D> dwte("dwte", Vp * C), dwpe("dwpe", maxT * C);
-  embedding_backward<D>(M(dwte, Vp, C), M(dwpe, maxT, C), M(dout, N, C), tok, T);
+  TokenGroups groups;
+  group_tokens(groups, ids, N);
+  Buffer<D> parts("parts", size_t(TokenGroups::max_parts(N)) * C);
+  embedding_backward<D>(M(dwte, Vp, C), M(dwpe, maxT, C), M(dout, N, C), groups, M(parts, groups.parts, C), T);
   EXPECT_LE(gradcheck(wte, to_host(dwte), loss, h), 1.0);
   EXPECT_LE(gradcheck(wpe, to_host(dwpe), loss, h), 1.0);
+}
+
+// The wte gradient's two stages: tokens with several chunks of rows (one token on 150 of 400 rows,
+// another on 50, the rest spread over 20 ids) and a vocabulary shard (rows [5, 15) of
+// the table: other tokens are another rank's). Against a row-order sum in double; the groups hold
+// every row once, each chunk one token's rows in row order.
+TEST(Kernels, EmbeddingBackwardSumsEveryTokensRowsOnItsShard) {
+  const int N = 400, T = 8, C = 19, shard_begin = 5, shard_rows = 10, V = 20;
+  std::vector<int> ids(N);
+  Rng r(3);
+  for (int n = 0; n < N; ++n) ids[size_t(n)] = n % 8 < 3 ? 7 : n % 8 == 3 ? 9 : int(r.below(V));
+  TokenGroups g;
+  group_tokens(g, ids.data(), N);
+  std::vector<int> seen(N, 0);
+  auto rows = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.rows);
+  auto begin = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.chunk_begin);
+  auto token = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.chunk_token);
+  for (int ch = 0; ch < g.chunks; ++ch) {
+    EXPECT_LE(begin(ch + 1) - begin(ch), TokenGroups::kChunk);
+    for (int i = begin(ch); i < begin(ch + 1); ++i) {
+      ++seen[size_t(rows(i))];
+      EXPECT_EQ(ids[size_t(rows(i))], token(ch));
+      if (i > begin(ch)) EXPECT_LT(rows(i - 1), rows(i));
+    }
+  }
+  for (int n = 0; n < N; ++n) EXPECT_EQ(seen[size_t(n)], 1) << "row " << n;
+  EXPECT_GE(g.runs, 1);  // token 7's 150 rows: three chunks
+  EXPECT_LE(g.parts, TokenGroups::max_parts(N));
+
+  const auto R = random_vector(size_t(N) * C, 8);
+  auto dout = from_host(R);
+  auto dwte = random_buffer<D>(size_t(shard_rows) * C, 9), dwpe = random_buffer<D>(size_t(T) * C, 10);
+  std::vector<double> want_wte = to_host(dwte), want_wpe = to_host(dwpe);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      const int row = ids[size_t(n)] - shard_begin;
+      if (row >= 0 && row < shard_rows) want_wte[size_t(row) * C + c] += R[size_t(n) * C + c];
+      want_wpe[size_t(n % T) * C + c] += R[size_t(n) * C + c];
+    }
+  Buffer<D> parts("parts", size_t(TokenGroups::max_parts(N)) * C);
+  embedding_backward<D>(M(dwte, shard_rows, C), M(dwpe, T, C), M(dout, N, C), g, M(parts, g.parts, C), T, shard_begin);
+  const auto got_wte = to_host(dwte), got_wpe = to_host(dwpe);
+  for (size_t i = 0; i < want_wte.size(); ++i) EXPECT_NEAR(got_wte[i], want_wte[i], 1e-12) << "wte " << i;
+  for (size_t i = 0; i < want_wpe.size(); ++i) EXPECT_NEAR(got_wpe[i], want_wpe[i], 1e-12) << "wpe " << i;
 }
 
 TEST(Kernels, AttentionForwardMatchesNaive) {

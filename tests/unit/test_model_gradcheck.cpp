@@ -22,8 +22,7 @@ void fill_tokens(Activations<T>& a, int V, uint64_t seed) {
   auto hg = Kokkos::create_mirror_view(a.targets);
   Rng r(seed);
   for (size_t i = 0; i < ht.extent(0); ++i) ht(i) = int(r.below(V)), hg(i) = int(r.below(V));
-  Kokkos::deep_copy(a.tokens, ht);
-  Kokkos::deep_copy(a.targets, hg);
+  a.load(ht.data(), hg.data());
 }
 }  // namespace
 

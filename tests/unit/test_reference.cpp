@@ -41,8 +41,7 @@ void set_tokens(Activations<float>& a, const std::vector<double>& tok, const std
   auto ht = Kokkos::create_mirror_view(a.tokens);
   auto hg = Kokkos::create_mirror_view(a.targets);
   for (size_t i = 0; i < ht.extent(0); ++i) ht(i) = int(tok[offset + i]), hg(i) = int(tgt[offset + i]);
-  Kokkos::deep_copy(a.tokens, ht);
-  Kokkos::deep_copy(a.targets, hg);
+  a.load(ht.data(), hg.data());
 }
 
 // One forward + backward of the fixture's batch at `offset`; returns the mean loss.
