@@ -1,19 +1,23 @@
 #!/usr/bin/python3
 """Per-rank timeline (Gantt) of one optimizer step and the measured pipeline bubble.
 
-For each trace, writes DIR/gantt_<trace>.png: one row per rank, the step's forward, backward, send,
-recv, all-reduce (issue, drawn in a thin lane under the row since it happens inside the backward;
-and wait), tied-embedding sync, data and optimizer events coloured by kind, with the microbatch number
-written in forward/backward boxes ("F3", "B3"). The grey band is the rank's `step` event; dashed lines
-mark each pipeline's compute window.
+For each trace, writes DIR/gantt_<trace>.png: one row per rank, the step's events coloured by kind.
+The trace says where each kind goes and its colour (/meta kind_display, kind_colours): "row" kinds
+(compute passes, pipeline transfers, waits for collectives, data loading, the optimizer, ...) in
+the rank's row, "lane" kinds (collectives issued inside a compute pass) in a thin lane under it;
+"detail" and "unit" kinds are left out. Compute boxes carry their microbatch ("F3", "B3", "W3");
+where a rank runs several pipeline chunks (interleaved, zb-v), chunks after the first add theirs:
+"F3.1" is the forward of microbatch 3 on the rank's chunk 1, "F3" on its chunk 0. The grey band
+is the rank's `step` event; dashed lines mark each pipeline's compute window.
 
-Bubble fraction (measured), per step and per pipeline (dp replica d: ranks d*pp .. d*pp+pp-1):
-    t0 = start of the first forward, t1 = end of the last backward of the step on any stage,
-    bubble = 1 - sum over stages of (forward + backward time) / (pp * (t1 - t0)),
-averaged over the dp replicas. Time spent waiting in recv/send or loading data inside the window is
-bubble. It is printed beside the theoretical value for equal stage times: (p-1)/(m+p-1) for gpipe and
-1f1b, (p-1)/p for naive (no two stages ever work at once). Differences come from unequal stages (the
-last one also runs the LM head and loss), communication, and noise on an oversubscribed machine.
+Bubble fraction (measured), per step and per pipeline (the ranks sharing dp, cp and tp rank):
+    t0 = start of the first forward, t1 = end of the last compute pass of that step on any stage,
+    bubble = 1 - sum over stages of compute time / (pp * (t1 - t0)),
+averaged over the pipelines. Time spent waiting for pipeline transfers or loading data inside the
+window is bubble. It is printed beside the theoretical value for equal stage times: (p-1)/(m+p-1)
+for gpipe and 1f1b, (p-1)/p for naive (no two stages ever work at once). Differences come from
+unequal stages (the last one also runs the LM head and loss), communication, and noise on an
+oversubscribed machine.
 
 With several traces (e.g. naive vs gpipe vs 1f1b of one config), also writes
 DIR/pipeline_comparison.png: tokens/s per run and the bubble fractions (measured mean over steps,
@@ -28,11 +32,6 @@ import sys
 import numpy as np
 
 import tracelib
-
-MAIN_KINDS = ("data", "recv", "forward", "send", "backward", "backward_weight", "allreduce_wait",
-              "reduce_scatter_wait", "all_gather_wait", "tied_sync", "optimizer", "checkpoint")
-# Happen inside a forward or backward: drawn in a thin lane below the row.
-LANE_KINDS = ("allreduce_issue", "reduce_scatter_issue", "all_gather_issue", "tp_collective")
 
 
 def step_events(trace, step):
@@ -49,26 +48,31 @@ def step_events(trace, step):
     return trace.events[sel]
 
 
-def box_label(kind, mb, width_pt):
-    """(text, fontsize) for a box: 'F3'/'B3'/'W3', smaller when narrow, then just '3', else no text."""
-    letter = {"forward": "F", "backward": "B", "backward_weight": "W"}.get(kind)
-    if letter is None or mb < 0:
+def box_label(trace, event, width_pt):
+    """(text, fontsize) for a box: 'F3' ('F3.1' on the rank's chunk 1), smaller when narrow, then
+    without the letter, else no text."""
+    full = trace.pass_label(trace.kind_name(int(event["kind"])), int(event["microbatch"]), int(event["chunk"]))
+    if not full:
         return "", 0
-    full = f"{letter}{mb}"
-    for text, fontsize in ((full, 8), (full, 6), (str(mb), 8), (str(mb), 6)):
+    short = full[1:]
+    for text, fontsize in ((full, 8), (full, 6), (short, 8), (short, 6)):
         if width_pt >= 0.65 * fontsize * len(text) + 2:
             return text, fontsize
     return "", 0
 
 
 def plot_gantt(trace, step, plt):
+    row_kinds, lane_kinds = trace.kinds_with_display("row"), trace.kinds_with_display("lane")
+    lane_codes = [trace.code(k) for k in lane_kinds]
     events = step_events(trace, step)
+    events = events[np.isin(events["kind"], [trace.code(k) for k in row_kinds + lane_kinds])]
     windows = trace.events[trace.mask(["step"], step=step)]
     ref = float(min(windows["start"].min() if len(windows) else np.inf,
                     events["start"].min() if len(events) else np.inf))
     if not np.isfinite(ref):
         raise SystemExit(f"{trace.path}: no events for step {step}")
-    end = float(max(windows["end"].max() if len(windows) else -np.inf, events["end"].max()))
+    end = float(max(windows["end"].max() if len(windows) else -np.inf,
+                    events["end"].max() if len(events) else -np.inf))
     span_ms = (end - ref) * 1e3
     ranks = trace.ranks()
 
@@ -77,31 +81,30 @@ def plot_gantt(trace, step, plt):
     ax.set_ylim(len(ranks) - 0.35, -0.6)
     ax_width_pt = ax.get_window_extent().width * 72.0 / fig.dpi
     pt_per_ms = ax_width_pt / (span_ms * 1.01)
-    seen = []
+    seen = set()
     for w in windows:
         ax.broken_barh([((w["start"] - ref) * 1e3, (w["end"] - w["start"]) * 1e3)], (w["rank"] - 0.45, 0.9),
-                       facecolors=tracelib.KIND_COLORS["step"], edgecolors="#BBBBBB", linewidth=0.5, zorder=0)
+                       facecolors=trace.kind_colour("step"), edgecolors="#BBBBBB", linewidth=0.5, zorder=0)
     for e in events:
         kind = trace.kind_name(int(e["kind"]))
         x, width = (e["start"] - ref) * 1e3, (e["end"] - e["start"]) * 1e3
-        y, height = (e["rank"] + 0.22, 0.18) if kind in LANE_KINDS else (e["rank"] - 0.3, 0.5)
-        color = tracelib.KIND_COLORS.get(kind, "#000000")
-        ax.broken_barh([(x, max(width, span_ms * 1e-4))], (y, height), facecolors=color,
+        y, height = (e["rank"] + 0.22, 0.18) if int(e["kind"]) in lane_codes else (e["rank"] - 0.3, 0.5)
+        ax.broken_barh([(x, max(width, span_ms * 1e-4))], (y, height), facecolors=trace.kind_colour(kind),
                        edgecolors="black", linewidth=0.3, zorder=2)
-        if kind not in seen:
-            seen.append(kind)
-        text, fontsize = box_label(kind, int(e["microbatch"]), width * pt_per_ms)
+        seen.add(kind)
+        text, fontsize = box_label(trace, e, width * pt_per_ms)
         if text:
             ax.text(x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=fontsize,
                     color="white", fontweight="bold", zorder=3)
     # Compute window of each pipeline (the denominator of the measured bubble).
     fwd, bwd = trace.code("forward"), trace.code("backward")
+    compute = np.isin(events["kind"], [trace.code(k) for k in trace.compute_kinds])
     for pipe in trace.pipelines():
-        mine = events[np.isin(events["rank"], pipe)]
+        mine = events[np.isin(events["rank"], pipe) & compute]
         f, b = mine[mine["kind"] == fwd], mine[mine["kind"] == bwd]
         if len(f) and len(b):
             lo, hi = min(pipe) - 0.5, max(pipe) + 0.5
-            for t in (f["start"].min(), b["end"].max()):
+            for t in (f["start"].min(), mine["end"].max()):
                 ax.plot([(t - ref) * 1e3] * 2, [lo, hi], ls="--", color="black", lw=0.8, zorder=4)
 
     measured, _ = tracelib.measured_bubble(trace, step)
@@ -111,10 +114,16 @@ def plot_gantt(trace, step, plt):
     ax.set_xlabel(f"time since step {step} began (ms)")
     ax.set_title(f"{trace.label}: step {step} (0-based)\nbubble measured {100 * measured:.1f}% vs "
                  f"theoretical {theory_formula(trace)} = {100 * theory:.1f}%", fontsize=11)
-    order = [k for k in MAIN_KINDS + LANE_KINDS if k in seen]
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=tracelib.KIND_COLORS[k], edgecolor="black",
-                             linewidth=0.3) for k in order]
-    ax.legend(handles, order, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    # Legend: compute kinds, the rest of the row, then the lane; only kinds the step has.
+    computes = [k for k in row_kinds if k in trace.compute_kinds]
+    order = [k for k in computes + [k for k in row_kinds + lane_kinds if k not in computes] if k in seen]
+    labels = list(order)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=trace.kind_colour(k), edgecolor="black", linewidth=0.3)
+               for k in order]
+    if trace.has_chunks:
+        handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="none"))
+        labels.append("F3.1: microbatch 3 on the\nrank's chunk 1 (F3: chunk 0)")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -135,16 +144,17 @@ def plot_comparison(traces, skip, plt):
     measured = [tracelib.mean_bubble(t, skip) for t in traces]
     theory = [tracelib.theoretical_bubble(t) for t in traces]
     x = np.arange(len(traces))
+    colour = traces[0].kind_colour  # one kind's colour per series, as in the Gantt charts
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(max(10, 2.6 * len(traces) * 2), 4.8))
-    bars = a1.bar(x, tps, color=[tracelib.KIND_COLORS["forward"]] * len(traces), width=0.6)
+    bars = a1.bar(x, tps, color=[colour("forward")] * len(traces), width=0.6)
     a1.bar_label(bars, fmt="%.0f", fontsize=8)
     a1.set_ylabel("tokens/s (mean over steps, warm-up left out)")
     a1.set_title("throughput")
     w = 0.38
     b1 = a2.bar(x - w / 2, [100 * v for v in measured], w, label="measured",
-                color=tracelib.KIND_COLORS["recv"])
+                color=colour("recv"))
     b2 = a2.bar(x + w / 2, [100 * v for v in theory], w, label="theoretical",
-                color=tracelib.KIND_COLORS["allreduce_wait"], alpha=0.7)
+                color=colour("allreduce_wait"), alpha=0.7)
     a2.bar_label(b1, fmt="%.1f", fontsize=8)
     a2.bar_label(b2, fmt="%.1f", fontsize=8)
     a2.set_ylabel("bubble fraction (%)")

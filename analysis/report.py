@@ -8,13 +8,13 @@ Columns (means over the optimizer steps, the first --skip warm-up steps left out
              num_params (the tied LM head included), L = n_layer, C = n_embd, T = seq_len. The default
              peak, 1.0 TFLOP/s per rank, is only a round placeholder for a CPU core; pass your device's
              peak (e.g. about 67 for an H100 SXM in FP32, about 495 with TF32 tensor cores)
-  comm       per rank, the time in send, recv, allreduce_wait and tied_sync events inside the rank's
-             step windows over the total step time; averaged over ranks. Waits that the trace does
-             not record (e.g. for the completion of pipeline sends, or the loss and gradient-norm
-             reductions) are not in it
-  bubble     measured pipeline bubble (see plot_pipeline.py: 1 - sum of forward + backward time of
-             the stages / (pp * span from the first forward start to the last backward end)), mean
-             over steps, beside the theoretical (p-1)/(m+p-1) ((p-1)/p for the naive schedule)
+  comm       per rank, the time in the trace's communication kinds (/meta communication_kinds:
+             pipeline transfers, collectives and the waits for them) inside the rank's step windows
+             over the total step time; averaged over ranks (--json: comm_by_kind splits it by kind)
+  bubble     measured pipeline bubble (see plot_pipeline.py: 1 - sum of the stages' compute time /
+             (pp * span from the first forward start to the last compute end)), mean over steps,
+             beside the theoretical (p-1)/(m+p-1) ((p-1)/p for the naive schedule; the schedule
+             simulator's value for the others)
 
 Example:
     analysis/report.py runs/*.h5 --peak-tflops 67

@@ -3,13 +3,16 @@ several scripts need (step times, tokens/s, MFU, communication share, pipeline b
 
 Trace layout (src/trace/hdf5_trace.hpp), one file per run. The file describes itself; nothing about
 it is copied here:
-  /meta     attributes: config (TOML text), world_size, dp, pp, tp, microbatches, schedule, device,
+  /meta     attributes: config (TOML text), world_size, dp, pp, cp, tp, microbatches, schedule, device,
             execution_space, tokens_per_step, num_params, n_layer, n_embd, seq_len, stage_layers, ...;
-            event_kinds, compute_kinds, communication_kinds (comma-separated kind names); per rank
-            (arrays of length world_size): dp_rank, pp_rank, tp_rank, param_bytes, ...
-  /events   compound {rank, kind, step, microbatch, stage, start, end, bytes}; attribute kind_names
-            maps kind codes to names; times in seconds on a common clock; bytes moved by
-            communication events
+            the event kinds: event_kinds (comma-separated names in code order), compute_kinds,
+            communication_kinds, dp_collective_kinds (comma-separated names), kind_display and
+            kind_colours (one entry per event_kinds entry: how a timeline draws the kind, "row",
+            "lane", "step", "unit" or "detail", and its "#RRGGBB" colour); per rank (arrays of length
+            world_size): dp_rank, pp_rank, cp_rank, tp_rank, param_bytes, ...
+  /events   compound {rank, kind, step, microbatch, stage, start, end, bytes, chunk, unit}; attribute
+            kind_names maps kind codes to names; times in seconds on a common clock; bytes moved by
+            communication events; chunk is the rank's pipeline chunk (0 without chunks)
   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss, skipped}, one row
             per optimizer step (rank 0's view); val_loss < 0 where no evaluation ran; skipped 1 where
             the update was skipped (non-finite loss or gradient norm)
@@ -19,8 +22,8 @@ Conventions used here:
   * A `step` event wraps one whole optimizer step on one rank. Events are attributed to a step by time
     containment in that rank's step window where the step index alone is ambiguous: the evaluation
     that runs after k completed steps carries step index k, the 0-based index of the next step.
-  * A rank's place in the grid is read from /meta dp_rank, pp_rank, tp_rank; a pipeline is the ranks
-    that share (dp_rank, tp_rank).
+  * A rank's place in the grid is read from /meta dp_rank, pp_rank, cp_rank, tp_rank; a pipeline is
+    the ranks that share (dp_rank, cp_rank, tp_rank).
   * The file stores each rank's events in completion order (an enclosing event such as `step` is
     written after the events inside it); Trace.events is re-sorted by (rank, start).
 """
@@ -29,17 +32,6 @@ import os
 
 import h5py
 import numpy as np
-
-# One colour per kind, shared by every plot (kinds without one are drawn black).
-KIND_COLORS = {
-    "forward": "#4C72B0", "backward": "#DD8452", "send": "#55A868", "recv": "#C44E52",
-    "allreduce_issue": "#8172B3", "allreduce_wait": "#937860", "optimizer": "#DA8BC3",
-    "tied_sync": "#CCB974", "data": "#8C8C8C", "eval": "#64B5CD", "checkpoint": "#222222",
-    "step": "#EEEEEE", "send_wait": "#8DA0CB", "scalar_sync": "#A6D854", "backward_weight": "#E5AE38",
-    "reduce_scatter_issue": "#8172B3", "reduce_scatter_wait": "#937860", "all_gather_issue": "#B07AA1",
-    "all_gather_wait": "#9C755F", "tp_collective": "#76B7B2",
-}
-
 
 class TraceFormatError(Exception):
     """The file lacks something every gpt2-kokkos trace of this version has."""
@@ -71,23 +63,88 @@ class Trace:
             names = decode(attrs["kind_names"]) if "kind_names" in attrs else None
             self.dropped = int(decode(attrs["dropped"])) if "dropped" in attrs else 0
             self.metrics = f["metrics"][...] if "metrics" in f else np.zeros(0, dtype=_METRIC_DTYPE)
-        if isinstance(names, list):
-            names = ",".join(names)
-        missing = [k for k in ("compute_kinds", "communication_kinds", "dp_rank", "pp_rank", "tp_rank")
-                   if k not in self.meta]
-        if not names or missing:
-            raise TraceFormatError(f"no {', '.join(missing or ['kind_names'])} in the trace "
-                                   "(written by an older gpt2-kokkos?)")
-        self.kind_names = names.split(",")
-        self.compute_kinds = tuple(k for k in str(self.meta["compute_kinds"]).split(",") if k)
-        self.comm_kinds = tuple(k for k in str(self.meta["communication_kinds"]).split(",") if k)
-        self.coords = {r: (int(d), int(p), int(t)) for r, (d, p, t) in enumerate(
-            zip(as_list(self.meta["dp_rank"]), as_list(self.meta["pp_rank"]), as_list(self.meta["tp_rank"])))}
+        self._read_kinds(names)
+        missing = [k for k in ("dp_rank", "pp_rank", "tp_rank") if k not in self.meta]
+        if missing:
+            raise TraceFormatError(f"no /meta attribute {', '.join(missing)} (written by an older gpt2-kokkos?)")
+        dp_rank, pp_rank, tp_rank = (as_list(self.meta[k]) for k in ("dp_rank", "pp_rank", "tp_rank"))
+        cp_rank = as_list(self.meta.get("cp_rank", [0] * len(dp_rank)))
+        # (dp_rank, pp_rank, tp_rank, cp_rank) of each rank.
+        self.coords = {r: (int(d), int(p), int(t), int(c))
+                       for r, (d, p, t, c) in enumerate(zip(dp_rank, pp_rank, tp_rank, cp_rank))}
         # Enclosing events first when two start together: sort by rank, start, then longest first.
         order = np.lexsort((-events["end"], events["start"], events["rank"]))
         self.events = events[order]
         self.metrics = self.metrics[np.argsort(self.metrics["step"], kind="stable")]
         self._windows = None
+        self._has_chunks = None
+
+    def _read_kinds(self, names):
+        """The event kinds as the file describes them: names (by code), classes, display, colours."""
+        need = ("event_kinds", "compute_kinds", "communication_kinds", "dp_collective_kinds", "kind_display",
+                "kind_colours")
+        missing = [k for k in need if k not in self.meta]
+        lacks = ([f"/meta attribute{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] if missing else []) \
+            + (["/events attribute kind_names"] if names is None else [])
+        if lacks:
+            raise TraceFormatError(f"no {' and '.join(lacks)} (a trace written by an older gpt2-kokkos, "
+                                   "before traces described their event kinds?)")
+        split = lambda key: [k for k in str(self.meta[key]).split(",") if k]  # noqa: E731
+        self.kind_names = ",".join(names).split(",") if isinstance(names, list) else str(names).split(",")
+        kinds, display, colours = split("event_kinds"), split("kind_display"), split("kind_colours")
+        if kinds != self.kind_names:
+            raise TraceFormatError("/meta event_kinds and /events kind_names differ")
+        if len(display) != len(kinds) or len(colours) != len(kinds):
+            raise TraceFormatError(f"/meta kind_display ({len(display)} entries) and kind_colours "
+                                   f"({len(colours)}) do not match event_kinds ({len(kinds)})")
+        self._display = dict(zip(kinds, display))
+        self._colour = dict(zip(kinds, colours))
+        self.compute_kinds = tuple(split("compute_kinds"))
+        self.communication_kinds = tuple(split("communication_kinds"))
+        self.dp_collective_kinds = tuple(split("dp_collective_kinds"))
+
+    # --- event kinds (all from the file) ----------------------------------------------------
+    @property
+    def comm_kinds(self):
+        """The trace's communication_kinds (older name)."""
+        return self.communication_kinds
+
+    def kind_display(self, kind):
+        """How a timeline draws the kind: "row" (in the rank's row), "lane" (a thin lane under the
+        row: work issued inside a compute), "step" (a whole optimizer step), "unit" (a model unit
+        inside a pass, trace.units), "detail" (left off the Gantt chart); "" for an unknown kind."""
+        return self._display.get(kind, "")
+
+    def kind_colour(self, kind):
+        """The kind's colour, "#RRGGBB", the same in every plot (black for an unknown kind)."""
+        return self._colour.get(kind, "#000000")
+
+    def kinds_with_display(self, display):
+        """The kinds drawn as `display` says (see kind_display), in code order."""
+        return tuple(k for k in self.kind_names if self._display.get(k) == display)
+
+    def kind_class(self, kind):
+        """"compute", "communication" or "other"."""
+        if kind in self.compute_kinds:
+            return "compute"
+        return "communication" if kind in self.communication_kinds else "other"
+
+    @property
+    def has_chunks(self):
+        """Whether any event ran on a pipeline chunk other than 0 (interleaved, zb-v, ...)."""
+        if self._has_chunks is None:
+            self._has_chunks = "chunk" in (self.events.dtype.names or ()) and bool(np.any(self.events["chunk"] > 0))
+        return self._has_chunks
+
+    def pass_label(self, kind, microbatch, chunk=0):
+        """Short name of a compute event, e.g. 'F3' for microbatch 3's forward: the initial of the
+        kind name's last word (F for forward, B for backward, W for the weight pass) and the
+        microbatch, then '.c' on the rank's pipeline chunk c > 0 ('F3.1': chunk 1; 'F3': chunk 0).
+        "" for other kinds and events of no microbatch."""
+        if kind not in self.compute_kinds or microbatch < 0:
+            return ""
+        text = f"{kind.rsplit('_', 1)[-1][:1].upper()}{microbatch}"
+        return f"{text}.{chunk}" if chunk > 0 else text
 
     # --- meta -------------------------------------------------------------------------------
     def _int(self, key, default):
@@ -101,6 +158,10 @@ class Trace:
     @property
     def pp(self):
         return self._int("pp", 1)
+
+    @property
+    def cp(self):
+        return self._int("cp", 1)
 
     @property
     def tp(self):
@@ -129,7 +190,8 @@ class Trace:
     @property
     def label(self):
         """Short run description from /meta, e.g. 'pp2 (dp1 x pp2, m4, 1f1b)'."""
-        grid = f"dp{self.dp} x pp{self.pp}" + (f" x tp{self.tp}" if self.tp > 1 else "")
+        grid = (f"dp{self.dp} x pp{self.pp}" + (f" x cp{self.cp}" if self.cp > 1 else "")
+                + (f" x tp{self.tp}" if self.tp > 1 else ""))
         if self.zero:
             grid += f", zero {self.zero}"
         parts = [grid, f"m{self.microbatches}"]
@@ -138,14 +200,15 @@ class Trace:
         return f"{self.name} ({', '.join(parts)})"
 
     def rank_name(self, rank):
-        d, p, t = self.coords.get(rank, (-1, -1, -1))
-        return f"rank {rank} (dp {d}, stage {p}" + (f", tp {t})" if self.tp > 1 else ")")
+        d, p, t, c = self.coords.get(rank, (-1, -1, -1, -1))
+        return (f"rank {rank} (dp {d}, stage {p}" + (f", cp {c}" if self.cp > 1 else "")
+                + (f", tp {t})" if self.tp > 1 else ")"))
 
     def pipelines(self):
-        """The ranks of each pipeline (sharing dp_rank and tp_rank), each list by stage."""
+        """The ranks of each pipeline (sharing dp_rank, cp_rank and tp_rank), each list by stage."""
         groups = {}
-        for r, (d, p, t) in sorted(self.coords.items(), key=lambda x: (x[1][0], x[1][2], x[1][1])):
-            groups.setdefault((d, t), []).append(r)
+        for r, (d, p, t, c) in sorted(self.coords.items(), key=lambda x: (x[1][0], x[1][3], x[1][2], x[1][1])):
+            groups.setdefault((d, c, t), []).append(r)
         return list(groups.values())
 
     # --- events -----------------------------------------------------------------------------
@@ -308,21 +371,18 @@ def comm_by_kind(trace, skip=1):
     return out
 
 
-# The data-parallel collectives over the gradients and parameters; trace bytes are their data volume
-# as the ZeRO paper counts it (all-reduce twice the buffer, reduce-scatter and all-gather once).
-DP_COLLECTIVE_KINDS = ("allreduce_issue", "reduce_scatter_issue", "all_gather_issue")
-
-
 def dp_volume(trace, skip=1):
     """Per rank: data-parallel communication volume per step in units of its stage's parameter bytes
     (Psi): 2 for data parallelism and ZeRO-1, 1 + m for ZeRO-2, about 3m for ZeRO-3 (m microbatches).
+    The collectives are the trace's dp_collective_kinds, whose bytes are their data volume as the
+    ZeRO paper counts it (all-reduce twice the buffer, reduce-scatter and all-gather once).
     Returns {rank: volume}; nan where the trace lacks stage_param_bytes."""
     steps = set(trace.train_steps(skip))
     owner = trace.containing_step()
     psi = as_list(trace.meta.get("stage_param_bytes", []))
     out = {}
     for r in trace.ranks():
-        ev = trace.events[trace.mask([k for k in DP_COLLECTIVE_KINDS if k in trace.kind_names], rank=r)
+        ev = trace.events[trace.mask(trace.dp_collective_kinds, rank=r)
                           & np.isin(owner, list(steps))]
         nsteps = max(1, len(steps))
         out[r] = float(np.sum(ev["bytes"])) / nsteps / psi[r] if r < len(psi) and psi[r] else float("nan")
@@ -368,7 +428,8 @@ def measured_bubble(trace, step):
       bubble = 1 - sum over stages s of (compute time of s in the step) / (pp * (t1 - t0)),
     compute being the trace's compute_kinds. Everything else inside the window (send/recv waits,
     data loading, idle gaps) counts as bubble.
-    Returns (mean over pipelines, [bubble, ...]); nan when the step has no forward/backward events.
+    Returns (mean over pipelines, [bubble, ...]); nan when no pipeline ran both a forward and a
+    backward in it.
     """
     fwd, bwd = trace.code("forward"), trace.code("backward")
     ev = trace.events[trace.mask(trace.compute_kinds, step=step)]

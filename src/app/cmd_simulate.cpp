@@ -55,7 +55,7 @@ int measure_comm() {
     if (env.rank() == 0) std::fprintf(stderr, "error: --measure-comm: run it on 2 or more ranks (mpiexec -n 2 gpt2 simulate --measure-comm)\n");
     return 2;
   }
-  Topology topo(MPI_COMM_WORLD, GridShape{env.size(), 1, 1});
+  Topology topo(MPI_COMM_WORLD, GridShape{env.size(), 1, 1, 1});
   CommGroups groups(topo, "auto", env.local_size());
   Communicator& c = *groups.dp;
   const int n = c.size(), me = c.rank(), reps = 25;
@@ -233,13 +233,8 @@ Run add_simulate(CLI::App& app) {
       cal = std::make_unique<Calibration>(Calibration::load(a->calibrate));
       cal->require_shape(cfg.model, cfg.data.seq_len, a->config);
     }
-    Workload w{cfg.model, cfg.data.seq_len, cfg.train.batch_size};
-    Layout l;
-    l.dp = cfg.parallel.dp, l.tp = cfg.parallel.tp, l.pp = cfg.parallel.pp, l.zero = cfg.parallel.zero;
-    l.microbatches = cfg.parallel.microbatches, l.schedule = cfg.parallel.schedule;
-    l.virtual_stages = cfg.parallel.virtual_stages;
-    l.sequence_parallel = cfg.parallel.sequence_parallel && l.tp > 1;
-    l.stage_layers = cfg.parallel.stage_layers, l.bucket_mb = cfg.parallel.bucket_mb;
+    const Workload w = cfg.workload();
+    Layout l = cfg.layout();
     l.precision = a->precision;
     if (!hw.supports(l.precision)) fail_input("--precision", hw.file, " gives no peak for ", l.precision);
     const CostModel cm(w, hw, cal.get());

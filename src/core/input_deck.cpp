@@ -194,7 +194,7 @@ toml::table resolve_base(toml::table deck, const std::string& source, std::vecto
 }
 }  // namespace
 
-void InputDeck::bind(const std::vector<DeckField>& fields) const {
+void InputDeck::bind(const std::vector<DeckField>& fields, bool ignore_unknown) const {
   toml::table root = resolve_base(parse(text_, source_), source_);
   for (const std::string& a : overrides_) {
     const size_t eq = a.find('=');
@@ -210,7 +210,10 @@ void InputDeck::bind(const std::vector<DeckField>& fields) const {
       const toml::node& v = kv.second;
       const std::string key = section + "." + std::string(kv.first.str());
       auto it = by_key.find(key);
-      if (it == by_key.end()) fail_input(key, "unknown configuration key", suggestion(key, fields));
+      if (it == by_key.end()) {
+        if (ignore_unknown) continue;
+        fail_input(key, "unknown configuration key", suggestion(key, fields));
+      }
       std::visit(
           [&](auto* dst) {
             using D = std::remove_pointer_t<decltype(dst)>;

@@ -34,7 +34,9 @@ class InputDeck {
 
   // Writes every present key into its field; unknown keys, non-table sections and wrong types throw
   // InputError naming the key (with a suggestion for near misses). Absent keys keep their defaults.
-  void bind(const std::vector<DeckField>& fields) const;
+  // ignore_unknown: take only the listed keys (a reader of a few keys of a deck this program
+  // wrote, e.g. a trace's /meta config).
+  void bind(const std::vector<DeckField>& fields, bool ignore_unknown = false) const;
 
   const std::string& source() const { return source_; }
 

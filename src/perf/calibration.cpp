@@ -1,7 +1,5 @@
 #include "perf/calibration.hpp"
 
-#include <hdf5.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -10,6 +8,8 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/input_deck.hpp"
+#include "trace/hdf5_trace.hpp"
 #include "parallel/stage_partition.hpp"
 
 namespace gpt2 {
@@ -34,94 +34,6 @@ double typical(const std::vector<double>& v) {
   return n ? sum / n : med;
 }
 
-// The trace file, closed on every path out.
-class File {
- public:
-  explicit File(const std::string& path) : path_(path) {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // we report errors ourselves, once
-    if (!std::ifstream(path).good()) fail_input(path, "cannot open the calibration trace (expected an HDF5 trace written by gpt2 train)");
-    if (H5Fis_hdf5(path.c_str()) <= 0) fail_input(path, "not an HDF5 file (expected a trace written by gpt2 train with trace.file)");
-    id_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (id_ < 0) fail_input(path, "cannot open the HDF5 trace");
-    meta_ = H5Oexists_by_name(id_, "meta", H5P_DEFAULT) > 0 ? H5Gopen2(id_, "meta", H5P_DEFAULT) : -1;
-    events_ = H5Lexists(id_, "events", H5P_DEFAULT) > 0 ? H5Dopen2(id_, "events", H5P_DEFAULT) : -1;
-    if (meta_ < 0 || events_ < 0) fail_input(path, "no /meta and /events (not a gpt2-kokkos trace)");
-  }
-  ~File() {
-    if (events_ >= 0) H5Dclose(events_);
-    if (meta_ >= 0) H5Gclose(meta_);
-    if (id_ >= 0) H5Fclose(id_);
-  }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-
-  bool has(hid_t obj, const char* name) const { return H5Aexists(obj, name) > 0; }
-  // A numeric attribute (scalar or per-rank array) as doubles.
-  std::vector<double> numbers(hid_t obj, const char* name) const {
-    if (!has(obj, name)) fail_input(path_, "the trace lacks the attribute ", name, " (written by an older gpt2-kokkos?)");
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t s = H5Aget_space(a);
-    const hssize_t n = H5Sget_simple_extent_npoints(s);
-    std::vector<double> v(size_t(std::max<hssize_t>(n, 0)));
-    const herr_t r = v.empty() ? 0 : H5Aread(a, H5T_NATIVE_DOUBLE, v.data());
-    H5Sclose(s), H5Aclose(a);
-    if (r < 0) fail_input(path_, "cannot read the attribute ", name, " as numbers");
-    return v;
-  }
-  double number(hid_t obj, const char* name) const {
-    const auto v = numbers(obj, name);
-    if (v.empty()) fail_input(path_, "the attribute ", name, " is empty");
-    return v[0];
-  }
-  std::string text(hid_t obj, const char* name) const {
-    if (!has(obj, name)) return "";
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t t = H5Aget_type(a);
-    std::string out;
-    if (H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t)) {
-      out.resize(H5Tget_size(t));
-      if (H5Aread(a, t, out.data()) < 0) out.clear();
-      out = out.c_str();  // up to the terminator
-    }
-    H5Tclose(t), H5Aclose(a);
-    return out;
-  }
-  hid_t meta() const { return meta_; }
-  hid_t events() const { return events_; }
-
- private:
-  std::string path_;
-  hid_t id_ = -1, meta_ = -1, events_ = -1;
-};
-
-struct Ev {
-  int32_t rank, kind, step, microbatch;
-  double start, end;
-  int32_t unit;
-};
-
-std::vector<Ev> read_events(const File& f, const std::string& path) {
-  hid_t ft = H5Dget_type(f.events());
-  const bool has_unit = H5Tget_member_index(ft, "unit") >= 0;
-  H5Tclose(ft);
-  hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(Ev));
-  H5Tinsert(mt, "rank", HOFFSET(Ev, rank), H5T_NATIVE_INT32);
-  H5Tinsert(mt, "kind", HOFFSET(Ev, kind), H5T_NATIVE_INT32);
-  H5Tinsert(mt, "step", HOFFSET(Ev, step), H5T_NATIVE_INT32);
-  H5Tinsert(mt, "microbatch", HOFFSET(Ev, microbatch), H5T_NATIVE_INT32);
-  H5Tinsert(mt, "start", HOFFSET(Ev, start), H5T_NATIVE_DOUBLE);
-  H5Tinsert(mt, "end", HOFFSET(Ev, end), H5T_NATIVE_DOUBLE);
-  if (has_unit) H5Tinsert(mt, "unit", HOFFSET(Ev, unit), H5T_NATIVE_INT32);
-  hid_t s = H5Dget_space(f.events());
-  const hssize_t n = H5Sget_simple_extent_npoints(s);
-  H5Sclose(s);
-  std::vector<Ev> ev(size_t(std::max<hssize_t>(n, 0)), Ev{0, 0, 0, 0, 0, 0, -1});
-  const herr_t r = ev.empty() ? 0 : H5Dread(f.events(), mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, ev.data());
-  H5Tclose(mt);
-  if (r < 0) fail_input(path, "cannot read /events");
-  return ev;
-}
-
 // Total length of the union of intervals.
 double covered(std::vector<std::pair<double, double>> iv) {
   std::sort(iv.begin(), iv.end());
@@ -138,69 +50,59 @@ double covered(std::vector<std::pair<double, double>> iv) {
   return total;
 }
 
-// sequence_parallel from the run's configuration text (a TOML line in [parallel]).
-bool sequence_parallel_in(const std::string& toml) {
-  std::istringstream in(toml);
-  std::string line, section;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line[0] == '[') section = line;
-    if (section == "[parallel]" && line.rfind("sequence_parallel", 0) == 0) return line.find("true") != std::string::npos;
-  }
-  return false;
+// parallel.sequence_parallel of the run's deck (/meta config), read by the deck reader.
+bool sequence_parallel_in(const std::string& toml, const std::string& path) {
+  bool sp = false;
+  InputDeck::from_string(toml, path + " (/meta config)")
+      .bind({{"parallel.sequence_parallel", &sp, ""}}, /*ignore_unknown=*/true);
+  return sp;
 }
 
 }  // namespace
 
 Calibration Calibration::load(const std::string& path) {
-  File f(path);
+  const TraceReader f(path);
   Calibration c;
   c.path = path;
-  const hid_t m = f.meta();
-  c.model.n_layer = int(f.number(m, "n_layer"));
-  c.model.n_head = int(f.number(m, "n_head"));
-  c.model.n_embd = int(f.number(m, "n_embd"));
-  c.model.vocab_size = int(f.number(m, "vocab_size"));
-  c.seq_len = int(f.number(m, "seq_len"));
+  c.model.n_layer = int(f.number("n_layer"));
+  c.model.n_head = int(f.number("n_head"));
+  c.model.n_embd = int(f.number("n_embd"));
+  c.model.vocab_size = int(f.number("vocab_size"));
+  c.seq_len = int(f.number("seq_len"));
   c.model.block_size = c.seq_len;
-  const int dp = int(f.number(m, "dp")), pp = int(f.number(m, "pp")), mbs = int(f.number(m, "microbatches"));
-  c.tp = int(f.number(m, "tp"));
-  const int64_t batch = int64_t(f.number(m, "batch_size"));
+  const int dp = int(f.number("dp")), pp = int(f.number("pp")), mbs = int(f.number("microbatches"));
+  c.tp = int(f.number("tp"));
+  const int64_t batch = int64_t(f.number("batch_size"));
   if (dp < 1 || pp < 1 || c.tp < 1 || mbs < 1 || batch % (int64_t(dp) * mbs) != 0 || c.seq_len < 1 || c.model.n_layer < 1)
     fail_input(path, "inconsistent /meta (dp, pp, tp, microbatches, batch_size, seq_len)");
   c.microbatch = int(batch / dp / mbs);
-  c.blas_threads = int(f.number(m, "blas_threads"));
-  c.execution_space = f.text(m, "execution_space");
-  c.device = f.text(m, "device");
-  c.sequence_parallel = c.tp > 1 && sequence_parallel_in(f.text(m, "config"));
-  const std::vector<double> stage_bytes = f.numbers(m, "stage_param_bytes");
-  const std::vector<double> opt_bytes = f.numbers(m, "optimizer_bytes");
-  const std::vector<double> pp_rank = f.numbers(m, "pp_rank");
-  const std::vector<double> layers_attr = f.numbers(m, "stage_layers");
+  c.blas_threads = int(f.number("blas_threads"));
+  c.execution_space = f.text("execution_space");
+  c.device = f.text("device");
+  c.sequence_parallel = c.tp > 1 && sequence_parallel_in(f.text("config"), path);
+  const std::vector<double> stage_bytes = f.numbers("stage_param_bytes");
+  const std::vector<double> opt_bytes = f.numbers("optimizer_bytes");
+  const std::vector<double> pp_rank = f.numbers("pp_rank");
+  const std::vector<double> layers_attr = f.numbers("stage_layers");
 
-  std::vector<std::string> kinds;
-  {
-    std::istringstream names(f.text(f.events(), "kind_names"));
-    for (std::string k; std::getline(names, k, ',');) kinds.push_back(k);
-  }
-  auto code = [&](const char* name) {
-    const auto it = std::find(kinds.begin(), kinds.end(), name);
-    return it == kinds.end() ? -1 : int(it - kinds.begin());
-  };
-  const int k_fwd = code("forward"), k_bwd = code("backward"), k_opt = code("optimizer"), k_data = code("data"),
-            k_step = code("step"), k_uf = code("unit_forward"), k_ub = code("unit_backward"), k_eval = code("eval"),
-            k_ckpt = code("checkpoint"), k_w = code("backward_weight"), k_uw = code("unit_backward_weight");
+  const int k_fwd = f.kind_code(EventKind::forward), k_bwd = f.kind_code(EventKind::backward),
+            k_opt = f.kind_code(EventKind::optimizer), k_data = f.kind_code(EventKind::data),
+            k_step = f.kind_code(EventKind::step), k_uf = f.kind_code(EventKind::unit_forward),
+            k_ub = f.kind_code(EventKind::unit_backward), k_eval = f.kind_code(EventKind::eval),
+            k_ckpt = f.kind_code(EventKind::checkpoint), k_w = f.kind_code(EventKind::backward_weight),
+            k_uw = f.kind_code(EventKind::unit_backward_weight);
   if (k_fwd < 0 || k_bwd < 0 || k_step < 0) fail_input(path, "the trace names no forward, backward and step events");
 
-  const std::vector<Ev> ev = read_events(f, path);
+  const std::vector<TraceEvent> ev = f.events();
   // Steps after the first (warm-up), as traced.
   std::set<int> steps;
-  for (const Ev& e : ev)
+  for (const TraceEvent& e : ev)
     if (e.kind == k_step) steps.insert(e.step);
   if (steps.size() < 2)
     fail_input(path, "calibration needs a trace of at least 2 training steps (the first is warm-up), got ", steps.size());
   steps.erase(steps.begin());
   c.steps_used = int(steps.size());
-  auto used = [&](const Ev& e) { return steps.count(e.step) > 0; };
+  auto used = [&](const TraceEvent& e) { return steps.count(e.step) > 0; };
 
   const int L = c.model.n_layer, head_unit = L + 1;
   // A split backward (zero-bubble schedules) is an input pass B (backward, unit_backward) and a weight
@@ -208,7 +110,7 @@ Calibration Calibration::load(const std::string& path) {
   std::vector<double> uf[3], ub[3], uw[3], data, opt_per_param, other_per_param;
   auto kind_of_unit = [&](int u) { return u == 0 ? 0 : u == head_unit ? 2 : 1; };
   std::map<int, std::vector<double>> fwd_by_rank, bwd_by_rank, w_by_rank;
-  for (const Ev& e : ev) {
+  for (const TraceEvent& e : ev) {
     if (!used(e)) continue;
     const double d = e.end - e.start;
     if (e.kind == k_uf && e.unit >= 0 && e.unit <= head_unit) uf[kind_of_unit(e.unit)].push_back(d);
@@ -260,7 +162,7 @@ Calibration Calibration::load(const std::string& path) {
   // parameter), and what lies outside every event (zeroing, the norm) per local parameter.
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> inside;
   std::map<std::pair<int, int>, std::pair<double, double>> window;
-  for (const Ev& e : ev) {
+  for (const TraceEvent& e : ev) {
     if (!used(e) || e.kind == k_uf || e.kind == k_ub || e.kind == k_uw || e.kind == k_eval || e.kind == k_ckpt) continue;
     if (e.kind == k_step) window[{e.rank, e.step}] = {e.start, e.end};
     else inside[{e.rank, e.step}].push_back({e.start, e.end});

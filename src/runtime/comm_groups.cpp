@@ -13,10 +13,14 @@ CommGroups::CommGroups(const Topology& topo, const std::string& choice, int loca
     return with.make(c);
   };
   world = group(topo.world_comm(), CommRegistry::get("mpi", "parallel.comm"));
-  dp = group(topo.dp_comm(), b);
-  pipe = group(topo.pipe_comm(), b);
-  tp = group(topo.tp_comm(), b);
+  for (Axis a : kAxes) slot(a) = group(topo.along(a), b);
   tied = group(topo.tied_comm(), b);
 }
+
+std::unique_ptr<Communicator>& CommGroups::slot(Axis a) {
+  return a == Axis::dp ? dp : a == Axis::pp ? pipe : a == Axis::cp ? cp : tp;
+}
+
+Communicator& CommGroups::along(Axis a) const { return *const_cast<CommGroups*>(this)->slot(a); }
 
 }  // namespace gpt2

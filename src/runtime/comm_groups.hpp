@@ -17,7 +17,11 @@ struct CommGroups {
 
   std::string backend;   // the data-plane backend the choice resolved to
   double bucket_mb = 1;  // its default gradient bucket size (MiB)
-  std::unique_ptr<Communicator> world, dp, pipe, tp, tied;
+  std::unique_ptr<Communicator> world, dp, pipe, cp, tp, tied;  // pipe: the group along pp
+  Communicator& along(Axis a) const;  // the group along an axis
+
+ private:
+  std::unique_ptr<Communicator>& slot(Axis a);
 };
 
 }  // namespace gpt2

@@ -9,7 +9,7 @@
 
 #include "model/param_layout.hpp"
 #include "runtime/registry.hpp"
-#include "tensor/adamw.hpp"
+#include "tensor/adamw_update.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {

@@ -13,17 +13,11 @@
 #include "core/error.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/communicator.hpp"
+#include "trace/hdf5_event.hpp"
 
 namespace gpt2 {
 
 namespace {
-
-struct EventRecord {
-  int32_t rank, kind, step, microbatch, stage;
-  double start, end;
-  int64_t bytes;
-  int32_t chunk, unit;
-};
 
 void check(herr_t r, const char* what, const std::string& path) {
   if (r < 0) fail_input(path, "HDF5 ", what, " failed");
@@ -67,13 +61,18 @@ void attr_per_rank(hid_t obj, const char* name, T mine, Communicator& comm) {
   H5Aclose(a), H5Sclose(s);
 }
 
-// Comma-separated names of the event kinds of one class (all of them for cls = nullptr).
-std::string kind_list(const EventClass* cls) {
-  std::string names;
+// Comma-separated: of each event kind that `keep` keeps, what `field` says (its name by default).
+template <class Keep, class Field>
+std::string kind_list(const Keep& keep, const Field& field) {
+  std::string out;
   for (int k = 0; k < int(EventKind::count_); ++k)
-    if (!cls || event_class(EventKind(k)) == *cls) names += (names.empty() ? "" : ",") + std::string(event_name(EventKind(k)));
-  return names;
+    if (keep(EventKind(k))) out += (out.empty() ? "" : ",") + std::string(field(EventKind(k)));
+  return out;
 }
+std::string kind_names(bool (*keep)(EventKind)) { return kind_list(keep, event_name); }
+bool any_kind(EventKind) { return true; }
+bool compute_kind(EventKind k) { return event_class(k) == EventClass::compute; }
+bool communication_kind(EventKind k) { return event_class(k) == EventClass::communication; }
 
 }  // namespace
 
@@ -105,9 +104,7 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_string(g, "slurm_job_id", job ? job : "");
   attr_string(g, "slurm_nodes", nodes ? nodes : "");
   attr_int(g, "world_size", meta.world_size);
-  attr_int(g, "dp", meta.dp);
-  attr_int(g, "pp", meta.pp);
-  attr_int(g, "tp", meta.tp);
+  for (Axis a : kAxes) attr_int(g, axis_name(a), meta.grid[a]);
   attr_int(g, "zero", meta.zero);
   attr_int(g, "microbatches", meta.microbatches);
   attr_int(g, "virtual_stages", meta.virtual_stages);
@@ -127,13 +124,13 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   attr_int(g, "train_tokens", meta.train_tokens);
   std::vector<int64_t> layers(meta.stage_layers.begin(), meta.stage_layers.end());
   attr_ints(g, "stage_layers", layers);
-  const EventClass compute = EventClass::compute, communication = EventClass::communication;
-  attr_string(g, "event_kinds", kind_list(nullptr));
-  attr_string(g, "compute_kinds", kind_list(&compute));
-  attr_string(g, "communication_kinds", kind_list(&communication));
-  attr_per_rank<int64_t>(g, "dp_rank", meta.dp_rank, comm);
-  attr_per_rank<int64_t>(g, "pp_rank", meta.pp_rank, comm);
-  attr_per_rank<int64_t>(g, "tp_rank", meta.tp_rank, comm);
+  attr_string(g, "event_kinds", kind_names(any_kind));
+  attr_string(g, "compute_kinds", kind_names(compute_kind));
+  attr_string(g, "communication_kinds", kind_names(communication_kind));
+  attr_string(g, "dp_collective_kinds", kind_names(is_dp_collective));
+  attr_string(g, "kind_display", kind_list(any_kind, event_display));
+  attr_string(g, "kind_colours", kind_list(any_kind, event_colour));
+  for (Axis a : kAxes) attr_per_rank<int64_t>(g, (std::string(axis_name(a)) + "_rank").c_str(), meta.coords[a], comm);
   attr_per_rank(g, "clock_error", tracer.clock_error(), comm);
   attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
   attr_per_rank(g, "grad_bytes", meta.grad_bytes, comm);
@@ -147,27 +144,17 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
 
   // /events: every rank's events at its offset.
   const auto& ev = tracer.events();
-  std::vector<EventRecord> mine(ev.size());
+  std::vector<TraceEvent> mine(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
     mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end, ev[i].bytes,
                ev[i].chunk, ev[i].unit};
   // Recorded when they end (enclosing events after their contents): store them by start.
-  std::stable_sort(mine.begin(), mine.end(), [](const EventRecord& a, const EventRecord& b) { return a.start < b.start; });
+  std::stable_sort(mine.begin(), mine.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
   const int64_t count = int64_t(mine.size()), all_dropped = comm.host_sum(tracer.dropped());
   const std::vector<int64_t> counts = comm.host_gather_all(count);
   int64_t offset = 0, total = 0;
   for (int r = 0; r < int(counts.size()); ++r) offset += r < rank ? counts[size_t(r)] : 0, total += counts[size_t(r)];
-  hid_t et = H5Tcreate(H5T_COMPOUND, sizeof(EventRecord));
-  H5Tinsert(et, "rank", HOFFSET(EventRecord, rank), H5T_NATIVE_INT32);
-  H5Tinsert(et, "kind", HOFFSET(EventRecord, kind), H5T_NATIVE_INT32);
-  H5Tinsert(et, "step", HOFFSET(EventRecord, step), H5T_NATIVE_INT32);
-  H5Tinsert(et, "microbatch", HOFFSET(EventRecord, microbatch), H5T_NATIVE_INT32);
-  H5Tinsert(et, "stage", HOFFSET(EventRecord, stage), H5T_NATIVE_INT32);
-  H5Tinsert(et, "start", HOFFSET(EventRecord, start), H5T_NATIVE_DOUBLE);
-  H5Tinsert(et, "end", HOFFSET(EventRecord, end), H5T_NATIVE_DOUBLE);
-  H5Tinsert(et, "bytes", HOFFSET(EventRecord, bytes), H5T_NATIVE_INT64);
-  H5Tinsert(et, "chunk", HOFFSET(EventRecord, chunk), H5T_NATIVE_INT32);
-  H5Tinsert(et, "unit", HOFFSET(EventRecord, unit), H5T_NATIVE_INT32);
+  hid_t et = trace_event_type();
   hsize_t dims = hsize_t(total);
   hid_t fs = H5Screate_simple(1, &dims, nullptr);
   hid_t ds = H5Dcreate2(file, "events", et, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -176,10 +163,10 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   else H5Sselect_none(fs);
   hid_t ms = H5Screate_simple(1, &n, nullptr);
   if (!n) H5Sselect_none(ms);
-  EventRecord dummy_event{};  // HDF5 wants a buffer even for an empty selection
+  TraceEvent dummy_event{};  // HDF5 wants a buffer even for an empty selection
   if (total > 0)  // (a run stopped before its first step has none: HDF5 refuses to write nothing)
     check(H5Dwrite(ds, et, ms, fs, dxpl, mine.empty() ? &dummy_event : mine.data()), "write of /events", path);
-  attr_string(ds, "kind_names", kind_list(nullptr));
+  attr_string(ds, "kind_names", kind_names(any_kind));
   attr_int(ds, "dropped", all_dropped);
   attr_string(ds, "time_unit", "seconds on a clock shared by all ranks (offsets measured at start-up)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(et);

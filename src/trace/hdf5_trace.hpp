@@ -2,12 +2,14 @@
 // One HDF5 file per run, written collectively by every rank with parallel HDF5. The file describes
 // itself: readers take the event kinds, their classes and every rank's grid coordinates from it.
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
-//             world_size, dp, pp, tp, zero, microbatches, schedule, virtual_stages, bubble_theory (the
+//             world_size, dp, pp, cp, tp (the grid's axes), zero, microbatches, schedule, virtual_stages, bubble_theory (the
 //             schedule's simulated idle share with ideal stages), execution_space, device, comm,
 //             blas_threads, host_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
 //             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
-//             event_kinds, compute_kinds, communication_kinds (comma-separated names);
-//             per rank (arrays of length world_size): dp_rank, pp_rank, tp_rank, clock_error (s),
+//             event_kinds, compute_kinds, communication_kinds, dp_collective_kinds (comma-separated
+//             names); kind_display, kind_colours (comma-separated, one per event_kinds entry: how a
+//             timeline draws the kind -- row, lane, step, unit, detail -- and its colour);
+//             per rank (arrays of length world_size): dp_rank, pp_rank, cp_rank, tp_rank, clock_error (s),
 //             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
 //             parameters of the rank's stage, unsharded: the Psi of ZeRO), peak_activation_bytes,
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces),
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "model/model_config.hpp"
+#include "runtime/topology.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {
@@ -38,11 +41,11 @@ class Communicator;
 
 struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm;
-  int world_size = 1, dp = 1, pp = 1, tp = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1, host_threads = 1,
-      seq_len = 0;
+  int world_size = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1, host_threads = 1, seq_len = 0;
+  GridShape grid;    // written as one attribute per axis (dp, pp, cp, tp)
+  GridCoords coords;  // this rank's: per-rank arrays dp_rank, pp_rank, cp_rank, tp_rank
   double bubble_theory = 0;
   std::vector<int> stage_layers;
-  int dp_rank = 0, pp_rank = 0, tp_rank = 0;     // this rank's
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest
   double stage_param_bytes = 0;                                 // its stage's, unsharded
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
@@ -51,6 +54,14 @@ struct TraceMeta {
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;
   ModelConfig model;
+};
+
+// One event as /events stores it: its rank and the Event.
+struct TraceEvent {
+  int32_t rank = 0, kind = 0, step = 0, microbatch = -1, stage = 0;
+  double start = 0, end = 0;
+  int64_t bytes = 0;
+  int32_t chunk = 0, unit = -1;
 };
 
 // One optimizer step as /metrics stores it.
@@ -64,5 +75,29 @@ struct StepRecord {
 // are taken from rank 0.
 void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMeta& meta,
                       const Tracer& tracer, const std::vector<StepRecord>& metrics);
+
+// A trace file, read on one rank (gpt2 simulate's calibration, tools): /meta's attributes and the
+// events. Opening names the file in an InputError when it is not a gpt2-kokkos trace.
+class TraceReader {
+ public:
+  explicit TraceReader(const std::string& path);
+  ~TraceReader();
+  TraceReader(const TraceReader&) = delete;
+  TraceReader& operator=(const TraceReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool has(const char* name) const;                      // a /meta attribute
+  std::vector<double> numbers(const char* name) const;  // a numeric one (scalar or per rank)
+  double number(const char* name) const;
+  std::string text(const char* name) const;              // a string one ("" when absent)
+  std::vector<std::string> kind_names() const;           // the event kind codes' names, by code
+  int kind_code(EventKind k) const;                      // its code in this file (-1: none)
+  std::vector<TraceEvent> events() const;
+
+ private:
+  void close();
+  std::string path_;
+  int64_t file_ = -1, meta_ = -1, events_ = -1;  // HDF5 handles
+};
 
 }  // namespace gpt2

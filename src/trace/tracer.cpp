@@ -12,22 +12,46 @@ namespace {
 struct KindInfo {
   const char* name;
   EventClass cls;
+  const char* display;  // how timelines draw it (event_display)
+  const char* colour;
 };
 constexpr EventClass C = EventClass::compute, M = EventClass::communication, O = EventClass::other;
 // In EventKind's order.
 constexpr KindInfo kKinds[] = {
-    {"forward", C},   {"backward", C},   {"optimizer", O},  {"allreduce_issue", M}, {"allreduce_wait", M},
-    {"send", M},      {"recv", M},       {"data", O},       {"eval", O},            {"checkpoint", O},
-    {"step", O},      {"tied_sync", M},  {"send_wait", M},  {"scalar_sync", M},
-    {"reduce_scatter_issue", M}, {"reduce_scatter_wait", M}, {"all_gather_issue", M}, {"all_gather_wait", M},
-    {"tp_collective", M}, {"unit_forward", O}, {"unit_backward", O}, {"backward_weight", C},
-    {"unit_backward_weight", O},
+    {"forward", C, "row", "#4C72B0"},
+    {"backward", C, "row", "#DD8452"},
+    {"optimizer", O, "row", "#DA8BC3"},
+    {"allreduce_issue", M, "lane", "#8172B3"},
+    {"allreduce_wait", M, "row", "#937860"},
+    {"send", M, "row", "#55A868"},
+    {"recv", M, "row", "#C44E52"},
+    {"data", O, "row", "#8C8C8C"},
+    {"eval", O, "detail", "#64B5CD"},
+    {"checkpoint", O, "row", "#222222"},
+    {"step", O, "step", "#EEEEEE"},
+    {"tied_sync", M, "row", "#CCB974"},
+    {"send_wait", M, "detail", "#8DA0CB"},
+    {"scalar_sync", M, "detail", "#A6D854"},
+    {"reduce_scatter_issue", M, "lane", "#8172B3"},
+    {"reduce_scatter_wait", M, "row", "#937860"},
+    {"all_gather_issue", M, "lane", "#B07AA1"},
+    {"all_gather_wait", M, "row", "#9C755F"},
+    {"tp_collective", M, "lane", "#76B7B2"},
+    {"unit_forward", O, "unit", "#A1B9DC"},
+    {"unit_backward", O, "unit", "#EDC1A5"},
+    {"backward_weight", C, "row", "#E5AE38"},
+    {"unit_backward_weight", O, "unit", "#F2D69B"},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace
 
 const char* event_name(EventKind k) { return kKinds[int(k)].name; }
 EventClass event_class(EventKind k) { return kKinds[int(k)].cls; }
+const char* event_display(EventKind k) { return kKinds[int(k)].display; }
+const char* event_colour(EventKind k) { return kKinds[int(k)].colour; }
+bool is_dp_collective(EventKind k) {
+  return k == EventKind::allreduce_issue || k == EventKind::reduce_scatter_issue || k == EventKind::all_gather_issue;
+}
 
 void Tracer::configure(bool enabled, int64_t capacity, bool sync, int stage) {
   enabled_ = enabled;

@@ -3,8 +3,9 @@
 // all ranks share: sync_clock() measures each rank's offset to rank 0 at start-up (ping-pong, best of
 // several rounds). With sync on, device work is fenced at both ends of each event so the times cover
 // the kernels; off, events time what the host issued (cheap, and what a run without tracing does).
-// Communication events carry the bytes they move. Each kind has a name and a class (pipeline
-// compute, communication, other), which the trace file stores so that readers need no copy of them.
+// Communication events carry the bytes they move. Each kind has a name, a class (pipeline compute,
+// communication, other), a display class and a colour, which the trace file stores so that readers
+// need no copy of them.
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -28,6 +29,14 @@ enum class EventKind : int32_t {
 enum class EventClass { compute, communication, other };
 const char* event_name(EventKind k);
 EventClass event_class(EventKind k);
+// How a timeline draws it: "row" (the rank's row), "lane" (a thin lane under the row: work issued
+// inside a compute), "step" (a whole step), "unit" (trace.units: a model unit inside a pass),
+// "detail" (not drawn on the Gantt chart); and its colour (#RRGGBB), the same in every plot.
+const char* event_display(EventKind k);
+const char* event_colour(EventKind k);
+// A data-parallel collective over gradients or parameters (its bytes: the data volume as the ZeRO
+// paper counts it).
+bool is_dp_collective(EventKind k);
 
 struct Event {
   int32_t kind, step, microbatch, stage;

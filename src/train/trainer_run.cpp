@@ -17,8 +17,8 @@ void Trainer::write_trace() {
   TraceMeta meta;
   meta.config_toml = cfg_.toml();
   meta.world_size = topo_->world_size();
-  meta.dp = topo_->dp(), meta.pp = topo_->pp(), meta.tp = topo_->tp();
-  meta.dp_rank = topo_->dp_rank(), meta.pp_rank = topo_->stage(), meta.tp_rank = topo_->tp_rank();
+  meta.grid = topo_->shape();
+  meta.coords = topo_->coords();
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
   meta.virtual_stages = placement_.chunks;

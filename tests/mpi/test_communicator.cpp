@@ -161,7 +161,7 @@ TEST(Communicator, ScalarHelpersAgreeOnEveryRank) {
 TEST(CommGroups, GroupsFollowTheGridAndSingleRankGroupsAreSerial) {
   const int r = world_rank(), p = world_size();
   if (p % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
-  const GridShape shape{p / 2, 2, 1};
+  const GridShape shape{p / 2, 2, 1, 1};
   Topology topo(MPI_COMM_WORLD, shape);
   CommGroups g(topo, "mpi", 1);
   EXPECT_EQ(g.backend, "mpi");
@@ -189,17 +189,21 @@ TEST(CommGroups, GroupsFollowTheGridAndSingleRankGroupsAreSerial) {
   for (int i = 0; i < p; ++i) EXPECT_EQ(all[size_t(i)], 10 * i);
 }
 
+// Consecutive world ranks in pairs (a last odd rank alone), for the two-rank tests.
+static MPI_Comm world_pairs() {
+  MPI_Comm pair;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, 0, &pair);
+  return pair;
+}
+
 // mpi-ordered behaves as NCCL does: a send completes only once its receive is posted (plain MPI
 // completes a small one at once), and a neighbour exchange issued as one group completes on both
 // sides (issued as a receive then a send by both, it would hang: each receive queued ahead of the
 // send the other waits for).
 TEST(Communicator, OrderedSendsCompleteWhenReceivedAndGroupsExchange) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  MPI_Comm pair;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, 0, &pair);
-  int me, n;
-  MPI_Comm_rank(pair, &me);
-  MPI_Comm_size(pair, &n);
+  MPI_Comm pair = world_pairs();
+  const int me = rank_in(pair), n = size_of(pair);
   if (n == 2) {
     auto c = make_communicator("mpi-ordered", pair);
     ASSERT_TRUE(c->ordered());
@@ -235,11 +239,8 @@ TEST(Communicator, OrderedSendsCompleteWhenReceivedAndGroupsExchange) {
 // queue moved only by waits on its own communicator, rank 0's second send never starts (a hang).
 TEST(Communicator, OrderedCommunicatorsProgressWhileARankWaitsOnAnother) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  MPI_Comm pair;
-  MPI_Comm_split(MPI_COMM_WORLD, world_rank() / 2, 0, &pair);
-  int me, n;
-  MPI_Comm_rank(pair, &me);
-  MPI_Comm_size(pair, &n);
+  MPI_Comm pair = world_pairs();
+  const int me = rank_in(pair), n = size_of(pair);
   if (n == 2) {
     auto a = make_communicator("mpi-ordered", pair), b = make_communicator("mpi-ordered", pair);
     Buffer<float> x = fill<float>(16, [](size_t i) { return float(i); }), y("y", 16), z("z", 16);

@@ -13,7 +13,7 @@ ALLOWED = {
     "train": {"pipeline", "parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
     "pipeline": {"runtime", "trace", "model", "tensor", "core"},
     "parallel": {"runtime", "trace", "model", "tensor", "core"},
-    "perf": {"pipeline", "parallel", "runtime", "model", "core"},
+    "perf": {"pipeline", "parallel", "runtime", "trace", "model", "core"},
     "trace": {"runtime", "model", "core"},
     "runtime": {"model", "tensor", "core"},
     "model": {"tensor", "core"},
