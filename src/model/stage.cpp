@@ -65,6 +65,14 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
     lse_ = uninitialized<T>("lse", N);
     if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
   }
+  size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0);
+  for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
+                             &logits_, &lse_, &ce_})
+    scratch += b->extent(0);
+  const ActivationSizes sizes = activation_sizes(activation_shape(max_batch, false));
+  if (scratch != sizes.scratch || scratch16 != sizes.scratch16)
+    fail("Stage: its scratch takes ", scratch, " + ", scratch16, " values, the size table says ", sizes.scratch, " + ",
+         sizes.scratch16, " (model/activation_sizes)");
 }
 
 template <class T>
@@ -87,27 +95,32 @@ void Stage<T>::zero_grads() {
 }
 
 template <class T>
+ActivationShape Stage<T>::activation_shape(int B, bool split) const {
+  const ModelConfig& c = config();
+  ActivationShape s;
+  s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = tp_->size();
+  s.blocks = end_ - first_;
+  s.first = has_embedding(), s.last = has_head();
+  s.sequence_parallel = sp_, s.split = split, s.mixed = lin_.mixed();
+  s.local_vocab = layout_.local_vocab();
+  return s;
+}
+
+template <class T>
 Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const ModelConfig& c = config();
   const size_t tp = size_t(tp_->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
   const size_t att = size_t(B) * c.n_head / tp * T_ * T_;
   const int nblocks = end_ - first_;
-  auto pad = [](size_t n) { return (n + 63) / 64 * 64; };  // keep every slice 256-byte aligned
-  // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
-  // region's (qkv, att, atty, fch) have all N rows and 1/tp of the columns. The GEMMs' inputs (ln1,
-  // atty, ln2, fch_gelu) go to the 16-bit allocation under mixed precision.
-  const size_t gemm_inputs = pad(R * C) * 2 + pad(N * C / tp) + pad(N * 4 * C / tp);
   const bool mixed = lin_.mixed();
-  const size_t per_block = pad(R * C) * 2 + pad(N * 3 * C / tp) + pad(att) + pad(N * 4 * C / tp) + pad(R) * 4 +
-                           (mixed ? 0 : gemm_inputs) +
-                           (split ? pad(R * C) * 4 + pad(N * 4 * C / tp) + pad(N * 3 * C / tp) : 0);
-  const size_t head = has_head() ? pad(R) * 2 + pad(R * C) : 0;
-  const size_t embed = split && has_embedding() ? pad(R * C) : 0;
+  const size_t embed = split && has_embedding() ? 1 : 0;
+  const ActivationSizes sizes = activation_sizes(activation_shape(B, split));
+  auto pad = pad_values;
   Activations<T> a;
   a.B = B;
   a.seq_len = T_;
-  a.mem = uninitialized<T>("activations", pad(R * C) + nblocks * per_block + head + embed);
-  if (mixed) a.mem16 = uninitialized<uint16_t>("activations16", nblocks * gemm_inputs);
+  a.mem = uninitialized<T>("activations", sizes.values);
+  if (mixed) a.mem16 = uninitialized<uint16_t>("activations16", sizes.values16);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   size_t off = 0;
@@ -152,6 +165,9 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
     a.dlnf = m(R, C);
   }
   if (embed) a.dembed = m(R, C);
+  if (off != sizes.values || off16 != sizes.values16)
+    fail("Stage::make_activations: the slices take ", off, " + ", off16, " values, the size table says ", sizes.values,
+         " + ", sizes.values16, " (model/activation_sizes)");
   return a;
 }
 

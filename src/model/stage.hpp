@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/activation_sizes.hpp"
 #include "model/linear.hpp"
 #include "model/stage_layout.hpp"
 #include "model/tp_group.hpp"
@@ -126,6 +127,8 @@ class Stage {
   // Saved-activation storage for a microbatch of B <= max_batch sequences (split: with room for
   // what a split backward's input pass leaves for its weight pass).
   Activations<T> make_activations(int B, bool split = false) const;
+  // The shape the size table (model/activation_sizes) takes for this stage's microbatches of B.
+  ActivationShape activation_shape(int B, bool split = false) const;
 
   // Forward one microbatch. First stage reads a.tokens; other stages read a.input.
   // Head stage: writes per-token losses (N) and, when need_grad, runs the loss + LM-head backward

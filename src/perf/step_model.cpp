@@ -1,5 +1,7 @@
 #include "perf/step_model.hpp"
 
+#include "model/activation_sizes.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -13,7 +15,7 @@
 #include "perf/rank_pipeline.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
-#include "runtime/sharding.hpp"
+#include "parallel/zero.hpp"
 #include "runtime/topology.hpp"
 
 namespace gpt2 {
@@ -25,7 +27,7 @@ double StepPrediction::peak_memory() const {
 }
 
 std::vector<double> StepPrediction::memory_per_rank() const {
-  const GridShape g{layout.dp, layout.pp, layout.tp};
+  const GridShape g{layout.dp, layout.pp, 1, layout.tp};
   std::vector<double> out;
   if (stage_memory.empty()) return out;
   for (long long r = 0; r < g.world(); ++r)
@@ -81,7 +83,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
   const ModelConfig& m = w.model;
   const Placement& place = pipe.placement;
   const int p = l.pp, mbs = l.microbatches, b = int(w.batch / l.dp / mbs), L = m.n_layer;
-  const ShardPolicy policy = sharding_policy(l.zero);
+  const ShardPolicy policy = zero_policy(l.zero);
   const double ov = hw.comm_overlap;
   const double slow = cm.node_slowdown(l);  // compute of a rank whose node is busy
   // Stragglers: a blocking collective waits for the slowest of its ranks. With a unit's time
@@ -278,29 +280,19 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
   return d;
 }
 
-size_t pad(size_t n) { return (n + 63) / 64 * 64; }
-
-// Mirrors Stage::make_activations (one microbatch's saved activations of a chunk of blocks) and the
-// Stage's scratch buffers.
+// One microbatch's saved activations of a chunk of blocks and its Stage's scratch, in bytes: the
+// size table the Stage allocates by (model/activation_sizes), fp32 values and 16-bit GEMM inputs.
 void activation_memory(const Workload& w, const Layout& l, const BlockRange& chunk, int local_vocab, bool split,
                        int b, double& per_mb, double& scratch) {
-  const ModelConfig& c = w.model;
-  const bool emb = chunk.first == 0, head = chunk.end == c.n_layer;
-  const size_t tp = size_t(l.tp), T = size_t(w.seq_len), N = size_t(b) * T, C = size_t(c.n_embd);
-  const size_t R = l.sequence_parallel ? N / tp : N;
-  const size_t att = size_t(b) * size_t(c.n_head) / tp * T * T;
-  const size_t nblocks = size_t(chunk.end - chunk.first);
-  const size_t per_block = pad(R * C) * 4 + pad(N * 3 * C / tp) + pad(att) + pad(N * C / tp) + pad(N * 4 * C / tp) * 2 +
-                           pad(R) * 4 + (split ? pad(R * C) * 4 + pad(N * 4 * C / tp) + pad(N * 3 * C / tp) : 0);
-  const size_t head_bytes = head ? pad(R) * 2 + pad(R * C) : 0;
-  const size_t embed = split && emb ? pad(R * C) : 0;
-  const double bytes = l.bytes_per_value();
-  per_mb = double(pad(R * C) + nblocks * per_block + head_bytes + embed) * bytes;
-  size_t s = N * C * 2 + N * 3 * C / tp + att + N * 4 * C / tp + N * C / tp;
-  if (tp > 1) s += N * C;
-  if (l.sequence_parallel) s += N * C;
-  if (head) s += N * C + N * size_t(local_vocab) + N + (tp > 1 ? 3 * N : 0);
-  scratch = double(s) * bytes;
+  ActivationShape s;
+  s.B = b, s.seq_len = w.seq_len, s.n_embd = w.model.n_embd, s.n_head = w.model.n_head, s.tp = l.tp;
+  s.blocks = chunk.end - chunk.first;
+  s.first = chunk.first == 0, s.last = chunk.end == w.model.n_layer;
+  s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != "fp32";
+  s.local_vocab = local_vocab;
+  const ActivationSizes sizes = activation_sizes(s);
+  per_mb = sizes.bytes(4);
+  scratch = sizes.scratch_bytes(4);
 }
 
 }  // namespace
@@ -321,7 +313,7 @@ std::vector<int> stage_layers_of(const Workload& w, const Layout& l) {
 }
 
 std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& in_flight) {
-  const ShardPolicy policy = sharding_policy(l.zero);
+  const ShardPolicy policy = zero_policy(l.zero);
   const Pipeline pipe = pipeline_of(w, l);
   const int b = int(w.batch / l.dp / l.microbatches);
   std::vector<RankMemory> out;
