@@ -20,13 +20,13 @@ struct Layout {
   int dp = 1, tp = 1, pp = 1, zero = 0, microbatches = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;          // interleaved: chunks of blocks per rank
-  std::string precision = "fp32";  // fp32 | bf16 (2-byte activations and communication)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (16-bit GEMM inputs and communication)
   bool sequence_parallel = false;
   std::vector<int> stage_layers;   // blocks per stage; empty: the cost-balanced split
   double bucket_mb = 0;            // gradient bucket MiB; 0: 1 without overlap (MPI), else 25 (NCCL)
 
   long long world() const { return (long long)dp * tp * pp; }
-  int bytes_per_value() const { return precision == "bf16" ? 2 : 4; }
+  int bytes_per_value() const { return precision == "fp32" ? 4 : 2; }
   // "dp 2 x tp 1 x pp 2, zero 0, 1f1b, m 4, fp32"
   std::string describe() const {
     std::ostringstream os;
@@ -36,5 +36,12 @@ struct Layout {
     return os.str();
   }
 };
+
+// What a layout breaks of the one rule set (perf/layout_check.cpp): the deck key to blame and why.
+struct LayoutProblem {
+  std::string key, message;  // empty: none
+  explicit operator bool() const { return !key.empty(); }
+};
+LayoutProblem layout_problem(const Workload& w, const Layout& l);
 
 }  // namespace gpt2

@@ -1,53 +1,106 @@
+// The one set of layout rules: what a grid, schedule, ZeRO level and batch need of the model. The
+// deck's validation (RunConfig::validate) reports a problem under its key; the planner and `gpt2
+// simulate` skip or refuse the layout with its message.
+#include <sstream>
 #include <string>
 
+#include "core/error.hpp"
 #include "perf/rank_pipeline.hpp"
 #include "perf/step_model.hpp"
-#include "runtime/sharding.hpp"
+#include "parallel/zero.hpp"
 
 namespace gpt2 {
 
-std::string check_layout(const Workload& w, const Layout& l) {
+namespace {
+template <class... A>
+LayoutProblem problem(const char* key, const A&... a) {
+  std::ostringstream os;
+  (os << ... << a);
+  return {key, os.str()};
+}
+
+LayoutProblem schedule_problem(const Workload& w, const Layout& l, const ScheduleEntry& e) {
+  const int chunks = schedule_chunks(e, l.virtual_stages), stages = l.pp * chunks;
+  if (l.virtual_stages > 1 && e.chunks != 0)
+    return problem("parallel.virtual_stages", "is for the interleaved schedule; ", l.schedule,
+                   e.chunks > 1 ? " always runs " + std::to_string(e.chunks) + " chunks per rank" : " runs one chunk per rank",
+                   ": leave it at 1");
+  if (chunks > 1) {
+    if (w.model.n_layer % stages != 0)
+      return problem(e.chunks == 0 ? "parallel.virtual_stages" : "parallel.schedule", l.schedule, " splits the blocks into ",
+                     chunks, " chunks per rank x parallel.pp = ", stages, " virtual stages, which must divide model.n_layer (",
+                     w.model.n_layer, ")");
+    if (!l.stage_layers.empty())
+      return problem("parallel.stage_layers", "applies to one chunk per rank; ", l.schedule,
+                     " splits the blocks evenly into its chunks");
+  }
+  if (e.microbatches_multiple_of_stages && l.microbatches % l.pp != 0)
+    return problem("parallel.microbatches", "the ", l.schedule, " schedule runs microbatches in groups of parallel.pp (",
+                   l.pp, "): need a multiple of it, got ", l.microbatches);
+  if (!e.file.empty() && (l.pp != e.stages || l.microbatches != e.microbatches))
+    return problem("parallel.schedule_file", e.file, " is written for ", e.stages, " pipeline ranks and ", e.microbatches,
+                   " microbatches (its rank lines, its largest microbatch + 1); the deck has parallel.pp = ", l.pp,
+                   " and parallel.microbatches = ", l.microbatches);
+  return {};
+}
+}  // namespace
+
+LayoutProblem layout_problem(const Workload& w, const Layout& l) {
   const ModelConfig& m = w.model;
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.microbatches < 1) return "dp, tp, pp and microbatches must be >= 1";
-  if (l.precision != "fp32" && l.precision != "bf16") return "precision must be fp32 or bf16, got " + l.precision;
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.microbatches < 1)
+    return problem("parallel", "dp, tp, pp and microbatches must be >= 1");
+  if (l.precision != "fp32" && l.precision != "bf16" && l.precision != "fp16")
+    return problem("train.precision", "expected fp32, bf16 or fp16, got \"", l.precision, "\"");
+  if (!is_zero_level(l.zero)) return problem("parallel.zero", "expected ", zero_level_choices(), ", got ", l.zero);
   const ScheduleEntry* sched = ScheduleRegistry::find(l.schedule);
-  if (!sched) return "unknown schedule " + l.schedule + " (expected " + ScheduleRegistry::choices() + ")";
-  // The schedule's demands, as RunConfig::validate_schedule states them.
-  const int chunks = schedule_chunks(*sched, l.virtual_stages);
-  if (l.virtual_stages < 1 || (l.virtual_stages > 1 && sched->chunks != 0))
-    return "virtual_stages is for the interleaved schedule (" + l.schedule + " runs its own chunks)";
-  if (chunks > 1 && (m.n_layer % (l.pp * chunks) || !l.stage_layers.empty()))
-    return l.schedule + " splits the blocks evenly into pp x chunks = " + std::to_string(l.pp * chunks) + " virtual stages";
-  if (sched->microbatches_multiple_of_stages && l.microbatches % l.pp)
-    return l.schedule + " needs microbatches in groups of pp";
-  if (sched->stages > 0 && (l.pp != sched->stages || l.microbatches != sched->microbatches))
-    return l.schedule + " (from " + sched->file + ") is written for pp " + std::to_string(sched->stages) + " and " +
-           std::to_string(sched->microbatches) + " microbatches";
-  if (!ShardingRegistry::find(std::to_string(l.zero))) return "unknown ZeRO level " + std::to_string(l.zero);
-  if (l.pp > m.n_layer) return "more stages (" + std::to_string(l.pp) + ") than blocks (" + std::to_string(m.n_layer) + ")";
-  if (m.n_head % l.tp || m.padded_vocab() % l.tp) return "tp " + std::to_string(l.tp) + " does not divide the heads and the padded vocabulary";
-  if (w.batch % (int64_t(l.dp) * l.microbatches))
-    return "the batch of " + std::to_string(w.batch) + " sequences does not split into dp x microbatches = " +
-           std::to_string(l.dp) + " x " + std::to_string(l.microbatches);
-  if (l.sequence_parallel && (w.batch / l.dp / l.microbatches * w.seq_len) % l.tp)
-    return "sequence parallelism needs a microbatch's tokens divisible by tp";
+  if (!sched) return problem("parallel.schedule", "expected ", ScheduleRegistry::choices(), ", got ", l.schedule);
+  if (l.pp > m.n_layer)
+    return problem("parallel.pp", "more pipeline stages (", l.pp, ") than model.n_layer (", m.n_layer,
+                   "): every stage needs at least one block");
   if (!l.stage_layers.empty()) {
-    if (int(l.stage_layers.size()) != l.pp) return "stage_layers must list one count per stage";
-    int sum = 0;
+    if (int(l.stage_layers.size()) != l.pp)
+      return problem("parallel.stage_layers", "expected ", l.pp, " entries (one per stage), got ", l.stage_layers.size());
+    int64_t sum = 0;  // (an int could overflow on absurd entries)
     for (int n : l.stage_layers) {
-      if (n < 1) return "every stage needs at least one block";
+      if (n <= 0) return problem("parallel.stage_layers", "every stage needs at least one block, got ", n);
       sum += n;
     }
-    if (sum != m.n_layer) return "stage_layers must add up to n_layer";
+    if (sum != m.n_layer)
+      return problem("parallel.stage_layers", "entries must sum to model.n_layer (", m.n_layer, "), got ", sum);
   }
-  if (l.zero > 0 && l.dp > 1) {  // every unit (a block, wte, wpe, the final norm) splits evenly over dp
+  if (LayoutProblem p = schedule_problem(w, l, *sched)) return p;
+  const int64_t per_rank = int64_t(l.dp) * l.microbatches;
+  if (w.batch % per_rank != 0)
+    return problem("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (", l.dp, " * ",
+                   l.microbatches, " = ", per_rank, "), got ", w.batch);
+  if (l.tp > 1) {
+    if (m.n_head % l.tp != 0)
+      return problem("parallel.tp", "must divide model.n_head (", m.n_head, ") so that every rank holds whole heads, got ",
+                     l.tp);
+    if (m.padded_vocab() % l.tp != 0)
+      return problem("parallel.tp", "must divide the padded vocabulary (", m.padded_vocab(),
+                     " = model.vocab_size rounded up to a multiple of 128), got ", l.tp);
+  }
+  if (l.sequence_parallel && l.tp > 1) {
+    const int64_t tokens = w.batch / per_rank * w.seq_len;
+    if (tokens % l.tp != 0)
+      return problem("parallel.sequence_parallel", "needs a microbatch's tokens (", tokens, ") divisible by parallel.tp (",
+                     l.tp, ")");
+  }
+  if (l.zero > 0 && l.dp > 1) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over dp
     const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);
     for (const Unit& u : whole.units())
       if (u.range.size() % size_t(l.dp))
-        return std::string("ZeRO needs every unit split evenly over dp ") + std::to_string(l.dp) + " (" + u.name() +
-               " has " + std::to_string(u.range.size()) + " values)";
+        return problem("parallel.zero", "sharding over parallel.dp = ", l.dp, " ranks needs every unit's size to be a ",
+                       "multiple of ", l.dp, "; ", u.name(), u.layer >= 0 ? " " + std::to_string(u.layer) : "", " has ",
+                       u.range.size(), " parameters (choose a dp that divides n_embd, or zero = 0)");
   }
-  return "";
+  return {};
+}
+
+std::string check_layout(const Workload& w, const Layout& l) {
+  const LayoutProblem p = layout_problem(w, l);
+  return p ? p.key + ": " + p.message : "";
 }
 
 }  // namespace gpt2

@@ -5,7 +5,7 @@
 #include "runtime/optimizer.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_file.hpp"
-#include "runtime/sharding.hpp"
+#include "parallel/zero.hpp"
 #include "runtime/tokenizer.hpp"
 #include "tensor/precision.hpp"
 #include "train/loss_scale.hpp"
@@ -53,7 +53,7 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer (heads and MLP columns split; vocabulary-parallel loss)"},
       {"parallel.sequence_parallel", &parallel.sequence_parallel, "with tp > 1: LayerNorms and residual stream split along the sequence"},
-      {"parallel.zero", &parallel.zero, "ZeRO over dp: " + ShardingRegistry::alternatives() + " (1 optimizer state, 2 + gradients, 3 + parameters)"},
+      {"parallel.zero", &parallel.zero, "ZeRO over dp: " + zero_level_choices(" | ", " | ") + " (1 optimizer state, 2 + gradients, 3 + parameters)"},
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
       {"parallel.schedule", &parallel.schedule, "pipeline: " + ScheduleRegistry::alternatives()},
       {"parallel.virtual_stages", &parallel.virtual_stages, "interleaved: chunks of blocks per rank (round robin)"},
@@ -123,48 +123,15 @@ void RunConfig::validate(int world_size) const {
   LrScheduleRegistry::check(train.schedule, "train.schedule");
   ScheduleRegistry::check(parallel.schedule, "parallel.schedule");
   CommRegistry::check(parallel.comm, "parallel.comm");
-  sharding_policy(parallel.zero);
+  zero_policy(parallel.zero);
   if (data.tokenizer != "auto" && !TokenizerRegistry::find(data.tokenizer))
     fail_input("data.tokenizer", "expected auto, ", TokenizerRegistry::choices(), ", got ", data.tokenizer);
   if (!(parallel.bucket_mb >= 0)) fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", parallel.bucket_mb);
   if (parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", parallel.blas_threads);
   if (parallel.host_threads < 0) fail_input("parallel.host_threads", "must be >= 0, got ", parallel.host_threads);
-  if (parallel.pp > model.n_layer)
-    fail_input("parallel.pp", "more pipeline stages (", parallel.pp, ") than model.n_layer (",
-               model.n_layer, "): every stage needs at least one block");
-  if (!parallel.stage_layers.empty()) {
-    if (int(parallel.stage_layers.size()) != parallel.pp)
-      fail_input("parallel.stage_layers", "expected ", parallel.pp, " entries (one per stage), got ",
-                 parallel.stage_layers.size());
-    int64_t sum = 0;  // (an int could overflow on absurd entries)
-    for (int n : parallel.stage_layers) {
-      if (n <= 0) fail_input("parallel.stage_layers", "every stage needs at least one block, got ", n);
-      sum += n;
-    }
-    if (sum != model.n_layer)
-      fail_input("parallel.stage_layers", "entries must sum to model.n_layer (", model.n_layer,
-                 "), got ", sum);
-  }
-  validate_schedule();
-  const int64_t per_rank = int64_t(parallel.dp) * parallel.microbatches;
-  if (train.batch_size % per_rank != 0)
-    fail_input("train.batch_size", "must be divisible by parallel.dp * parallel.microbatches (",
-               parallel.dp, " * ", parallel.microbatches, " = ", per_rank, "), got ",
-               train.batch_size);
-  if (parallel.tp > 1) {
-    if (model.n_head % parallel.tp != 0)
-      fail_input("parallel.tp", "must divide model.n_head (", model.n_head, ") so that every rank holds whole heads, got ",
-                 parallel.tp);
-    if (model.padded_vocab() % parallel.tp != 0)
-      fail_input("parallel.tp", "must divide the padded vocabulary (", model.padded_vocab(),
-                 " = model.vocab_size rounded up to a multiple of 128), got ", parallel.tp);
-  }
-  if (parallel.sequence_parallel) {
-    const int64_t tokens = train.batch_size / (int64_t(parallel.dp) * parallel.microbatches) * data.seq_len;
-    if (parallel.tp > 1 && tokens % parallel.tp != 0)
-      fail_input("parallel.sequence_parallel", "needs a microbatch's tokens (", tokens, ") divisible by parallel.tp (",
-                 parallel.tp, ")");
-  }
+  // The layout's rules (one set, shared with the planner); then every rank's pass lists, proven.
+  if (const LayoutProblem p = layout_problem(workload(), layout())) fail_input(p.key, p.message);
+  build_pass_lists(pipeline_shape());
   const long long grid = this->grid().world();  // (int * int could overflow)
   if (world_size > 0 && grid != world_size)
     fail_input(parallel.tp > 1 ? "parallel.dp * parallel.pp * parallel.tp" : "parallel.dp * parallel.pp",
@@ -191,45 +158,23 @@ void RunConfig::validate(int world_size) const {
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 
-// The pipeline schedule's demands on the layout: chunks that divide the blocks evenly, microbatches
-// in groups of p where the order needs them.
-void RunConfig::validate_schedule() const {
-  const ScheduleEntry& e = ScheduleRegistry::get(parallel.schedule, "parallel.schedule");
-  const int chunks = schedule_chunks(e, parallel.virtual_stages), stages = parallel.pp * chunks;
-  if (parallel.virtual_stages > 1 && e.chunks != 0)
-    fail_input("parallel.virtual_stages", "is for the interleaved schedule; ", parallel.schedule,
-               e.chunks > 1 ? " always runs " + std::to_string(e.chunks) + " chunks per rank" : " runs one chunk per rank",
-               ": leave it at 1");
-  if (chunks > 1) {
-    if (model.n_layer % stages != 0)
-      fail_input(e.chunks == 0 ? "parallel.virtual_stages" : "parallel.schedule", parallel.schedule, " splits the blocks into ",
-                 chunks, " chunks per rank x parallel.pp = ", stages, " virtual stages, which must divide model.n_layer (",
-                 model.n_layer, ")");
-    if (!parallel.stage_layers.empty())
-      fail_input("parallel.stage_layers", "applies to one chunk per rank; ", parallel.schedule,
-                 " splits the blocks evenly into its chunks");
-  }
-  if (e.microbatches_multiple_of_stages && parallel.microbatches % parallel.pp != 0)
-    fail_input("parallel.microbatches", "the ", parallel.schedule, " schedule runs microbatches in groups of parallel.pp (",
-               parallel.pp, "): need a multiple of it, got ", parallel.microbatches);
-  if (!e.file.empty()) check_schedule_file_shape(e);
-  // Every pass list a rank will execute, training and evaluation, proven before any work.
-  build_pass_lists(pipeline_shape());
+Workload RunConfig::workload() const { return {model, data.seq_len, train.batch_size}; }
+
+Layout RunConfig::layout() const {
+  Layout l;
+  l.dp = parallel.dp, l.tp = parallel.tp, l.pp = parallel.pp, l.zero = parallel.zero;
+  l.microbatches = parallel.microbatches, l.schedule = parallel.schedule;
+  l.virtual_stages = parallel.virtual_stages;
+  l.sequence_parallel = parallel.sequence_parallel && parallel.tp > 1;
+  l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
+  l.precision = train.precision;
+  return l;
 }
 
 PassCosts RunConfig::pass_costs() const { return gpt2::pass_costs(model.n_embd, data.seq_len); }
 
 PipelineShape RunConfig::pipeline_shape() const {
   return {parallel.schedule, parallel.pp, parallel.microbatches, parallel.virtual_stages, pass_costs()};
-}
-
-// A hand-written schedule runs the shape it was written for (and its lists are proven like any
-// schedule's, by validate_schedule).
-void RunConfig::check_schedule_file_shape(const ScheduleEntry& e) const {
-  if (parallel.pp != e.stages || parallel.microbatches != e.microbatches)
-    fail_input("parallel.schedule_file", e.file, " is written for ", e.stages, " pipeline ranks and ", e.microbatches,
-               " microbatches (its rank lines, its largest microbatch + 1); the deck has parallel.pp = ", parallel.pp,
-               " and parallel.microbatches = ", parallel.microbatches);
 }
 
 }  // namespace gpt2

@@ -7,6 +7,7 @@
 
 #include "core/input_deck.hpp"
 #include "model/model_config.hpp"
+#include "perf/layout.hpp"
 #include "pipeline/pass_lists.hpp"
 #include "runtime/topology.hpp"
 
@@ -96,19 +97,20 @@ struct RunConfig {
   std::vector<DeckField> fields();  // the schema: every key, bound to the members above
   // Loads a deck and applies overrides; InputError on any bad key or value.
   static RunConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
-  GridShape grid() const { return {parallel.dp, parallel.pp, parallel.tp}; }
+  GridShape grid() const { return {parallel.dp, parallel.pp, 1, parallel.tp}; }
   // The block's relative pass costs from the model's shape, which time-ordered schedules (zb-v) order
   // by: the same on every rank.
   PassCosts pass_costs() const;
   // The pipeline the deck asks for: schedule, ranks, microbatches, virtual stages, pass costs.
   PipelineShape pipeline_shape() const;
-  // Checks values and their combinations; world_size > 0 also checks dp * pp * tp against it.
+  // The model and batch, and the parallel layout, as the performance model and the layout rules
+  // (perf/layout_check) take them.
+  Workload workload() const;
+  Layout layout() const;
+  // Checks values and their combinations (the layout's through the one rule set the planner uses);
+  // world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
   std::string toml();  // the effective configuration
-
- private:
-  void validate_schedule() const;
-  void check_schedule_file_shape(const ScheduleEntry& e) const;
 };
 
 }  // namespace gpt2

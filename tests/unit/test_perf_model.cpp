@@ -306,7 +306,7 @@ TEST(StepModel, RefusesWhatTheTrainerRefuses) {
   EXPECT_NE(check_layout(w, l), "");
   l = Layout();
   l.dp = 1024, l.zero = 1;  // the final norm's 1536 values do not split 1024 ways
-  EXPECT_NE(check_layout(gpt2_124m(1024), l).find("ZeRO"), std::string::npos);
+  EXPECT_NE(check_layout(gpt2_124m(1024), l).find("parallel.zero: sharding over parallel.dp = 1024"), std::string::npos);
   l.zero = 0;
   EXPECT_EQ(check_layout(gpt2_124m(1024), l), "");
   l = Layout();

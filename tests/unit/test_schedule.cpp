@@ -6,6 +6,7 @@
 #include <map>
 
 #include "parallel/stage_partition.hpp"
+#include "perf/step_model.hpp"
 #include "pipeline/simulator.hpp"
 #include "core/error.hpp"
 #include "pipeline/pass_lists.hpp"
@@ -167,19 +168,37 @@ TEST(Registry, ListsStrategiesInOrderAndNamesTheKeyForUnknownOnes) {
 }
 
 TEST(Topology, GridCoordinatesPutTensorParallelRanksInnermost) {
-  const GridShape s{2, 3, 2};  // dp 2 x pp 3 x tp 2
+  const GridShape s{2, 3, 1, 2};  // dp 2 x pp 3 x tp 2
   EXPECT_EQ(s.world(), 12);
+  EXPECT_EQ(s.describe(), "dp 2 x pp 3 x tp 2");
   for (int r = 0; r < 12; ++r) {
     const GridCoords c = Topology::coords_of(s, r);
     EXPECT_EQ(Topology::rank_of(s, c), r);
     EXPECT_EQ(c.tp, r % 2);
     EXPECT_EQ(c.pp, r / 2 % 3);
     EXPECT_EQ(c.dp, r / 6);
+    EXPECT_EQ(c.cp, 0);
   }
   // tp = 1 keeps the dp x pp layout: rank = dp_rank * pp + stage.
-  const GridShape two{2, 2, 1};
-  EXPECT_EQ(Topology::rank_of(two, {1, 0, 0}), 2);
+  const GridShape two{2, 2, 1, 1};
+  EXPECT_EQ(Topology::rank_of(two, {1, 0, 0, 0}), 2);
   EXPECT_EQ(Topology::coords_of(two, 3).pp, 1);
+}
+
+// The axes in picotron's order, arange(world).view(dp, pp, cp, tp): cp between pp and tp.
+TEST(Topology, ContextParallelAxisSitsBetweenPipelineAndTensorParallel) {
+  const GridShape s{2, 2, 3, 2};
+  EXPECT_EQ(s.world(), 24);
+  EXPECT_EQ(s.describe(), "dp 2 x pp 2 x cp 3 x tp 2");
+  for (int r = 0; r < 24; ++r) {
+    const GridCoords c = Topology::coords_of(s, r);
+    EXPECT_EQ(c.tp, r % 2);
+    EXPECT_EQ(c.cp, r / 2 % 3);
+    EXPECT_EQ(c.pp, r / 6 % 2);
+    EXPECT_EQ(c.dp, r / 12);
+    EXPECT_EQ(Topology::rank_of(s, c), r);
+    for (Axis a : kAxes) EXPECT_LT(c[a], s[a]) << axis_name(a);
+  }
 }
 
 // The schedules beyond 1F1B, simulated with F = B = W = 1 (a whole backward 2): no deadlock and every
@@ -332,3 +351,31 @@ TEST(PassLists, TheProofNamesWhoWaitsForWhatAndTheMemoryBound) {
             std::string::npos);
 }
 
+
+// One rule set for layouts (perf/layout_check): a deck's validation refuses a layout with the very
+// message the planner and `gpt2 simulate` give for it, key first.
+TEST(LayoutRules, TheDeckAndThePlannerRefuseALayoutAlike) {
+  auto refusal = [](const RunConfig& c) {
+    try {
+      c.validate();
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  RunConfig tp3 = pipeline_deck("1f1b", 2, 1, 4);
+  tp3.parallel.tp = 3;  // does not divide 2 heads
+  RunConfig interleaved = pipeline_deck("interleaved", 2, 2, 4);
+  interleaved.parallel.microbatches = 3, interleaved.train.batch_size = 3;  // not in groups of pp
+  RunConfig zero = pipeline_deck("1f1b", 1, 1, 1);
+  zero.parallel.dp = 64, zero.train.batch_size = 64, zero.parallel.zero = 1;  // 32-value LayerNorms over 64 ranks
+  RunConfig ok = pipeline_deck("zb-v", 2, 1, 4);
+  for (const RunConfig* c : {&tp3, &interleaved, &zero}) {
+    const std::string deck = refusal(*c);
+    EXPECT_FALSE(deck.empty());
+    EXPECT_EQ(deck, check_layout(c->workload(), c->layout()));
+  }
+  EXPECT_NE(refusal(zero).find("parallel.zero: sharding over parallel.dp = 64"), std::string::npos) << refusal(zero);
+  EXPECT_EQ(refusal(ok), "");
+  EXPECT_EQ(check_layout(ok.workload(), ok.layout()), "");
+}
