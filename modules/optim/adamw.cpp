@@ -1,6 +1,6 @@
 #include "modules/optim/adamw.hpp"
 
-#include "tensor/adamw.hpp"
+#include "tensor/adamw_update.hpp"
 
 namespace gpt2 {
 

@@ -7,7 +7,7 @@
 #include "app/commands.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
-#include "data/shard.hpp"
+#include "data/token_shard.hpp"
 #include "runtime/tokenizer.hpp"
 
 namespace gpt2::app {

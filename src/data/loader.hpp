@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "data/shard.hpp"
+#include "data/token_shard.hpp"
 
 namespace gpt2 {
 

@@ -1,4 +1,4 @@
-#include "data/shard.hpp"
+#include "data/token_shard.hpp"
 
 #include <fcntl.h>
 #include <glob.h>

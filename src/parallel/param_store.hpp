@@ -1,5 +1,5 @@
 #pragma once
-// A rank's parameters, gradients and optimizer state under any ZeRO level (runtime/sharding.hpp),
+// A rank's parameters, gradients and optimizer state under any ZeRO level (parallel/zero.hpp),
 // served to its Stage one unit at a time (model/unit_store.hpp). What lives where:
 //                 parameters               gradients                      optimizer state
 //   ZeRO-0        whole (local layout)     whole, all-reduced             whole
@@ -20,7 +20,7 @@
 #include "parallel/gradient_reducer.hpp"
 #include "parallel/shard_layout.hpp"
 #include "runtime/optimizer.hpp"
-#include "runtime/sharding.hpp"
+#include "parallel/zero.hpp"
 #include "tensor/reduce.hpp"
 
 namespace gpt2 {

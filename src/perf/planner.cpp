@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "pipeline/schedule.hpp"
-#include "runtime/sharding.hpp"
+#include "parallel/zero.hpp"
 
 namespace gpt2 {
 
@@ -26,7 +26,7 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
     for (const char* p : {"fp32", "bf16"})
       if (hw.supports(p)) precisions.push_back(p);
   std::vector<int> levels;
-  for (const ShardingEntry& e : ShardingRegistry::entries()) levels.push_back(std::stoi(e.name));
+  for (const ZeroLevel& z : zero_levels()) levels.push_back(z.level);
   const std::vector<std::string> schedules = ScheduleRegistry::names();
   const std::string single = ScheduleRegistry::find("1f1b") ? "1f1b" : schedules.front();  // pp 1: all alike
   std::vector<Layout> out;

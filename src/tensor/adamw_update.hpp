@@ -1,5 +1,6 @@
 #pragma once
-// AdamW (decoupled weight decay, PyTorch semantics) and gradient-norm clipping.
+// The AdamW update kernel (decoupled weight decay, PyTorch semantics) and gradient-norm clipping;
+// the optimizer that runs it is modules/optim/adamw (train.optimizer = "adamw").
 #include "tensor/elementwise.hpp"
 #include "tensor/math.hpp"
 #include "tensor/reduce.hpp"

@@ -10,7 +10,7 @@
 #include "parallel/stage_partition.hpp"
 #include "runtime/collective.hpp"
 #include "runtime/device_sync.hpp"
-#include "tensor/adamw.hpp"
+#include "tensor/adamw_update.hpp"
 #include "tensor/gemm.hpp"
 #include "tensor/precision.hpp"
 #include "train/nonfinite.hpp"
@@ -70,7 +70,7 @@ void Trainer::setup_model() {
   oc.weight_decay = cfg_.train.weight_decay;
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
-  store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, sharding_policy(p.zero), bucket,
+  store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, zero_policy(p.zero), bucket,
                                         cfg_.train.optimizer, oc, tracer_,
                                         p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
@@ -109,7 +109,7 @@ void Trainer::setup_model() {
   exec_ = std::make_unique<PipelineExecutor>(chunks, placement_, *groups_->pipe, tracer_, schedule.split_backward);
   if (stage_layout.has_head())
     losses_ = Buffer<float>("losses", size_t(p.microbatches) * mb_size_ * cfg_.data.seq_len);
-  step_sums_ = Buffer<double>("step_sums", 2);
+  step_sums_ = std::make_unique<StepSums>(*groups_);
 
   lr_.kind = cfg_.train.schedule;
   lr_.lr = cfg_.train.lr, lr_.min_lr = cfg_.train.min_lr;
@@ -170,7 +170,7 @@ StepMetrics Trainer::train_step() {
   // queued (a non-finite step then stops the run before anything saves its state).
   const bool skip_mode = nonfinite_policy(cfg_.train.nonfinite) == NonFinitePolicy::skip;
   const bool scaled = loss_scale_.dynamic();
-  StepSums sums;
+  StepValues sums;
   if (skip_mode || scaled) sums = read_step_sums(cfg_.parallel.microbatches);
   // An fp16 overflow: a finite loss with a non-finite gradient (the norm is all-reduced, so every
   // rank sees the same). A non-finite loss is the forward's own trouble: train.nonfinite decides.
@@ -182,7 +182,7 @@ StepMetrics Trainer::train_step() {
     Tracer::Scope t(tracer_, EventKind::optimizer, int(step_));
     // fp16: the gradients are unscaled on the fly with the clipping factor of their true norm.
     const GradScale gs = scaled ? GradScale(clip_factor(sums.grad_norm, cfg_.train.grad_clip) / scale)
-                                : GradScale::clip(step_sums_.data() + 1, cfg_.train.grad_clip);
+                                : GradScale::clip(step_sums_->squares(), cfg_.train.grad_clip);
     store_->optimizer_step(m.lr, gs);
   }
   loss_scale_.update(overflow);
@@ -202,39 +202,21 @@ void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
   const bool head = stage().layout().has_head();
-  sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_.data()));
-  if (with_grad_norm) store_->grad_sum_of_squares(DeviceScalar(step_sums_.data() + 1));
+  sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_->loss_sum()));
+  if (with_grad_norm) store_->grad_sum_of_squares(DeviceScalar(step_sums_->squares()));
   Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
-  // The loss over the data-parallel replicas (and the norm's shard parts when the gradient is
-  // sharded; whole gradients are already averaged), then both values over the stages; each
-  // all-reduce is ordered after the one before on the device.
-  // The tp ranks share the loss (each computed all of it) but each holds part of the gradient.
-  auto queue = [&](Communicator& c, size_t first, size_t count) {
-    if (c.size() == 1) return;
-    Request r = c.iallreduce(step_sums_.data() + first, count, DType::f64, ReduceOp::sum);
-    c.order_after(r);
-    sums_pending_.emplace_back(&c, r);
-  };
-  if (with_grad_norm && store_->grads_sharded()) queue(*groups_->dp, 0, 2);
-  else if (head) queue(*groups_->dp, 0, 1);
-  if (with_grad_norm) queue(*groups_->tp, 1, 1);
-  queue(*groups_->pipe, 0, with_grad_norm ? 2 : 1);
+  step_sums_->reduce(head, with_grad_norm, store_->grads_sharded());
 }
 
-Trainer::StepSums Trainer::read_step_sums(int microbatches_run) {
+Trainer::StepValues Trainer::read_step_sums(int microbatches_run) {
   {
     Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
-    for (auto& [comm, request] : sums_pending_) comm->wait(request);
-    sums_pending_.clear();
+    step_sums_->wait();
   }
-  // The step's one whole-device wait: everything queued so far (the optimizer too, unless it waits
-  // for these values) is done when the host has them.
-  auto h = Kokkos::create_mirror_view(Kokkos::HostSpace(), step_sums_);
-  Kokkos::deep_copy(ExecSpace(), h, step_sums_);
-  device_sync("the step's loss and gradient norm");
-  StepSums s;
-  s.loss = h(0) / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
-  s.grad_norm = std::sqrt(h(1));
+  const StepSums::Values v = step_sums_->read();
+  StepValues s;
+  s.loss = v.loss_sum / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
+  s.grad_norm = std::sqrt(v.squares);
   return s;
 }
 

@@ -19,6 +19,7 @@
 #include "model/checkpoint_dir.hpp"
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
+#include "parallel/step_sums.hpp"
 #include "pipeline/executor.hpp"
 #include "parallel/tp_comm.hpp"
 #include "runtime/comm_groups.hpp"
@@ -97,10 +98,10 @@ class Trainer {
   // reduce_step_sums queues the local sums and their all-reduces (later kernels, the optimizer's
   // clipping among them, see the global values); read_step_sums waits for them on the host.
   void reduce_step_sums(int microbatches_run, bool with_grad_norm);
-  struct StepSums {
+  struct StepValues {
     double loss = 0, grad_norm = 0;  // mean token loss over the global batch; global gradient L2 norm
   };
-  StepSums read_step_sums(int microbatches_run);
+  StepValues read_step_sums(int microbatches_run);
   std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
@@ -130,8 +131,7 @@ class Trainer {
   LrSchedule lr_;
   std::vector<Action> train_actions_, eval_actions_;
   Buffer<float> losses_;
-  Buffer<double> step_sums_;  // [0] token-loss sum, [1] sum of squared gradients (device memory)
-  std::vector<std::pair<Communicator*, Request>> sums_pending_;  // their all-reduces in flight
+  std::unique_ptr<StepSums> step_sums_;  // the loss sum and squared gradients, reduced over the grid
   std::vector<int> host_inputs_, host_targets_;
   std::vector<int> stage_layers_;
   int mb_size_ = 1;  // sequences per microbatch on this rank

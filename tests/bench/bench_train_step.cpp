@@ -27,8 +27,8 @@
 #include "runtime/environment.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/serial_communicator.hpp"
-#include "runtime/sharding.hpp"
-#include "tensor/adamw.hpp"
+#include "parallel/zero.hpp"
+#include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"
@@ -171,7 +171,7 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, P
   oc.weight_decay = 0.1;
   SerialCommunicator dp;
   Tracer tracer;
-  ParamStore store(sl, dp, sharding_policy(0), sl.local_size(), "adamw", oc, tracer);
+  ParamStore store(sl, dp, zero_policy(0), sl.local_size(), "adamw", oc, tracer);
   store.init(1);
   StageOptions<float> so;
   so.precision = precision;

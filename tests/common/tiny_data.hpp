@@ -10,7 +10,7 @@
 
 #include "core/fs.hpp"
 #include "core/rng.hpp"
-#include "data/shard.hpp"
+#include "data/token_shard.hpp"
 
 namespace gpt2::test {
 

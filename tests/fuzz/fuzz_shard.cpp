@@ -3,7 +3,7 @@
 // Shard whose size matches the file exactly and whose every token is readable and in range.
 #include <cstdint>
 
-#include "data/shard.hpp"
+#include "data/token_shard.hpp"
 #include "fuzz_common.hpp"
 
 using namespace gpt2;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/fs.hpp"
-#include "data/shard.hpp"
+#include "data/token_shard.hpp"
 #include "model/checkpoint.hpp"
 #include "model/llmc_io.hpp"
 #include "model/param_layout.hpp"

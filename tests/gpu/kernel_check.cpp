@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/adamw.hpp"
+#include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"

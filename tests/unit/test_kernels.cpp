@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "tensor/adamw.hpp"
+#include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"

@@ -6,7 +6,7 @@
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "runtime/serial_communicator.hpp"
-#include "runtime/sharding.hpp"
+#include "parallel/zero.hpp"
 #include "test_util.hpp"
 
 using namespace gpt2;
@@ -20,7 +20,7 @@ void expect_norm_of_final_gradients(int microbatches) {
   const StageLayout sl(layout, 0, cfg.n_layer);
   SerialCommunicator dp;
   Tracer tracer;
-  ParamStore store(sl, dp, sharding_policy(0), 1000, "adamw", OptimizerConfig{}, tracer);
+  ParamStore store(sl, dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, tracer);
   store.init(3);
   StageOptions<float> so;
   so.store = &store;

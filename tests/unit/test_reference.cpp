@@ -6,7 +6,7 @@
 #include "fixture.hpp"
 #include "model/stage.hpp"
 #include "runtime/optimizer.hpp"
-#include "tensor/adamw.hpp"
+#include "tensor/adamw_update.hpp"
 #include "test_util.hpp"
 
 using namespace gpt2;
