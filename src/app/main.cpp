@@ -18,7 +18,7 @@ int launcher_rank() {
 
 int main(int argc, char** argv) {
   using namespace gpt2;
-  CLI::App app{"gpt2-kokkos: train GPT-2 with data and pipeline parallelism (Kokkos + MPI)", "gpt2"};
+  CLI::App app{"gpt2-kokkos: train GPT-2 with data (ZeRO 0-3), tensor and pipeline parallelism (Kokkos + MPI/NCCL)", "gpt2"};
   app.require_subcommand(1);
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return std::string("error: ") + e.what() + "\nRun with --help for more information.\n";
@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Examples:\n"
       "  gpt2 prepare --tokenizer byte --out data/licenses /usr/share/common-licenses/*\n"
-      "  mpiexec -n 2 gpt2 train inputs/licenses.toml --set parallel.dp=2\n"
-      "  gpt2 sample --checkpoint runs/licenses/latest --prompt 'The '\n"
+      "  mpiexec -n 2 gpt2 train inputs/tiny.toml --set parallel.dp=2 --set checkpoint.dir=runs/tiny\n"
+      "  gpt2 sample --checkpoint runs/tiny --prompt 'The '\n"
       "  gpt2 plan inputs/gpt2-124M.toml --hardware inputs/hardware/h100.toml --gpus 1024\n"
       "Run `gpt2 <command> --help` for each command's options.");
   app::Run train = app::add_train(app), prepare = app::add_prepare(app), sample = app::add_sample(app),
