@@ -25,6 +25,20 @@ template <class... Parts>
   throw InputError(input, os.str());
 }
 
+// A write that failed while the program ran (a full disk, a quota, a file-size limit): a failure,
+// not bad input -- exit status 1, the file and the reason named, no partial file left.
+class WriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+template <class... Parts>
+[[noreturn]] void fail_write(const std::string& path, const Parts&... parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  throw WriteError(path + ": " + os.str());
+}
+
 template <class... Parts>
 [[noreturn]] void fail(const Parts&... parts) {
   std::ostringstream os;

@@ -28,24 +28,24 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t bytes) {
   if (bytes && std::fwrite(data, 1, bytes, f_) != bytes)
-    fail_input(path_, "write failed: ", std::strerror(errno));
+    fail_write(path_, "write failed: ", std::strerror(errno));
 }
 
 void AtomicFile::patch(long offset, const void* data, size_t bytes) {
   if (std::fseek(f_, offset, SEEK_SET) != 0 || std::fwrite(data, 1, bytes, f_) != bytes ||
       std::fseek(f_, 0, SEEK_END) != 0)
-    fail_input(path_, "write failed: ", std::strerror(errno));
+    fail_write(path_, "write failed: ", std::strerror(errno));
 }
 
 void AtomicFile::commit() {
   if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
-    fail_input(path_, "flush failed: ", std::strerror(errno));
+    fail_write(path_, "flush failed: ", std::strerror(errno));
   std::fclose(f_);
   f_ = nullptr;
   if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = errno;
     std::remove(tmp_.c_str());
-    fail_input(path_, "rename failed: ", std::strerror(e));
+    fail_write(path_, "rename failed: ", std::strerror(e));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <Kokkos_Core.hpp>
+#include <hdf5.h>
 #include <fstream>
 #include <thread>
 
@@ -18,6 +19,9 @@
 namespace gpt2 {
 
 Environment::Environment(MpiOnly) {
+  // HDF5 closes what it holds at MPI_Finalize (parallel HDF5 hooks it), not from an exit handler:
+  // after a failed write the job aborts, and an exit-time close with MPI gone crashed.
+  H5dont_atexit();
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {

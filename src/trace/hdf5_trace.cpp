@@ -4,6 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <type_traits>
 #include <cstdio>
@@ -19,8 +20,28 @@ namespace gpt2 {
 
 namespace {
 
+// What HDF5's error stack says went wrong, innermost first ("" when it says nothing).
+std::string hdf5_reason() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        auto* s = static_cast<std::string*>(data);
+        if (s->empty() && e->desc && *e->desc) *s = e->desc;
+        return 0;
+      },
+      &out);
+  std::string line;  // on one line (MPI's error strings carry their own line breaks)
+  for (char c : out) {
+    if (!std::isspace(static_cast<unsigned char>(c))) line += c;
+    else if (!line.empty() && line.back() != ' ') line += ' ';
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line.empty() ? line : " (" + line + ")";
+}
+
 void check(herr_t r, const char* what, const std::string& path) {
-  if (r < 0) fail_input(path, "HDF5 ", what, " failed");
+  if (r < 0) fail_write(path, "HDF5 ", what, " failed", hdf5_reason());
 }
 
 void attr_string(hid_t obj, const char* name, const std::string& value) {
@@ -76,17 +97,17 @@ bool communication_kind(EventKind k) { return event_class(k) == EventClass::comm
 
 }  // namespace
 
-void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMeta& meta, const Tracer& tracer,
-                      const std::vector<StepRecord>& metrics) {
+namespace {
+void write_trace_file(const std::string& path, const std::string& tmp, Communicator& comm, const TraceMeta& meta,
+                      const Tracer& tracer, const std::vector<StepRecord>& metrics) {
   const int rank = comm.rank();
-  const std::string tmp = path + ".tmp";
 
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, once
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, comm.mpi_comm(), MPI_INFO_NULL);
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (file < 0) fail_input(path, "cannot create the HDF5 trace");
+  if (file < 0) fail_write(path, "cannot create the HDF5 trace", hdf5_reason());
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
 
@@ -199,12 +220,27 @@ void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMe
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(mt);
 
   H5Pclose(dxpl);
-  if (H5Fclose(file) < 0) fail_input(path, "HDF5 close failed");
+  if (H5Fclose(file) < 0) fail_write(path, "HDF5 close failed", hdf5_reason());
   comm.host_sum(0);  // every rank has closed the file
   int renamed = rank != 0 || std::rename(tmp.c_str(), path.c_str()) == 0;
   const std::string why = renamed ? "" : std::strerror(errno);
   if (comm.host_sum(1 - renamed) != 0)  // every rank learns whether it worked, and fails alike
-    fail_input(path, "cannot rename ", tmp, rank == 0 ? ": " + why : std::string());
+    fail_write(path, "cannot rename ", tmp, rank == 0 ? ": " + why : std::string());
+}
+
+}  // namespace
+
+void write_hdf5_trace(const std::string& path, Communicator& comm, const TraceMeta& meta, const Tracer& tracer,
+                      const std::vector<StepRecord>& metrics) {
+  const std::string tmp = path + ".tmp";
+  try {
+    write_trace_file(path, tmp, comm, meta, tracer, metrics);
+  } catch (const WriteError&) {
+    // No partial file: the caller stops the job (HDF5's handles stay open; its exit handlers are
+    // off, runtime/environment, so nothing touches them after MPI is gone).
+    std::remove(tmp.c_str());
+    throw;
+  }
 }
 
 }  // namespace gpt2

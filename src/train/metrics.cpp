@@ -26,7 +26,7 @@ std::string number(double x) {
 }
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, long long resumed) {
+MetricsLog::MetricsLog(const std::string& path, long long resumed) : path_(path) {
   if (path.empty()) return;
   std::string kept;
   if (resumed > 0) {
@@ -63,13 +63,17 @@ void MetricsLog::step(const StepMetrics& m) {
                "\"tokens_per_s\": %.6g, \"skipped\": %s, \"loss_scale\": %.17g}\n",
                m.step, number(m.loss).c_str(), m.lr, number(m.grad_norm).c_str(), m.step_ms, m.tokens_per_s,
                m.skipped ? "true" : "false", m.loss_scale);
-  std::fflush(f_);
+  flush();
+}
+
+void MetricsLog::flush() {
+  if (std::ferror(f_) || std::fflush(f_) != 0) fail_write(path_, "write failed: ", std::strerror(errno));
 }
 
 void MetricsLog::eval(int step, double val_loss) {
   if (!f_) return;
   std::fprintf(f_, "{\"step\": %d, \"val_loss\": %s}\n", step, number(val_loss).c_str());
-  std::fflush(f_);
+  flush();
 }
 
 std::string format_duration(double s) {

@@ -29,6 +29,8 @@ class MetricsLog {
   void eval(int step, double val_loss);
 
  private:
+  void flush();  // WriteError naming the file when a line could not be written (a full disk)
+  std::string path_;
   std::FILE* f_ = nullptr;
 };
 
