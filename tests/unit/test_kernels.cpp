@@ -182,7 +182,9 @@ TEST(Kernels, EmbeddingBackwardSumsEveryTokensRowsOnItsShard) {
     for (int i = begin(ch); i < begin(ch + 1); ++i) {
       ++seen[size_t(rows(i))];
       EXPECT_EQ(ids[size_t(rows(i))], token(ch));
-      if (i > begin(ch)) EXPECT_LT(rows(i - 1), rows(i));
+      if (i > begin(ch)) {
+        EXPECT_LT(rows(i - 1), rows(i));
+      }
     }
   }
   for (int n = 0; n < N; ++n) EXPECT_EQ(seen[size_t(n)], 1) << "row " << n;
