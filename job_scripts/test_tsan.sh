@@ -47,9 +47,10 @@ for t in ${TSAN_THREADS:-2 4}; do
   KOKKOS_NUM_THREADS=$t "$build/bin/unit_tests" --gtest_brief=1 "$skip_under_tsan" "$@"
 done
 # Teams of several threads, as a GPU runs the team kernels: a missing team barrier is a race here.
+# Every team kernel has its own test in Kernels.* (about 2 minutes on 2 cores; the model-level
+# suites repeat the same kernels and take far longer under TSan).
 echo "test_tsan: the kernel tests at 4 threads, 4 threads a team"
-KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 \
-  --gtest_filter='Kernels.*:ModelGradcheck.*:TensorParallel.*:PyTorchReference.*' "$@"
+KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 --gtest_filter='Kernels.*' "$@"
 echo "test_tsan: mpi_tests on 2 ranks at 2 threads"
 KOKKOS_NUM_THREADS=2 mpiexec -n 2 "$build/bin/mpi_tests" --gtest_brief=1
 t_end=$(date +%s)

@@ -1,6 +1,7 @@
 // gpt2 info [CONFIG] [--set ...] [--keys] [--checkpoint F] [--json]: build, configuration and model
 // facts; --json prints them as one JSON object for scripts (job_scripts/lib/run_common.sh reads it).
 #include <cstdio>
+#include <optional>
 #include <variant>
 
 #include "app/commands.hpp"
@@ -19,6 +20,18 @@
 namespace gpt2::app {
 
 namespace {
+// The deck of the run that wrote a checkpoint (it holds it as TOML); none for llm.c files.
+std::optional<RunConfig> written_by(const ModelFile& m) {
+  if (m.meta().config_toml.empty()) return std::nullopt;
+  RunConfig c;
+  try {
+    InputDeck::from_string(m.meta().config_toml, m.path()).bind(c.fields(), /*ignore_unknown=*/true);
+  } catch (const InputError&) {
+    return std::nullopt;  // a deck from another version: the rest of the description stands
+  }
+  return c;
+}
+
 struct InfoArgs {
   std::string config, checkpoint;
   std::vector<std::string> sets;
@@ -105,6 +118,16 @@ int print_json(const InfoArgs& a) {
     j.key("path").value(m.path()).key("format").value(m.format()).key("step").value((long long)m.meta().step);
     j.key("model");
     json_model(j, m.config());
+    if (const auto w = written_by(m)) {
+      j.key("written_by").begin_object().key("dp").value(w->parallel.dp).key("pp").value(w->parallel.pp);
+      j.key("tp").value(w->parallel.tp).key("zero").value(w->parallel.zero).end();
+    }
+    j.key("tensors").begin_array();
+    for (const TensorInfo& t : ParamLayout(m.config()).tensors()) {
+      std::vector<long long> shape(t.shape.begin(), t.shape.end());
+      j.begin_object().key("name").value(t.name()).key("shape").values(shape).end();
+    }
+    j.end();
     j.end();
   }
   if (!a.config.empty()) {
@@ -171,6 +194,9 @@ Run add_info(CLI::App& app) {
       std::printf("%s: %s", m.path().c_str(), m.format().c_str());
       if (m.meta().step >= 0) std::printf(" after %lld steps (checksums verified)", (long long)m.meta().step);
       std::printf("\n");
+      if (const auto w = written_by(m))
+        std::printf("written by a run on %s, ZeRO %d (tensors at their global shapes: any layout reads it)\n",
+                    w->grid().describe().c_str(), w->parallel.zero);
       print_model(m.config(), 1, m.config().block_size, {});
     }
     if (!a->config.empty()) {

@@ -32,9 +32,9 @@ void publish_checkpoint(const std::string& dir, const std::string& name) {
   latest.commit();
 }
 
-std::string checkpoint_name(long long step) {
+std::string checkpoint_name(long long step, const std::string& format) {
   char name[64];
-  std::snprintf(name, sizeof(name), "ckpt_%08lld.bin", step);
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.%s", step, format == "h5" ? "h5" : "bin");
   return name;
 }
 
@@ -48,12 +48,12 @@ std::vector<std::string> folder_entries(const std::string& dir) {
   return names;
 }
 
-// The step of "ckpt_<digits>.bin", or -1 for any other name.
+// The step of "ckpt_<digits>.bin" or "ckpt_<digits>.h5", or -1 for any other name.
 long long checkpoint_step(const std::string& name) {
   const size_t n = name.size();
-  if (n < 10 || n > 5 + 18 + 4 || name.compare(0, 5, "ckpt_") != 0 || name.compare(n - 4, 4, ".bin") != 0)
-    return -1;
-  const std::string digits = name.substr(5, n - 9);
+  const size_t ext = n >= 4 && name.compare(n - 4, 4, ".bin") == 0 ? 4 : n >= 3 && name.compare(n - 3, 3, ".h5") == 0 ? 3 : 0;
+  if (ext == 0 || n < 6 + ext || n > 5 + 18 + ext || name.compare(0, 5, "ckpt_") != 0) return -1;
+  const std::string digits = name.substr(5, n - 5 - ext);
   if (digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::stoll(digits);
 }
@@ -98,6 +98,8 @@ void remove_dead_temporaries(const std::string& dir) {
     size_t at = std::string::npos;
     if (name.rfind("ckpt_", 0) == 0 && name.find(".bin.tmp.") != std::string::npos)
       at = name.find(".bin.tmp.") + 9;
+    else if (name.rfind("ckpt_", 0) == 0 && name.find(".h5.tmp.") != std::string::npos)
+      at = name.find(".h5.tmp.") + 8;
     else if (name.rfind("latest.tmp.", 0) == 0)
       at = 11;
     if (at == std::string::npos || at >= name.size() || at + 9 < name.size() ||

@@ -13,10 +13,10 @@ namespace gpt2 {
 std::string latest_checkpoint(const std::string& dir);
 // Makes `dir/name` the newest (rewrites dir/latest atomically).
 void publish_checkpoint(const std::string& dir, const std::string& name);
-// "ckpt_00000042.bin" for step 42.
-std::string checkpoint_name(long long step);
+// "ckpt_00000042.bin" for step 42 ("ckpt_00000042.h5" in the HDF5 format).
+std::string checkpoint_name(long long step, const std::string& format = "bin");
 
-// The checkpoints in dir (files named ckpt_<digits>.bin) as (step, path), oldest first.
+// The checkpoints in dir (files named ckpt_<digits>.bin or .h5) as (step, path), oldest first.
 std::vector<std::pair<long long, std::string>> list_checkpoints(const std::string& dir);
 // Where a resume may start, best first: the checkpoint `latest` names, then the older ones by step
 // (the fall-backs when it does not verify). Without `latest`, every checkpoint there, newest first.

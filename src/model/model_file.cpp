@@ -21,6 +21,11 @@ ModelFile::ModelFile(const std::string& path, const std::string& key) : path_(pa
     meta_.step = -1;
     return;
   }
+  if (is_h5_checkpoint(path_)) {
+    h5_ = std::make_unique<H5CheckpointReader>(path_);
+    meta_ = h5_->meta();
+    return;
+  }
   if (!is_native_checkpoint(path_))
     fail_input(path_, "is neither a gpt2-kokkos checkpoint nor an llm.c model file (bad magic)");
   ckpt_ = std::make_unique<CheckpointReader>(path_);
@@ -40,10 +45,11 @@ ModelFile::ModelFile(const std::string& path, const std::string& key) : path_(pa
 ModelFile::~ModelFile() = default;
 
 bool ModelFile::has(const std::string& section) const {
-  return ckpt_ ? ckpt_->has(section) : section == "params";
+  return h5_ ? h5_->has(section) : ckpt_ ? ckpt_->has(section) : section == "params";
 }
 
 void ModelFile::read(const std::string& section, size_t begin, size_t n, float* dst) const {
+  if (h5_) return h5_->read(section, begin, n, dst);
   if (ckpt_) return ckpt_->read(section, begin, n, dst);
   if (section != "params") fail_input(path_, "an llm.c model file holds no ", section);
   if (begin > llmc_->params.size() || n > llmc_->params.size() - begin)
@@ -52,6 +58,7 @@ void ModelFile::read(const std::string& section, size_t begin, size_t n, float* 
 }
 
 void ModelFile::verify() const {
+  if (h5_) h5_->verify();
   if (ckpt_) ckpt_->verify();
 }
 

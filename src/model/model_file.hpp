@@ -1,13 +1,14 @@
 #pragma once
 // The one way a model is read from disk, for training (resume, init_from) and for the commands
 // that work on a whole model (sample, convert, info): a checkpoint folder (the checkpoint its
-// `latest` names), one of our checkpoints, or an llm.c model file. Float sections are read by
+// `latest` names), one of our checkpoints (binary or HDF5), or an llm.c model file. Float sections are read by
 // range of the global flat layout, so each rank reads only the part it holds.
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "model/checkpoint.hpp"
+#include "model/checkpoint_h5.hpp"
 #include "model/llmc_io.hpp"
 
 namespace gpt2 {
@@ -22,8 +23,10 @@ class ModelFile {
   ModelFile& operator=(const ModelFile&) = delete;
 
   const std::string& path() const { return path_; }  // the file itself (a folder resolved)
-  bool native() const { return bool(ckpt_); }
-  std::string format() const { return native() ? "gpt2-kokkos checkpoint" : "llm.c model"; }
+  bool native() const { return ckpt_ || h5_; }
+  std::string format() const {
+    return h5_ ? "gpt2-kokkos HDF5 checkpoint" : ckpt_ ? "gpt2-kokkos checkpoint" : "llm.c model";
+  }
   const ModelConfig& config() const { return meta_.model; }
   // Step, sampling RNG, configuration and optimizer of our checkpoints (step -1 for llm.c files).
   const CheckpointMeta& meta() const { return meta_; }
@@ -37,6 +40,7 @@ class ModelFile {
   std::string path_;
   CheckpointMeta meta_;
   std::unique_ptr<CheckpointReader> ckpt_;
+  std::unique_ptr<H5CheckpointReader> h5_;
   std::unique_ptr<LlmcModel> llmc_;
 };
 

@@ -320,6 +320,27 @@ std::vector<float> ParamStore::local_values(const std::string& section) {
   return out;
 }
 
+ParamStore::Owned ParamStore::owned_values(const std::string& section) {
+  Owned out;
+  out.sharded = section == "params" ? policy_.params : policy_.optimizer;
+  const float* src = section == "params" ? (out.sharded ? param_shard_.data() : params_.data()) : state_buffer(section).data();
+  const size_t n = out.sharded ? shards_.shard_size() : layout_.local_size();
+  if (out.sharded) {
+    size_t at = 0;
+    for (const Bucket& b : shards_.buckets()) {  // the shard is the pieces in local order
+      if (b.shard_offset != at) fail("ParamStore: the shard's pieces are not in local order");
+      out.ranges.push_back(b.piece);
+      at += b.piece.size();
+    }
+  } else {
+    out.ranges.push_back({0, n});
+  }
+  out.values.resize(n);
+  Kokkos::deep_copy(ExecSpace(), HostFloats(out.values.data(), n), vec(const_cast<float*>(src), n));
+  device_sync("a checkpoint's values to the host");  // (between steps)
+  return out;
+}
+
 void ParamStore::set_local_values(const std::string& section, const std::vector<float>& values) {
   const size_t n = layout_.local_size();
   if (values.size() != n) fail("ParamStore: ", section, " has ", values.size(), " values for a layout of ", n);

@@ -69,6 +69,15 @@ class ParamStore final : public UnitStore<float> {
   std::vector<std::string> sections() const;  // "params", then "opt.<name>" per optimizer buffer
   std::vector<float> local_values(const std::string& section);  // local layout, on the host
   void set_local_values(const std::string& section, const std::vector<float>& values);
+  // What this rank itself holds of a section, without gathering (an HDF5 checkpoint writes it):
+  // ranges of the local layout and their values, in order. Sharded state: the rank's pieces; whole
+  // state: all of it (every dp rank holds the same: one of them writes it).
+  struct Owned {
+    std::vector<Range> ranges;
+    std::vector<float> values;
+    bool sharded = false;
+  };
+  Owned owned_values(const std::string& section);
 
   MemoryUse memory() const;
   size_t peak_workspace_bytes() const { return peak_workspace_; }

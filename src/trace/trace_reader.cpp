@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "model/checkpoint_h5.hpp"
 #include "trace/hdf5_event.hpp"
 #include "trace/hdf5_trace.hpp"
 
@@ -54,26 +55,12 @@ double TraceReader::number(const char* name) const {
   return v[0];
 }
 
-namespace {
-std::string string_attribute(hid_t obj, const char* name) {
-  if (H5Aexists(obj, name) <= 0) return "";
-  const hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = H5Aget_type(a);
-  std::string out;
-  if (H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t)) {
-    out.resize(H5Tget_size(t));
-    if (H5Aread(a, t, out.data()) < 0) out.clear();
-    out = out.c_str();  // up to the terminator
-  }
-  H5Tclose(t), H5Aclose(a);
-  return out;
-}
-}  // namespace
 
-std::string TraceReader::text(const char* name) const { return string_attribute(meta_, name); }
+std::string TraceReader::text(const char* name) const { return hdf5_text_attribute(meta_, name); }
 
 std::vector<std::string> TraceReader::kind_names() const {
   std::vector<std::string> kinds;
-  std::istringstream names(string_attribute(events_, "kind_names"));
+  std::istringstream names(hdf5_text_attribute(events_, "kind_names"));
   for (std::string k; std::getline(names, k, ',');) kinds.push_back(k);
   return kinds;
 }

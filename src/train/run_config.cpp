@@ -69,6 +69,8 @@ std::vector<DeckField> RunConfig::fields() {
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
       {"checkpoint.keep", &checkpoint.keep, "newest checkpoints kept in dir (0: all)"},
+      {"checkpoint.format", &checkpoint.format,
+       "bin (one binary file, assembled on rank 0) | h5 (one HDF5 file every rank writes its part of)"},
       {"checkpoint.resume", &checkpoint.resume,
        "true: continue from the newest checkpoint in dir | \"auto\": the same if there is one | false"},
       {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
@@ -142,6 +144,8 @@ void RunConfig::validate(int world_size) const {
   if (!checkpoint.resume.is("false") && checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
+  if (checkpoint.format != "bin" && checkpoint.format != "h5")
+    fail_input("checkpoint.format", "expected bin or h5, got \"", checkpoint.format, "\"");
   if (train.nonfinite != "stop" && train.nonfinite != "skip")
     fail_input("train.nonfinite", "expected stop or skip, got ", train.nonfinite);
   Precision prec;

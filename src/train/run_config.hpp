@@ -77,6 +77,9 @@ struct CheckpointConfig {
   // true: continue from the newest checkpoint in dir that verifies (it must have one); "auto": the
   // same when dir holds a checkpoint, else start fresh; false: start fresh.
   BoolOrWord resume;
+  // bin: one file in our binary format, assembled on rank 0; h5: one HDF5 file that every rank
+  // writes its own part of (model/checkpoint_h5). Either resumes on any layout.
+  std::string format = "bin";
 };
 
 struct TraceConfig {

@@ -16,6 +16,7 @@
 
 #include "core/rng.hpp"
 #include "data/loader.hpp"
+#include "model/checkpoint.hpp"
 #include "model/checkpoint_dir.hpp"
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
@@ -103,6 +104,9 @@ class Trainer {
   };
   StepValues read_step_sums(int microbatches_run);
   std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
+  // checkpoint.format: bin (assembled on rank 0) or h5 (every rank writes its part).
+  void save_bin_checkpoint(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
+  void save_h5_checkpoint(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
   int stop_signal();                             // collective: a stop signal on any rank, or 0

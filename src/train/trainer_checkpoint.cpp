@@ -2,6 +2,9 @@
 // checkpoint, llm.c weights) and checkpoints. Files hold the global layout whatever the grid and ZeRO
 // level that wrote them: each rank reads its own tensors, and a checkpoint is assembled on world
 // rank 0 from dp replica 0's ranks.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -11,6 +14,7 @@
 #include "model/checkpoint_dir.hpp"
 #include "runtime/collective.hpp"
 #include "model/model_file.hpp"
+#include "parallel/checkpoint_writer.hpp"
 #include "train/trainer.hpp"
 
 namespace gpt2 {
@@ -164,7 +168,7 @@ void Trainer::save_checkpoint() {
   if (cfg_.checkpoint.dir.empty()) return;
   Tracer::Scope t(tracer_, EventKind::checkpoint, int(step_));
   const WaitContext context([this] { return "writing the checkpoint of step " + std::to_string(step_); });
-  const std::string name = checkpoint_name(step_);
+  const std::string name = checkpoint_name(step_, cfg_.checkpoint.format);
   const std::string path = cfg_.checkpoint.dir + "/" + name;
   CheckpointMeta meta;
   meta.model = cfg_.model;
@@ -175,20 +179,52 @@ void Trainer::save_checkpoint() {
   meta.updates = store_->optimizer().steps_taken();
   if (loss_scale_.dynamic()) meta.loss_scale = loss_scale_.scale(), meta.loss_scale_clean = loss_scale_.clean_steps();
   const std::vector<std::string> sections = store_->sections();
-  std::unique_ptr<CheckpointWriter> w;
-  if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), sections);
-  for (const std::string& s : sections) {
-    std::vector<float> all = gather_section(s);
-    if (w) w->append(all.data(), all.size());
+  if (cfg_.checkpoint.format == "h5") {
+    save_h5_checkpoint(path, meta, sections);
+  } else {
+    save_bin_checkpoint(path, meta, sections);
   }
-  if (w) {
-    w->commit();
+  if (rank_ == 0) {
     publish_checkpoint(cfg_.checkpoint.dir, name);
     std::printf("checkpoint: %s\n", path.c_str());
     prune_checkpoints(cfg_.checkpoint.dir, cfg_.checkpoint.keep, step_);
     std::fflush(stdout);
   }
   saved_step_ = step_;
+}
+
+// One binary file, assembled on world rank 0 from dp replica 0's ranks.
+void Trainer::save_bin_checkpoint(const std::string& path, const CheckpointMeta& meta,
+                                  const std::vector<std::string>& sections) {
+  std::unique_ptr<CheckpointWriter> w;
+  if (rank_ == 0) w = std::make_unique<CheckpointWriter>(path, meta, layout_->total(), sections);
+  for (const std::string& s : sections) {
+    std::vector<float> all = gather_section(s);
+    if (w) w->append(all.data(), all.size());
+  }
+  if (w) w->commit();
+}
+
+// One HDF5 file that every rank writes its own part of (collective), under a temporary name that
+// rank 0 renames once every rank has closed it.
+void Trainer::save_h5_checkpoint(const std::string& path, const CheckpointMeta& meta,
+                                 const std::vector<std::string>& sections) {
+  int64_t pid = int64_t(::getpid());
+  groups_->world->host_broadcast(&pid, sizeof(pid), 0);
+  const std::string tmp = path + ".tmp." + std::to_string(pid);  // (remove_dead_temporaries knows it)
+  try {
+    write_h5_checkpoint(tmp, *groups_->world, meta, stage_layout(), topo_->dp_rank() == 0, sections,
+                        [this](const std::string& s) { return store_->owned_values(s); });
+  } catch (const WriteError&) {
+    if (rank_ == 0) std::remove(tmp.c_str());
+    throw;
+  }
+  groups_->world->host_sum(0);  // every rank has closed it
+  if (rank_ == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    fail_write(path, "rename failed: ", std::strerror(e));
+  }
 }
 
 }  // namespace gpt2

@@ -1,0 +1,63 @@
+#pragma once
+// Checkpoints as one HDF5 file (checkpoint.format = "h5"), readable by h5py and by any layout:
+//   /                      attributes: format ("gpt2-kokkos checkpoint"), format_version, step, updates,
+//                          rng (4 x u64), loss_scale, loss_scale_clean, optimizer, config (the deck
+//                          as TOML), n_layer, n_head, n_embd, vocab_size, block_size
+//   /<section>/<tensor>    float32 at the tensor's GLOBAL shape -- sections params, opt.m, opt.v;
+//                          tensors named as the model names them (wte, wpe, h.0.qkvw, ..., lnfb) --
+//                          with attribute checksum: the sum of element_checksum over its elements
+//                          (mod 2^48), so it is the same whichever ranks wrote which parts.
+// Written collectively by every rank, each its own slices (parallel/checkpoint_writer); read by
+// range of the global flat layout, so each rank reads only what it holds.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.hpp"
+#include "model/param_layout.hpp"
+
+namespace gpt2 {
+
+constexpr int kH5CheckpointVersion = 1;
+constexpr uint64_t kChecksumMask = (uint64_t(1) << 48) - 1;
+
+// One element's term of a dataset's checksum: a hash of its index in the tensor and its bits.
+inline uint64_t element_checksum(uint64_t index, uint32_t bits) {
+  uint64_t z = (index << 32 | bits) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) & kChecksumMask;
+}
+
+// Adds the flat range [a, b) of a tensor with `cols` columns (1-D: its length) to an HDF5 dataspace
+// selection: a partial first row, whole rows, a partial last row. Ranges added in increasing order
+// select elements in the order a flat buffer holds them.
+void select_flat(int64_t space, size_t cols, size_t a, size_t b);
+inline size_t tensor_cols(const TensorInfo& t) { return t.shape.size() == 2 ? t.shape[1] : t.range.size(); }
+
+bool is_h5_checkpoint(const std::string& path);  // the HDF5 signature
+// A fixed-length string attribute of an HDF5 object ("" when absent): our files' text attributes.
+std::string hdf5_text_attribute(int64_t obj, const char* name);
+
+class H5CheckpointReader {
+ public:
+  explicit H5CheckpointReader(const std::string& path);  // InputError naming the file
+  ~H5CheckpointReader();
+  H5CheckpointReader(const H5CheckpointReader&) = delete;
+  H5CheckpointReader& operator=(const H5CheckpointReader&) = delete;
+
+  const CheckpointMeta& meta() const { return meta_; }
+  bool has(const std::string& section) const;
+  // Floats [begin, begin + n) of a section in the global layout.
+  void read(const std::string& section, size_t begin, size_t n, float* dst) const;
+  // Every dataset's checksum; InputError naming the file and the dataset on a mismatch.
+  void verify() const;
+
+ private:
+  std::string path_;
+  int64_t file_ = -1;  // HDF5 handle
+  CheckpointMeta meta_;
+  std::vector<TensorInfo> tensors_;  // the global layout's, in order
+};
+
+}  // namespace gpt2
