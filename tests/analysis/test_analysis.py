@@ -278,6 +278,27 @@ def run_scripts(args, env, traces):
         check(False, f"to_perfetto.py: unreadable output {pf} ({e})")
 
 
+def check_checkpoint_report(args, env, folder):
+    """analysis/checkpoint_report.py on the ZeRO-3 run's HDF5 checkpoint: its step, the layout that
+    wrote it, every tensor at its global shape; a PNG; a trace is refused (exit 2)."""
+    script = os.path.join(ANALYSIS, "checkpoint_report.py")
+    png = os.path.join(args.workdir, "checkpoint_rms.png")
+    p = subprocess.run([sys.executable, script, folder, "--json", "--png", png], env=env, capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    if not check(p.returncode == 0, f"checkpoint_report: rc {p.returncode}: {p.stderr[-400:]}"):
+        return
+    rep = json.loads(p.stdout)
+    shapes = {t["name"]: t["shape"] for t in rep["tensors"]}
+    check(rep["step"] == STEPS and rep["written_by"] == {"dp": 2, "pp": 1, "tp": 1, "zero": 3},
+          f"checkpoint_report: step {rep['step']}, written by {rep['written_by']}")
+    check(shapes.get("wte") == [128, 32] and len(shapes) == 4 + 12 * 2, f"checkpoint_report: tensors {shapes}")
+    check_png(png)
+    bad = subprocess.run([sys.executable, script, os.path.join(args.workdir, "runs", "dp1.h5")], env=env,
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    check(bad.returncode == 2 and "not a gpt2-kokkos checkpoint" in bad.stderr,
+          f"checkpoint_report on a trace: rc {bad.returncode}: {bad.stderr[-300:]}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpt2", default=os.environ.get("GPT2"), help="path of the gpt2 executable")
@@ -309,8 +330,11 @@ def main():
         "dp2": train(args, env, deck, runs, "dp2", 2, ["parallel.dp=2"]),
         "dp1": train(args, env, deck, runs, "dp1", 1, []),
         "dp2_pp2": train(args, env, deck, runs, "dp2_pp2", 4, ["parallel.dp=2"] + pipe),
-        "dp2_zero3": train(args, env, deck, runs, "dp2_zero3", 2, ["parallel.dp=2", "parallel.zero=3"]),
+        "dp2_zero3": train(args, env, deck, runs, "dp2_zero3", 2,
+                           ["parallel.dp=2", "parallel.zero=3", f"checkpoint.dir={os.path.join(runs, 'ck_zero3')}",
+                            "checkpoint.format=h5"]),
     }
+    check_checkpoint_report(args, env, os.path.join(runs, "ck_zero3"))
     check_trace(traces["pp2_1f1b"], 2, 1, 2, MICROBATCHES, "1f1b")
     check_trace(traces["pp2_gpipe"], 2, 1, 2, MICROBATCHES, "gpipe")
     check_trace(traces["dp2"], 2, 2, 1, 1, None)
