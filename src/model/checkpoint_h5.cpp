@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "model/hdf5_attributes.hpp"
 
 namespace gpt2 {
 
@@ -42,19 +43,6 @@ bool is_h5_checkpoint(const std::string& path) {
   const bool ok = std::fread(sig, 1, 8, f) == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
   std::fclose(f);
   return ok;
-}
-
-std::string hdf5_text_attribute(int64_t obj, const char* name) {
-  if (H5Aexists(obj, name) <= 0) return "";
-  const hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = H5Aget_type(a);
-  std::string out;
-  if (H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t)) {
-    out.resize(H5Tget_size(t));
-    if (H5Aread(a, t, out.data()) < 0) out.clear();
-    out = out.c_str();  // up to the terminator
-  }
-  H5Tclose(t), H5Aclose(a);
-  return out;
 }
 
 namespace {

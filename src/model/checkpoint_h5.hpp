@@ -36,8 +36,6 @@ void select_flat(int64_t space, size_t cols, size_t a, size_t b);
 inline size_t tensor_cols(const TensorInfo& t) { return t.shape.size() == 2 ? t.shape[1] : t.range.size(); }
 
 bool is_h5_checkpoint(const std::string& path);  // the HDF5 signature
-// A fixed-length string attribute of an HDF5 object ("" when absent): our files' text attributes.
-std::string hdf5_text_attribute(int64_t obj, const char* name);
 
 class H5CheckpointReader {
  public:

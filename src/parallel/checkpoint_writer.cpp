@@ -8,64 +8,41 @@
 
 #include "core/error.hpp"
 #include "model/checkpoint_h5.hpp"
+#include "model/hdf5_attributes.hpp"
 
 namespace gpt2 {
 
 namespace {
-struct Writer {
-  const std::string& path;
-  hid_t file = -1;
-
-  void check(herr_t r, const std::string& what) const {
-    if (r < 0) fail_write(path, "HDF5 ", what, " failed");
-  }
-  void text(hid_t obj, const char* name, const std::string& value) const {
-    const hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, value.empty() ? 1 : value.size());
-    const hid_t s = H5Screate(H5S_SCALAR), a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
-    check(H5Awrite(a, t, value.empty() ? "" : value.c_str()), std::string("write of the attribute ") + name);
-    H5Aclose(a), H5Sclose(s), H5Tclose(t);
-  }
-  template <class T>
-  void numbers(hid_t obj, const char* name, hid_t type, const std::vector<T>& v) const {
-    const hsize_t n = v.size();
-    const hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr);
-    const hid_t a = H5Acreate2(obj, name, type, s, H5P_DEFAULT, H5P_DEFAULT);
-    check(H5Awrite(a, type, v.data()), std::string("write of the attribute ") + name);
-    H5Aclose(a), H5Sclose(s);
-  }
-  void integer(hid_t obj, const char* name, int64_t v) const { numbers<int64_t>(obj, name, H5T_NATIVE_INT64, {v}); }
-};
+void check(bool ok, const std::string& path, const std::string& what) {
+  if (!ok) fail_write(path, "HDF5 ", what, " failed", hdf5_error_reason());
+}
 }  // namespace
 
 void write_h5_checkpoint(const std::string& path, Communicator& world, const CheckpointMeta& meta,
                          const StageLayout& layout, bool replica_0, const std::vector<std::string>& sections,
                          const std::function<ParamStore::Owned(const std::string&)>& owned) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  Writer w{path};
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   H5Pset_fapl_mpio(fapl, world.mpi_comm(), MPI_INFO_NULL);
-  w.file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (w.file < 0) fail_write(path, "cannot create the HDF5 checkpoint");
+  if (file < 0) fail_write(path, "cannot create the HDF5 checkpoint", hdf5_error_reason());
   const hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
   try {
     // The root's attributes: collective metadata, the same values on every rank.
-    w.text(w.file, "format", "gpt2-kokkos checkpoint");
-    w.integer(w.file, "format_version", kH5CheckpointVersion);
-    w.integer(w.file, "step", meta.step);
-    w.integer(w.file, "updates", meta.updates);
-    w.numbers<uint64_t>(w.file, "rng", H5T_NATIVE_UINT64, {meta.rng.begin(), meta.rng.end()});
-    w.numbers<double>(w.file, "loss_scale", H5T_NATIVE_DOUBLE, {meta.loss_scale});
-    w.integer(w.file, "loss_scale_clean", meta.loss_scale_clean);
-    w.text(w.file, "optimizer", meta.optimizer);
-    w.text(w.file, "config", meta.config_toml);
-    w.integer(w.file, "n_layer", meta.model.n_layer);
-    w.integer(w.file, "n_head", meta.model.n_head);
-    w.integer(w.file, "n_embd", meta.model.n_embd);
-    w.integer(w.file, "vocab_size", meta.model.vocab_size);
-    w.integer(w.file, "block_size", meta.model.block_size);
+    const bool attrs = h5_attr_text(file, "format", "gpt2-kokkos checkpoint") &&
+                       h5_attr_int(file, "format_version", kH5CheckpointVersion) && h5_attr_int(file, "step", meta.step) &&
+                       h5_attr_int(file, "updates", meta.updates) &&
+                       h5_attr_uints(file, "rng", {meta.rng.begin(), meta.rng.end()}) &&
+                       h5_attr_double(file, "loss_scale", meta.loss_scale) &&
+                       h5_attr_int(file, "loss_scale_clean", meta.loss_scale_clean) &&
+                       h5_attr_text(file, "optimizer", meta.optimizer) && h5_attr_text(file, "config", meta.config_toml) &&
+                       h5_attr_int(file, "n_layer", meta.model.n_layer) && h5_attr_int(file, "n_head", meta.model.n_head) &&
+                       h5_attr_int(file, "n_embd", meta.model.n_embd) &&
+                       h5_attr_int(file, "vocab_size", meta.model.vocab_size) &&
+                       h5_attr_int(file, "block_size", meta.model.block_size);
+    check(attrs, path, "write of the checkpoint's attributes");
 
     // The local tensors this rank may write, by name.
     std::map<std::string, const TensorInfo*> local;
@@ -79,7 +56,8 @@ void write_h5_checkpoint(const std::string& path, Communicator& world, const Che
     for (const std::string& section : sections) {
       const ParamStore::Owned mine = owned(section);
       const bool writes = mine.sharded || replica_0;
-      const hid_t g = H5Gcreate2(w.file, section.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      const hid_t g = H5Gcreate2(file, section.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      std::vector<int64_t> sums;  // this rank's part of each dataset's checksum
       if (g < 0) fail_write(path, "cannot create the group ", section);
       for (const TensorInfo& t : global) {  // every rank, in one order: the writes are collective
         std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
@@ -120,12 +98,19 @@ void write_h5_checkpoint(const std::string& path, Communicator& world, const Che
         const hid_t ms = H5Screate_simple(1, &n, nullptr);
         if (n == 0) H5Sselect_none(ms);
         const float none = 0;
-        w.check(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buffer.empty() ? &none : buffer.data()),
-                "write of " + section + "/" + t.name());
-        // Sums below 2^48 from each rank: their total stays exact in 64 bits.
-        const uint64_t total = uint64_t(world.host_sum(int64_t(sum))) & kChecksumMask;
-        w.numbers<uint64_t>(ds, "checksum", H5T_NATIVE_UINT64, {total});
+        check(H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, fs, dxpl, buffer.empty() ? &none : buffer.data()) >= 0, path,
+              "write of " + section + "/" + t.name());
+        sums.push_back(int64_t(sum));
         H5Sclose(ms), H5Dclose(ds), H5Sclose(fs);
+      }
+      // The section's checksums summed over the ranks at once (each rank's below 2^48: the totals
+      // stay exact in 64 bits), then written by every rank alike (collective metadata).
+      world.host_allreduce(sums.data(), sums.size(), DType::i64, ReduceOp::sum);
+      for (size_t i = 0; i < global.size(); ++i) {
+        const hid_t ds = H5Dopen2(g, global[i].name().c_str(), H5P_DEFAULT);
+        check(h5_attr_uints(ds, "checksum", {uint64_t(sums[i]) & kChecksumMask}), path,
+              "write of " + section + "/" + global[i].name() + "'s checksum");
+        H5Dclose(ds);
       }
       H5Gclose(g);
     }
@@ -134,7 +119,7 @@ void write_h5_checkpoint(const std::string& path, Communicator& world, const Che
     throw;  // (the file stays open: the caller stops the job; HDF5 closes nothing at exit)
   }
   H5Pclose(dxpl);
-  if (H5Fclose(w.file) < 0) fail_write(path, "HDF5 close failed");
+  if (H5Fclose(file) < 0) fail_write(path, "HDF5 close failed", hdf5_error_reason());
 }
 
 }  // namespace gpt2

@@ -4,7 +4,6 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <type_traits>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "model/hdf5_attributes.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/communicator.hpp"
 #include "trace/hdf5_event.hpp"
@@ -20,54 +20,8 @@ namespace gpt2 {
 
 namespace {
 
-// What HDF5's error stack says went wrong, innermost first ("" when it says nothing).
-std::string hdf5_reason() {
-  std::string out;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_UPWARD,
-      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* s = static_cast<std::string*>(data);
-        if (s->empty() && e->desc && *e->desc) *s = e->desc;
-        return 0;
-      },
-      &out);
-  std::string line;  // on one line (MPI's error strings carry their own line breaks)
-  for (char c : out) {
-    if (!std::isspace(static_cast<unsigned char>(c))) line += c;
-    else if (!line.empty() && line.back() != ' ') line += ' ';
-  }
-  while (!line.empty() && line.back() == ' ') line.pop_back();
-  return line.empty() ? line : " (" + line + ")";
-}
-
 void check(herr_t r, const char* what, const std::string& path) {
-  if (r < 0) fail_write(path, "HDF5 ", what, " failed", hdf5_reason());
-}
-
-void attr_string(hid_t obj, const char* name, const std::string& value) {
-  hid_t t = H5Tcopy(H5T_C_S1);
-  H5Tset_size(t, value.empty() ? 1 : value.size());
-  H5Tset_cset(t, H5T_CSET_UTF8);
-  hid_t s = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, t, value.empty() ? "" : value.c_str());
-  H5Aclose(a), H5Sclose(s), H5Tclose(t);
-}
-
-void attr_ints(hid_t obj, const char* name, const std::vector<int64_t>& v) {
-  const hsize_t n = v.size();
-  hid_t s = n == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr);
-  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_INT64, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_INT64, v.data());
-  H5Aclose(a), H5Sclose(s);
-}
-void attr_int(hid_t obj, const char* name, int64_t v) { attr_ints(obj, name, {v}); }
-
-void attr_double(hid_t obj, const char* name, double v) {
-  hid_t s = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
-  H5Aclose(a), H5Sclose(s);
+  if (r < 0) fail_write(path, "HDF5 ", what, " failed", hdf5_error_reason());
 }
 
 // An array attribute holding every rank's value (collective).
@@ -107,50 +61,50 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   H5Pset_fapl_mpio(fapl, comm.mpi_comm(), MPI_INFO_NULL);
   hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   H5Pclose(fapl);
-  if (file < 0) fail_write(path, "cannot create the HDF5 trace", hdf5_reason());
+  if (file < 0) fail_write(path, "cannot create the HDF5 trace", hdf5_error_reason());
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
 
   // /meta: attributes only (collective metadata: every rank makes the same calls).
   hid_t g = H5Gcreate2(file, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  attr_string(g, "config", meta.config_toml);
-  attr_string(g, "git_revision", git_revision());
-  attr_string(g, "versions", versions());
-  attr_string(g, "schedule", meta.schedule);
-  attr_string(g, "execution_space", meta.execution_space);
-  attr_string(g, "device", meta.device);
-  attr_string(g, "comm", meta.comm);
+  h5_attr_text(g, "config", meta.config_toml);
+  h5_attr_text(g, "git_revision", git_revision());
+  h5_attr_text(g, "versions", versions());
+  h5_attr_text(g, "schedule", meta.schedule);
+  h5_attr_text(g, "execution_space", meta.execution_space);
+  h5_attr_text(g, "device", meta.device);
+  h5_attr_text(g, "comm", meta.comm);
   const char* job = std::getenv("SLURM_JOB_ID");
   const char* nodes = std::getenv("SLURM_JOB_NODELIST");
-  attr_string(g, "slurm_job_id", job ? job : "");
-  attr_string(g, "slurm_nodes", nodes ? nodes : "");
-  attr_int(g, "world_size", meta.world_size);
-  for (Axis a : kAxes) attr_int(g, axis_name(a), meta.grid[a]);
-  attr_int(g, "zero", meta.zero);
-  attr_int(g, "microbatches", meta.microbatches);
-  attr_int(g, "virtual_stages", meta.virtual_stages);
-  attr_double(g, "bubble_theory", meta.bubble_theory);
-  attr_int(g, "blas_threads", meta.blas_threads);
-  attr_int(g, "host_threads", meta.host_threads);
-  attr_int(g, "tokens_per_step", meta.tokens_per_step);
-  attr_int(g, "num_params", meta.num_params);
-  attr_int(g, "n_layer", meta.model.n_layer);
-  attr_int(g, "n_head", meta.model.n_head);
-  attr_int(g, "n_embd", meta.model.n_embd);
-  attr_int(g, "vocab_size", meta.model.vocab_size);
-  attr_int(g, "seq_len", meta.seq_len);
-  attr_int(g, "batch_size", meta.batch_size);
-  attr_int(g, "steps", meta.steps);
-  attr_int(g, "batches_per_epoch", meta.batches_per_epoch);
-  attr_int(g, "train_tokens", meta.train_tokens);
+  h5_attr_text(g, "slurm_job_id", job ? job : "");
+  h5_attr_text(g, "slurm_nodes", nodes ? nodes : "");
+  h5_attr_int(g, "world_size", meta.world_size);
+  for (Axis a : kAxes) h5_attr_int(g, axis_name(a), meta.grid[a]);
+  h5_attr_int(g, "zero", meta.zero);
+  h5_attr_int(g, "microbatches", meta.microbatches);
+  h5_attr_int(g, "virtual_stages", meta.virtual_stages);
+  h5_attr_double(g, "bubble_theory", meta.bubble_theory);
+  h5_attr_int(g, "blas_threads", meta.blas_threads);
+  h5_attr_int(g, "host_threads", meta.host_threads);
+  h5_attr_int(g, "tokens_per_step", meta.tokens_per_step);
+  h5_attr_int(g, "num_params", meta.num_params);
+  h5_attr_int(g, "n_layer", meta.model.n_layer);
+  h5_attr_int(g, "n_head", meta.model.n_head);
+  h5_attr_int(g, "n_embd", meta.model.n_embd);
+  h5_attr_int(g, "vocab_size", meta.model.vocab_size);
+  h5_attr_int(g, "seq_len", meta.seq_len);
+  h5_attr_int(g, "batch_size", meta.batch_size);
+  h5_attr_int(g, "steps", meta.steps);
+  h5_attr_int(g, "batches_per_epoch", meta.batches_per_epoch);
+  h5_attr_int(g, "train_tokens", meta.train_tokens);
   std::vector<int64_t> layers(meta.stage_layers.begin(), meta.stage_layers.end());
-  attr_ints(g, "stage_layers", layers);
-  attr_string(g, "event_kinds", kind_names(any_kind));
-  attr_string(g, "compute_kinds", kind_names(compute_kind));
-  attr_string(g, "communication_kinds", kind_names(communication_kind));
-  attr_string(g, "dp_collective_kinds", kind_names(is_dp_collective));
-  attr_string(g, "kind_display", kind_list(any_kind, event_display));
-  attr_string(g, "kind_colours", kind_list(any_kind, event_colour));
+  h5_attr_ints(g, "stage_layers", layers);
+  h5_attr_text(g, "event_kinds", kind_names(any_kind));
+  h5_attr_text(g, "compute_kinds", kind_names(compute_kind));
+  h5_attr_text(g, "communication_kinds", kind_names(communication_kind));
+  h5_attr_text(g, "dp_collective_kinds", kind_names(is_dp_collective));
+  h5_attr_text(g, "kind_display", kind_list(any_kind, event_display));
+  h5_attr_text(g, "kind_colours", kind_list(any_kind, event_colour));
   for (Axis a : kAxes) attr_per_rank<int64_t>(g, (std::string(axis_name(a)) + "_rank").c_str(), meta.coords[a], comm);
   attr_per_rank(g, "clock_error", tracer.clock_error(), comm);
   attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
@@ -160,7 +114,7 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   attr_per_rank(g, "peak_workspace_bytes", meta.workspace_bytes, comm);
   attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);
   attr_per_rank(g, "device_syncs_per_step", meta.device_syncs_per_step, comm);
-  attr_string(g, "event_timing", meta.event_timing);
+  h5_attr_text(g, "event_timing", meta.event_timing);
   H5Gclose(g);
 
   // /events: every rank's events at its offset.
@@ -187,9 +141,9 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   TraceEvent dummy_event{};  // HDF5 wants a buffer even for an empty selection
   if (total > 0)  // (a run stopped before its first step has none: HDF5 refuses to write nothing)
     check(H5Dwrite(ds, et, ms, fs, dxpl, mine.empty() ? &dummy_event : mine.data()), "write of /events", path);
-  attr_string(ds, "kind_names", kind_names(any_kind));
-  attr_int(ds, "dropped", all_dropped);
-  attr_string(ds, "time_unit", "seconds on a clock shared by all ranks (offsets measured at start-up)");
+  h5_attr_text(ds, "kind_names", kind_names(any_kind));
+  h5_attr_int(ds, "dropped", all_dropped);
+  h5_attr_text(ds, "time_unit", "seconds on a clock shared by all ranks (offsets measured at start-up)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(et);
 
   // /metrics: rank 0's per-step records.
@@ -215,12 +169,12 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   MetricRecord dummy_metric{};
   if (msteps > 0)
     check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() || rank != 0 ? &dummy_metric : recs.data()), "write of /metrics", path);
-  attr_string(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran; skipped 1 where the "
+  h5_attr_text(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran; skipped 1 where the "
                           "update was skipped (non-finite loss or gradient norm)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(mt);
 
   H5Pclose(dxpl);
-  if (H5Fclose(file) < 0) fail_write(path, "HDF5 close failed", hdf5_reason());
+  if (H5Fclose(file) < 0) fail_write(path, "HDF5 close failed", hdf5_error_reason());
   comm.host_sum(0);  // every rank has closed the file
   int renamed = rank != 0 || std::rename(tmp.c_str(), path.c_str()) == 0;
   const std::string why = renamed ? "" : std::strerror(errno);
