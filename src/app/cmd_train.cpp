@@ -1,5 +1,7 @@
 // gpt2 train CONFIG [--set section.key=value]... [--metrics-jsonl FILE]
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
@@ -68,6 +70,9 @@ Run add_train(CLI::App& app) {
       // Only this rank knows: stop the whole job rather than leave the others waiting.
       std::fprintf(stderr, "error (rank %d): %s\n", env.rank(), e.what());
       std::fflush(stderr);
+      // (the launcher forwards output asynchronously and MPI_Abort tears the job down at once: a
+      // loaded node lost this line without a moment's grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
       MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const InputError*>(&e) ? 2 : 1);
     }
     return 0;

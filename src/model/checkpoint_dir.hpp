@@ -1,5 +1,5 @@
 #pragma once
-// A checkpoint folder: ckpt_NNNNNNNN.bin files written atomically (model/checkpoint.hpp), and
+// A checkpoint folder: ckpt_NNNNNNNN.h5 (or .bin) files written atomically, and
 // `latest`, a one-line file naming the newest, itself replaced atomically after the checkpoint is in
 // place. Readers go through `latest`; a folder without it holds no checkpoint yet. The run that
 // writes into a folder holds its lock (dir/lock) for as long as it runs.
@@ -13,8 +13,8 @@ namespace gpt2 {
 std::string latest_checkpoint(const std::string& dir);
 // Makes `dir/name` the newest (rewrites dir/latest atomically).
 void publish_checkpoint(const std::string& dir, const std::string& name);
-// "ckpt_00000042.bin" for step 42 ("ckpt_00000042.h5" in the HDF5 format).
-std::string checkpoint_name(long long step, const std::string& format = "bin");
+// "ckpt_00000042.h5" for step 42 in format "h5" ("ckpt_00000042.bin" in "bin").
+std::string checkpoint_name(long long step, const std::string& format);
 
 // The checkpoints in dir (files named ckpt_<digits>.bin or .h5) as (step, path), oldest first.
 std::vector<std::pair<long long, std::string>> list_checkpoints(const std::string& dir);

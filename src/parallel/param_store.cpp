@@ -320,11 +320,15 @@ std::vector<float> ParamStore::local_values(const std::string& section) {
   return out;
 }
 
-ParamStore::Owned ParamStore::owned_values(const std::string& section) {
+size_t ParamStore::Owned::size() const {
+  size_t n = 0;
+  for (const Range& r : ranges) n += r.size();
+  return n;
+}
+
+ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
   Owned out;
   out.sharded = section == "params" ? policy_.params : policy_.optimizer;
-  const float* src = section == "params" ? (out.sharded ? param_shard_.data() : params_.data()) : state_buffer(section).data();
-  const size_t n = out.sharded ? shards_.shard_size() : layout_.local_size();
   if (out.sharded) {
     size_t at = 0;
     for (const Bucket& b : shards_.buckets()) {  // the shard is the pieces in local order
@@ -333,12 +337,26 @@ ParamStore::Owned ParamStore::owned_values(const std::string& section) {
       at += b.piece.size();
     }
   } else {
-    out.ranges.push_back({0, n});
+    out.ranges.push_back({0, layout_.local_size()});
   }
-  out.values.resize(n);
-  Kokkos::deep_copy(ExecSpace(), HostFloats(out.values.data(), n), vec(const_cast<float*>(src), n));
-  device_sync("a checkpoint's values to the host");  // (between steps)
   return out;
+}
+
+void ParamStore::copy_owned(const std::string& section, size_t begin, size_t n, float* dst) {
+  const bool sharded = section == "params" ? policy_.params : policy_.optimizer;
+  float* src = section == "params" ? (sharded ? param_shard_.data() : params_.data()) : state_buffer(section).data();
+  const size_t size = sharded ? shards_.shard_size() : layout_.local_size();
+  if (begin + n > size) fail("ParamStore: values [", begin, ", ", begin + n, ") of ", section, " past its ", size);
+  Kokkos::deep_copy(ExecSpace(), HostFloats(dst, n), vec(src + begin, n));
+  device_sync("a checkpoint's values to the host");  // (between steps)
+}
+
+void ParamStore::owned_values(const std::string& section, Owned& into) {
+  std::vector<float> keep = std::move(into.values);
+  into = owned_ranges(section);
+  into.values = std::move(keep);
+  into.values.resize(into.size());
+  copy_owned(section, 0, into.values.size(), into.values.data());
 }
 
 void ParamStore::set_local_values(const std::string& section, const std::vector<float>& values) {

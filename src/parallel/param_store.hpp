@@ -74,10 +74,15 @@ class ParamStore final : public UnitStore<float> {
   // state: all of it (every dp rank holds the same: one of them writes it).
   struct Owned {
     std::vector<Range> ranges;
-    std::vector<float> values;
+    std::vector<float> values;  // empty from owned_ranges
     bool sharded = false;
+    size_t size() const;  // values held: the ranges' total
   };
-  Owned owned_values(const std::string& section);
+  Owned owned_ranges(const std::string& section) const;
+  // Values [begin, begin + n) of what the rank holds of a section, to host memory (a bounded buffer).
+  void copy_owned(const std::string& section, size_t begin, size_t n, float* dst);
+  // Ranges and values, into `into` (its memory reused: a second checkpoint touches no new pages).
+  void owned_values(const std::string& section, Owned& into);
 
   MemoryUse memory() const;
   size_t peak_workspace_bytes() const { return peak_workspace_; }

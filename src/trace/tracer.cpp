@@ -41,6 +41,8 @@ constexpr KindInfo kKinds[] = {
     {"unit_backward", O, "unit", "#EDC1A5"},
     {"backward_weight", C, "row", "#E5AE38"},
     {"unit_backward_weight", O, "unit", "#F2D69B"},
+    {"checkpoint_stage", O, "row", "#444444"},
+    {"checkpoint_write", O, "lane", "#999999"},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace

@@ -24,6 +24,8 @@ enum class EventKind : int32_t {
   unit_forward, unit_backward,                // trace.units: a model unit inside a forward/backward
   backward_weight,                            // the weight pass W of a split backward (B is `backward`)
   unit_backward_weight,                       // trace.units: a unit inside a weight pass
+  checkpoint_stage,  // checkpoint.async: the copy of the state a background thread then writes
+  checkpoint_write,  // checkpoint.async: that write, on its thread (with the bytes it wrote)
   count_
 };
 enum class EventClass { compute, communication, other };

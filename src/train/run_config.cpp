@@ -70,7 +70,9 @@ std::vector<DeckField> RunConfig::fields() {
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
       {"checkpoint.keep", &checkpoint.keep, "newest checkpoints kept in dir (0: all)"},
       {"checkpoint.format", &checkpoint.format,
-       "bin (one binary file, assembled on rank 0) | h5 (one HDF5 file every rank writes its part of)"},
+       "h5 (one HDF5 file every rank writes its part of) | bin (one binary file, assembled on rank 0)"},
+      {"checkpoint.async", &checkpoint.async,
+       "h5: copy the state and write it from a background thread while training goes on"},
       {"checkpoint.resume", &checkpoint.resume,
        "true: continue from the newest checkpoint in dir | \"auto\": the same if there is one | false"},
       {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
@@ -145,7 +147,9 @@ void RunConfig::validate(int world_size) const {
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
   if (checkpoint.format != "bin" && checkpoint.format != "h5")
-    fail_input("checkpoint.format", "expected bin or h5, got \"", checkpoint.format, "\"");
+    fail_input("checkpoint.format", "expected h5 or bin, got \"", checkpoint.format, "\"");
+  if (checkpoint.async && checkpoint.format != "h5")
+    fail_input("checkpoint.async", "needs checkpoint.format = \"h5\" (the binary format is assembled on rank 0)");
   if (train.nonfinite != "stop" && train.nonfinite != "skip")
     fail_input("train.nonfinite", "expected stop or skip, got ", train.nonfinite);
   Precision prec;

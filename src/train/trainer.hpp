@@ -18,6 +18,7 @@
 #include "data/loader.hpp"
 #include "model/checkpoint.hpp"
 #include "model/checkpoint_dir.hpp"
+#include "parallel/checkpoint_writer.hpp"
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "parallel/step_sums.hpp"
@@ -106,7 +107,9 @@ class Trainer {
   std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
   // checkpoint.format: bin (assembled on rank 0) or h5 (every rank writes its part).
   void save_bin_checkpoint(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
-  void save_h5_checkpoint(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
+  void publish(const std::string& path, int64_t step);  // rank 0: `latest`, the message, checkpoint.keep
+  void poll_checkpoint();      // collective, after each step: finishes a background write that has ended
+  void complete_checkpoint();  // collective: waits for the background write in flight and finishes it
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
   int stop_signal();                             // collective: a stop signal on any rank, or 0
@@ -145,6 +148,8 @@ class Trainer {
   int blas_threads_ = 1;
   std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0, while checkpoint.dir is set
   int64_t saved_step_ = -1;                      // step of the last checkpoint written or loaded
+  std::unique_ptr<BackgroundCheckpoint> in_flight_;  // checkpoint.async: the write under way
+  std::vector<ParamStore::Owned> staging_;           // and the copy it writes, kept for the next
   int64_t skipped_ = 0;                          // updates skipped (non-finite, or fp16 overflows)
   uint64_t step_syncs_ = 0;                      // the most whole-device syncs a step made
   LossScale loss_scale_;                         // fp16's dynamic loss scale (1 otherwise)

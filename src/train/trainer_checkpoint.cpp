@@ -1,7 +1,8 @@
 // Trainer: what the run writes (checked before step 1), the initial state (fresh init, our
 // checkpoint, llm.c weights) and checkpoints. Files hold the global layout whatever the grid and ZeRO
-// level that wrote them: each rank reads its own tensors, and a checkpoint is assembled on world
-// rank 0 from dp replica 0's ranks.
+// level that wrote them: each rank reads its own tensors. An HDF5 checkpoint is written by every rank
+// (its own part, parallel/checkpoint_writer), now or from a background thread (checkpoint.async); a
+// binary one is assembled on world rank 0 from dp replica 0's ranks.
 #include <unistd.h>
 
 #include <cerrno>
@@ -166,7 +167,8 @@ std::vector<float> Trainer::gather_params() { return gather_section("params"); }
 
 void Trainer::save_checkpoint() {
   if (cfg_.checkpoint.dir.empty()) return;
-  Tracer::Scope t(tracer_, EventKind::checkpoint, int(step_));
+  if (in_flight_) complete_checkpoint();  // one write at a time
+  Tracer::Scope t(tracer_, cfg_.checkpoint.async ? EventKind::checkpoint_stage : EventKind::checkpoint, int(step_));
   const WaitContext context([this] { return "writing the checkpoint of step " + std::to_string(step_); });
   const std::string name = checkpoint_name(step_, cfg_.checkpoint.format);
   const std::string path = cfg_.checkpoint.dir + "/" + name;
@@ -179,18 +181,32 @@ void Trainer::save_checkpoint() {
   meta.updates = store_->optimizer().steps_taken();
   if (loss_scale_.dynamic()) meta.loss_scale = loss_scale_.scale(), meta.loss_scale_clean = loss_scale_.clean_steps();
   const std::vector<std::string> sections = store_->sections();
-  if (cfg_.checkpoint.format == "h5") {
-    save_h5_checkpoint(path, meta, sections);
-  } else {
-    save_bin_checkpoint(path, meta, sections);
-  }
-  if (rank_ == 0) {
-    publish_checkpoint(cfg_.checkpoint.dir, name);
-    std::printf("checkpoint: %s\n", path.c_str());
-    prune_checkpoints(cfg_.checkpoint.dir, cfg_.checkpoint.keep, step_);
-    std::fflush(stdout);
-  }
   saved_step_ = step_;
+  if (cfg_.checkpoint.format == "bin") {
+    save_bin_checkpoint(path, meta, sections);
+    publish(path, step_);
+    return;
+  }
+  // HDF5: created under a temporary name that rank 0 renames once the data and checksums are in.
+  int64_t pid = int64_t(::getpid());
+  groups_->world->host_broadcast(&pid, sizeof(pid), 0);
+  const std::string tmp = path + ".tmp." + std::to_string(pid);  // (remove_dead_temporaries knows it)
+  auto writer = std::make_unique<H5CheckpointWriter>(path, tmp, groups_->world->mpi_comm(), meta, stage_layout(),
+                                                     topo_->dp_rank() == 0, sections);
+  if (cfg_.checkpoint.async) {
+    // The staging: one copy of this rank's state (into the last checkpoint's buffers); the optimizer
+    // may change the original from now on.
+    staging_.resize(sections.size());
+    for (size_t i = 0; i < sections.size(); ++i) store_->owned_values(sections[i], staging_[i]);
+    in_flight_ = std::make_unique<BackgroundCheckpoint>(std::move(writer), std::move(staging_), step_,
+                                                        [this] { return tracer_.now(); });
+    return;
+  }
+  for (const std::string& s : sections)
+    writer->write_collective(s, store_->owned_ranges(s),
+                             [&](size_t begin, size_t n, float* dst) { store_->copy_owned(s, begin, n, dst); });
+  writer->finish();
+  publish(path, step_);
 }
 
 // One binary file, assembled on world rank 0 from dp replica 0's ranks.
@@ -205,26 +221,34 @@ void Trainer::save_bin_checkpoint(const std::string& path, const CheckpointMeta&
   if (w) w->commit();
 }
 
-// One HDF5 file that every rank writes its own part of (collective), under a temporary name that
-// rank 0 renames once every rank has closed it.
-void Trainer::save_h5_checkpoint(const std::string& path, const CheckpointMeta& meta,
-                                 const std::vector<std::string>& sections) {
-  int64_t pid = int64_t(::getpid());
-  groups_->world->host_broadcast(&pid, sizeof(pid), 0);
-  const std::string tmp = path + ".tmp." + std::to_string(pid);  // (remove_dead_temporaries knows it)
-  try {
-    write_h5_checkpoint(tmp, *groups_->world, meta, stage_layout(), topo_->dp_rank() == 0, sections,
-                        [this](const std::string& s) { return store_->owned_values(s); });
-  } catch (const WriteError&) {
-    if (rank_ == 0) std::remove(tmp.c_str());
-    throw;
-  }
-  groups_->world->host_sum(0);  // every rank has closed it
-  if (rank_ == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    fail_write(path, "rename failed: ", std::strerror(e));
-  }
+void Trainer::publish(const std::string& path, int64_t step) {
+  if (rank_ != 0) return;
+  const std::string name = path.substr(path.rfind('/') + 1);
+  publish_checkpoint(cfg_.checkpoint.dir, name);
+  std::printf("checkpoint: %s\n", path.c_str());
+  prune_checkpoints(cfg_.checkpoint.dir, cfg_.checkpoint.keep, step);
+  std::fflush(stdout);
+}
+
+// checkpoint.async: after each step, the ranks agree whether every background write has ended (one
+// int all-reduced while one is in flight); once they all have, it is finished here.
+void Trainer::poll_checkpoint() {
+  if (!in_flight_) return;
+  const WaitContext context([this] { return "agreeing on the background checkpoint write after step " + std::to_string(step_); });
+  if (groups_->world->host_max(int32_t(!in_flight_->done())) == 0) complete_checkpoint();
+}
+
+void Trainer::complete_checkpoint() {
+  if (!in_flight_) return;
+  const WaitContext context([this] {
+    return "waiting for the background write of the checkpoint of step " + std::to_string(in_flight_->step());
+  });
+  std::unique_ptr<BackgroundCheckpoint> done = std::move(in_flight_);
+  staging_ = done->release_staging();
+  tracer_.record(EventKind::checkpoint_write, int(done->step()), -1, done->started(), done->finished(),
+                 int64_t(done->writer().bytes_written()));
+  done->writer().finish();
+  publish(done->writer().path(), done->step());
 }
 
 }  // namespace gpt2

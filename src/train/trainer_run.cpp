@@ -69,7 +69,7 @@ void Trainer::save_on_stop(int signal, int64_t first) {
   if (!dir.empty() && step_ > first && step_ != saved_step_) save_checkpoint();
   end_message_ = std::string("stopped by ") + StopSignals::name(signal) + " after step " + std::to_string(step_) + ": " +
                  (dir.empty()         ? std::string("no checkpoint.dir, nothing saved")
-                  : saved_step_ >= 0 ? "resume from " + dir + "/" + checkpoint_name(saved_step_) +
+                  : saved_step_ >= 0 ? "resume from " + dir + "/" + checkpoint_name(saved_step_, cfg_.checkpoint.format) +
                                            " with checkpoint.resume = \"auto\""
                                      : std::string("no step done, nothing to save"));
 }
@@ -104,6 +104,7 @@ RunEnd Trainer::run() {
     }
     StepMetrics m = train_step();
     signal = stop_signal();  // here the ranks are together (the step's sums were just all-reduced)
+    poll_checkpoint();
     if (step_ > first + 1 || t.steps - first == 1) {  // the first step includes warm-up costs
       time_sum += m.step_ms / 1e3, tok_sum += m.tokens_per_s, rank_tok_sum += m.rank_tokens_per_s;
       ++timed;
@@ -145,10 +146,12 @@ RunEnd Trainer::run() {
                       ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last);
     if (ckpt) {
       save_checkpoint();
+      if (last) complete_checkpoint();  // (so that the trace holds its write)
       write_trace();
     }
   }
   if (how == RunEnd::stopped) save_on_stop(signal, first);
+  complete_checkpoint();  // (checkpoint.async: the run ends when its last checkpoint is in place)
   if (how != RunEnd::completed || cfg_.checkpoint.dir.empty() || step_ == first) write_trace();
   print_summary(timed ? time_sum / timed : 0, timed ? tok_sum / timed : 0, timed ? rank_tok_sum / timed : 0);
   if (root && skipped_ > 0)

@@ -174,6 +174,24 @@ def read_checkpoint(path):
     return out
 
 
+def flip_checkpoint_byte(path):
+    """Flips one bit of a stored weight: in an HDF5 checkpoint, in the middle of /params/wte's data
+    (found with h5py), so that it is the checksum that must catch it; in a binary one, 1000 bytes
+    before the end (the last section's data)."""
+    if path.endswith(".h5"):
+        import h5py
+        with h5py.File(path, "r") as f:
+            ds = f["params/wte"]
+            at = ds.id.get_offset() + ds.size * 2
+    else:
+        at = os.path.getsize(path) - 1000
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
 def write_checkpoint(path, sections):
     """A checkpoint of the given [(name, bytes)] sections, with correct checksums."""
     header = CKPT_MAGIC + (1).to_bytes(4, "little") + len(sections).to_bytes(4, "little")

@@ -22,11 +22,13 @@ def main():
     P = lambda *n: os.path.join(w, *n)  # noqa: E731
     tokens = gpt2test.learnable_tokens(4000, 64)
 
-    # Good inputs, and a protected checkpoint folder + trace made by a real run.
+    # Good inputs, and a protected checkpoint folder + trace made by a real run. Its checkpoints are
+    # binary: the broken ones below are made by editing that format's sections (the HDF5 format's
+    # corruptions are checkpoint_h5's and checkpoint_dir's).
     gpt2test.write_shard(P("train.bin"), tokens)
     gpt2test.write_deck(P("good.toml"), gpt2test.tiny_deck(P("train.bin"), checkpoint__dir=P("ckpt"),
                                                            trace__file=P("trace.h5"), train__steps=2,
-                                                           parallel__dp=2))
+                                                           parallel__dp=2, checkpoint__format="bin"))
     r = gpt2test.run([args.gpt2, "train", P("good.toml"), "-q"], 2, args.mpiexec)
     if r.rc != 0:
         raise SystemExit(f"setup run failed: {r.err}")

@@ -64,29 +64,24 @@ def main():
     if checks.check(r.rc == 0 and "no checkpoint in" in r.out and "starting fresh" in r.out,
                     f"fresh: rc {r.rc}: {r.out[-600:]} {r.err[-800:]}"):
         same_losses("fresh", got, range(1, 7))
-        checks.check(listing() == ["ckpt_00000004.bin", "ckpt_00000006.bin"], f"fresh: kept {listing()}")
-        checks.check("ckpt_00000002.bin (checkpoint.keep = 2)" in r.out, f"fresh: no removal reported: {r.out[-600:]}")
+        checks.check(listing() == ["ckpt_00000004.h5", "ckpt_00000006.h5"], f"fresh: kept {listing()}")
+        checks.check("ckpt_00000002.h5 (checkpoint.keep = 2)" in r.out, f"fresh: no removal reported: {r.out[-600:]}")
 
     # b. corrupt newest -> auto resumes from the one before, naming the corrupt file
-    newest = os.path.join(ck, "ckpt_00000006.bin")
-    with open(newest, "r+b") as f:
-        f.seek(os.path.getsize(newest) - 1000)
-        b = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([b[0] ^ 0x40]))
+    gpt2test.flip_checkpoint_byte(os.path.join(ck, "ckpt_00000006.h5"))
     r, got = run("corrupt", "auto")
-    warned = [ln for ln in r.err.splitlines() if ln.startswith("warning") and "ckpt_00000006.bin" in ln]
-    if checks.check(r.rc == 0 and warned and "resuming from " + os.path.join(ck, "ckpt_00000004.bin") in r.out,
+    warned = [ln for ln in r.err.splitlines() if ln.startswith("warning") and "ckpt_00000006.h5" in ln]
+    if checks.check(r.rc == 0 and warned and "resuming from " + os.path.join(ck, "ckpt_00000004.h5") in r.out,
                     f"corrupt: rc {r.rc}: {r.out[-600:]} {r.err[-800:]}"):
         same_losses("corrupt", got, range(5, 9))
         print(f"ok   corrupt newest: {warned[0][:160]}", flush=True)
 
     # c. truncated newest (8; 6 was rewritten by (b)) -> true resumes from 6
-    newest = os.path.join(ck, "ckpt_00000008.bin")
+    newest = os.path.join(ck, "ckpt_00000008.h5")
     with open(newest, "r+b") as f:
         f.truncate(os.path.getsize(newest) // 2)
     r, got = run("truncated", True)
-    warned = [ln for ln in r.err.splitlines() if ln.startswith("warning") and "ckpt_00000008.bin" in ln]
+    warned = [ln for ln in r.err.splitlines() if ln.startswith("warning") and "ckpt_00000008.h5" in ln]
     if checks.check(r.rc == 0 and warned and "at step 6" in r.out, f"truncated: rc {r.rc}: {r.out[-600:]} {r.err[-800:]}"):
         same_losses("truncated", got, range(7, 9))
         print(f"ok   truncated newest: {warned[0][:160]}", flush=True)

@@ -11,6 +11,10 @@ b. h5py reads it: the format attributes, the step, every tensor at its GLOBAL sh
    holds (1e-6).
 c. One value of the newest checkpoint changed (h5py): resume = "auto" warns naming the file and the
    dataset that fails its checksum and resumes from the one before.
+d. checkpoint.async = true, a checkpoint every step, dp 2 ZeRO-3 and tp 2: the losses are the
+   reference's (the background writes change nothing), each step's checkpoint is in the folder and
+   step 2's resumes on one rank equal to the reference; the trace holds a checkpoint_stage and a
+   checkpoint_write event (with its bytes) per checkpoint on every rank.
 """
 import os
 import shutil
@@ -29,7 +33,7 @@ def main():
 
     def run(name, ranks=1, stop_at=0, **more):
         cfg = os.path.join(w, name + ".toml")
-        gpt2test.write_deck(cfg, gpt2test.tiny_deck(train, train__steps=4, checkpoint__every=2, **more))
+        gpt2test.write_deck(cfg, gpt2test.tiny_deck(train, **dict(dict(train__steps=4, checkpoint__every=2), **more)))
         metrics = os.path.join(w, name + ".jsonl")
         cmd = [args.gpt2, "train", cfg, "-q", "--metrics-jsonl", metrics] + (["--stop-at", str(stop_at)] if stop_at else [])
         r = gpt2test.run(cmd, ranks, args.mpiexec, timeout=90)
@@ -43,7 +47,7 @@ def main():
                             f"{name}: losses of steps {sorted(got)} differ from the reference by {diff}")
 
     ref_dir = os.path.join(w, "ref")
-    _, ref = run("reference", checkpoint__dir=ref_dir)  # (binary checkpoints: the values for b)
+    _, ref = run("reference", checkpoint__dir=ref_dir, checkpoint__format="bin")  # (the values for b)
 
     # a. written on two ranks, resumed on one
     layouts = {"dp2_zero3": {"parallel__dp": 2, "parallel__zero": 3},
@@ -98,6 +102,31 @@ def main():
     checks.check(warned and "resuming from " + os.path.join(ck, "ckpt_00000002.h5") in r.out,
                  f"c: no fall-back: {r.out[-400:]} {r.err[-600:]}")
     same("c: resumed from step 2", got, [3, 4])
+
+    # d. async
+    for name, layout in (("async_dp2_zero3", {"parallel__dp": 2, "parallel__zero": 3}),
+                         ("async_tp2", {"parallel__tp": 2})):
+        ck, trace = os.path.join(w, "ck_" + name), os.path.join(w, name + ".h5")
+        _, got = run(name, ranks=2, checkpoint__dir=ck, checkpoint__every=1, checkpoint__async=True,
+                     trace__file=trace, **layout)
+        same(name, got, [1, 2, 3, 4])
+        checks.check(sorted(os.listdir(ck)) == [f"ckpt_{s:08d}.h5" for s in range(1, 5)] + ["latest"],
+                     f"{name}: folder {sorted(os.listdir(ck))}")
+        with h5py.File(trace, "r") as f:
+            kinds = f["meta"].attrs["event_kinds"]
+            names = (kinds.decode() if isinstance(kinds, bytes) else kinds).split(",")
+            ev = f["events"][()]
+            for kind in ("checkpoint_stage", "checkpoint_write"):
+                mine = ev[ev["kind"] == names.index(kind)]
+                per_rank = sorted(int((mine["rank"] == r).sum()) for r in (0, 1))
+                checks.check(per_rank == [4, 4], f"{name}: {kind} events per rank {per_rank}, expected 4 each")
+                if kind == "checkpoint_write":
+                    checks.check(bool((mine["bytes"] > 0).all()), f"{name}: a checkpoint_write event without bytes")
+        one = os.path.join(w, "one_" + name)
+        os.makedirs(one)
+        shutil.copy(os.path.join(ck, "ckpt_00000002.h5"), one)
+        _, got = run(name + "_resumed", checkpoint__dir=one, checkpoint__resume=True)
+        same(name + " step 2 resumed on one rank", got, [3, 4])
     return checks.finish("checkpoint_h5")
 
 

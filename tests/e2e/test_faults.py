@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt2test  # noqa: E402
 from rankprocs import Job, alive, gone_within, wait_for_lines  # noqa: E402
 
-TMP_RE = re.compile(r"^ckpt_(\d+)\.bin\.tmp\.(\d+)$")
+TMP_RE = re.compile(r"^ckpt_(\d+)\.(?:bin|h5)\.tmp\.(\d+)$")
 
 
 def log(*a):
@@ -103,7 +103,7 @@ def latest_step(folder):
             name = f.read().strip()
     except OSError:
         return None, None
-    m = re.match(r"^ckpt_(\d+)\.bin$", name)
+    m = re.match(r"^ckpt_(\d+)\.(?:bin|h5)$", name)
     return (int(m.group(1)) if m else None), name
 
 
@@ -153,7 +153,7 @@ def checkpoint_crash(args, checks):
     if checks.failures:
         return obs
 
-    full_size = os.path.getsize(os.path.join(ck, "ckpt_00000001.bin"))
+    full_size = os.path.getsize(os.path.join(ck, "ckpt_00000001.h5"))
     step, name = latest_step(ck)
     obs.update(latest=name, full_size=full_size)
     leftover = [t[2] for t in list_tmp(ck)]
@@ -175,9 +175,9 @@ def checkpoint_crash(args, checks):
     # Temporary files: the crashed writer's (dead), a planted dead one, a live writer's (this test),
     # and a file that only looks similar. The resume must ignore them and remove the dead writers'.
     dead_pid = writer  # reaped above: dead
-    planted_dead = os.path.join(ck, f"ckpt_{step + 7:08d}.bin.tmp.{dead_pid}")
+    planted_dead = os.path.join(ck, f"ckpt_{step + 7:08d}.h5.tmp.{dead_pid}")
     planted_latest = os.path.join(ck, f"latest.tmp.{dead_pid}")
-    live = os.path.join(ck, f"ckpt_{step + 1:08d}.bin.tmp.{os.getpid()}")
+    live = os.path.join(ck, f"ckpt_{step + 1:08d}.h5.tmp.{os.getpid()}")
     other = os.path.join(ck, "notes.tmp.1")
     for p in (planted_dead, planted_latest, live, other):
         with open(p, "wb") as f:

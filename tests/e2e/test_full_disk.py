@@ -5,15 +5,18 @@ checkpoints written before intact.
 
 a. A file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored: writes fail with EFBIG, as on a full disk) below
    a checkpoint's size: the first checkpoint fails; nothing is left in the folder but its lock-free
-   state (no temporary file).
+   state (no temporary file). The same with checkpoint.async = true (the background write fails,
+   the run stops after the next step).
 b. The same below the trace's size: the trace fails at the end of the run (no `.tmp` left).
 c. Where this test may mount a small tmpfs (root): a checkpoint folder that fills up after two
-   checkpoints -- "No space left on device" naming the third, the first two intact (they resume);
-   and a trace file on a tmpfs too small for it.
+   checkpoints -- "No space left on device" naming the third, the first two intact (they resume),
+   written now and written in the background (checkpoint.async); and a trace file on a tmpfs too
+   small for it.
 """
 import glob
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,7 +76,7 @@ def main():
     ref_trace = os.path.join(w, "ref_trace.h5")
     r = run(deck("reference", checkpoint__dir=ref_ck, checkpoint__every=1, trace__file=ref_trace))
     checks.check(r.rc == 0, f"reference: rc {r.rc}: {r.err[-600:]}")
-    ckpts = sorted(glob.glob(os.path.join(ref_ck, "ckpt_*.bin")))
+    ckpts = sorted(glob.glob(os.path.join(ref_ck, "ckpt_*.h5")))
     if not checks.check(len(ckpts) == 4 and os.path.exists(ref_trace), f"reference: checkpoints {ckpts}"):
         return checks.finish("full_disk")
     ck_bytes, trace_bytes = os.path.getsize(ckpts[0]), os.path.getsize(ref_trace)
@@ -81,8 +84,12 @@ def main():
     # a. a checkpoint past the file-size limit
     ck = os.path.join(w, "ck_limit")
     r = run(deck("ck_limit", checkpoint__dir=ck, checkpoint__every=1), limit=ck_bytes // 2)
-    failed_write("a (checkpoint, file-size limit)", r, os.path.join(ck, "ckpt_00000001.bin"), "File too large")
+    failed_write("a (checkpoint, file-size limit)", r, os.path.join(ck, "ckpt_00000001.h5"), "File too large")
     checks.check(not glob.glob(os.path.join(ck, "ckpt_*")) and not leftovers(ck), f"a: left {listing(ck)}")
+    ck = os.path.join(w, "ck_limit_async")
+    r = run(deck("ck_limit_async", checkpoint__dir=ck, checkpoint__every=1, checkpoint__async=True), limit=ck_bytes // 2)
+    failed_write("a (async checkpoint, file-size limit)", r, os.path.join(ck, "ckpt_00000001.h5"), "File too large")
+    checks.check(not glob.glob(os.path.join(ck, "ckpt_*")) and not leftovers(ck), f"a async: left {listing(ck)}")
 
     # b. the trace past the limit (the checkpoint-free run's other files are far smaller)
     trace = os.path.join(w, "limited_trace.h5")
@@ -100,20 +107,24 @@ def main():
         os.rmdir(mnt)
         return checks.finish("full_disk")
     try:
-        ck = os.path.join(mnt, "ck")
-        r = run(deck("full_ck", checkpoint__dir=ck, checkpoint__every=1, parallel__dp=2), ranks=2)
-        failed_write("c (checkpoint folder fills up)", r, os.path.join(ck, "ckpt_00000003.bin"), "No space left on device")
-        kept = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ck, "ckpt_*")))
-        checks.check(kept == ["ckpt_00000001.bin", "ckpt_00000002.bin"] and not leftovers(ck),
-                     f"c: the folder holds {listing(ck)}")
-        resumed = os.path.join(w, "resumed_ck")
-        os.makedirs(resumed)
-        for n in kept:
-            with open(os.path.join(ck, n), "rb") as src, open(os.path.join(resumed, n), "wb") as dst:
-                dst.write(src.read())
-        r = run(deck("resume_kept", checkpoint__dir=resumed, checkpoint__resume=True))
-        checks.check(r.rc == 0 and "resuming from " + os.path.join(resumed, "ckpt_00000002.bin") in r.out,
-                     f"c: the kept checkpoints do not resume: rc {r.rc}: {r.out[-400:]} {r.err[-600:]}")
+        for mode in ("sync", "async"):
+            ck = os.path.join(mnt, "ck_" + mode)
+            r = run(deck("full_ck_" + mode, checkpoint__dir=ck, checkpoint__every=1, parallel__dp=2,
+                         checkpoint__async=mode == "async"), ranks=2)
+            failed_write(f"c (checkpoint folder fills up, {mode})", r, os.path.join(ck, "ckpt_00000003.h5"),
+                         "No space left on device")
+            kept = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ck, "ckpt_*")))
+            checks.check(kept == ["ckpt_00000001.h5", "ckpt_00000002.h5"] and not leftovers(ck),
+                         f"c {mode}: the folder holds {listing(ck)}")
+            resumed = os.path.join(w, "resumed_ck_" + mode)
+            os.makedirs(resumed)
+            for n in kept:
+                with open(os.path.join(ck, n), "rb") as src, open(os.path.join(resumed, n), "wb") as dst:
+                    dst.write(src.read())
+            shutil.rmtree(ck)
+            r = run(deck("resume_kept_" + mode, checkpoint__dir=resumed, checkpoint__resume=True))
+            checks.check(r.rc == 0 and "resuming from " + os.path.join(resumed, "ckpt_00000002.h5") in r.out,
+                         f"c {mode}: the kept checkpoints do not resume: rc {r.rc}: {r.out[-400:]} {r.err[-600:]}")
         unmount(mnt)
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={(trace_bytes // 2 + 4095) // 4096 * 4096}", "tmpfs", mnt],
                        check=True)

@@ -85,7 +85,7 @@ def stop_case(args, checks, name, ranks, target, sig, pp=False, launcher=False):
         ck = os.path.join(args.workdir, "ck_" + name)
         with open(os.path.join(ck, "latest")) as f:
             latest = f.read().strip()
-        checks.check(latest == f"ckpt_{step:08d}.bin", f"{name}: latest names {latest}, expected step {step}")
+        checks.check(latest == f"ckpt_{step:08d}.h5", f"{name}: latest names {latest}, expected step {step}")
         steps = [m["step"] for m in gpt2test.read_jsonl(metrics) if "loss" in m]
         checks.check(steps == list(range(1, step + 1)), f"{name}: metrics hold steps {steps[:3]}..{steps[-3:]}, "
                                                          f"expected 1..{step}")
