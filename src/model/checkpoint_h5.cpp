@@ -111,12 +111,26 @@ void H5CheckpointReader::read(const std::string& section, size_t begin, size_t n
     const hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
     if (ds < 0) fail_input(path_, "corrupt checkpoint: no dataset ", name);
     const hid_t fs = H5Dget_space(ds);
-    H5Sselect_none(fs);
-    select_flat(fs, tensor_cols(t), lo - t.range.begin, hi - t.range.begin);
-    const hsize_t count = hi - lo;
-    const hid_t ms = H5Screate_simple(1, &count, nullptr);
-    const herr_t r = H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, dst + (lo - begin));
-    H5Sclose(ms), H5Sclose(fs), H5Dclose(ds);
+    // The elements the dataset stores (wte: its rows; the model's padded rows beyond are zero).
+    hsize_t dims[2] = {0, 0};
+    const int rank = H5Sget_simple_extent_dims(fs, dims, nullptr);
+    const size_t stored = rank == 1 ? size_t(dims[0]) : rank == 2 ? size_t(dims[0] * dims[1]) : 0;
+    if (stored > t.range.size() || (rank == 2 && dims[1] != tensor_cols(t))) {
+      H5Sclose(fs), H5Dclose(ds);
+      fail_input(path_, "corrupt checkpoint: dataset ", name, " has a shape the model does not");
+    }
+    const size_t end = std::min(hi, t.range.begin + stored);
+    herr_t r = 0;
+    if (lo < end) {
+      H5Sselect_none(fs);
+      select_flat(fs, tensor_cols(t), lo - t.range.begin, end - t.range.begin);
+      const hsize_t count = end - lo;
+      const hid_t ms = H5Screate_simple(1, &count, nullptr);
+      r = H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, dst + (lo - begin));
+      H5Sclose(ms);
+    }
+    std::fill(dst + (std::max(lo, end) - begin), dst + (hi - begin), 0.0f);
+    H5Sclose(fs), H5Dclose(ds);
     if (r < 0) fail_input(path_, "corrupt checkpoint: cannot read ", name);
   }
 }
@@ -128,15 +142,18 @@ void H5CheckpointReader::verify() const {
       const std::string name = std::string(section) + "/" + t.name();
       std::vector<float> v(t.range.size());
       read(section, t.range.begin, v.size(), v.data());
+      const hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
+      const hid_t fs = H5Dget_space(ds);
+      const size_t stored = size_t(H5Sget_simple_extent_npoints(fs));  // (read checked it fits)
+      H5Sclose(fs);
+      const uint64_t want = number_attribute<uint64_t>(ds, "checksum", H5T_NATIVE_UINT64, path_)[0];
+      H5Dclose(ds);
       uint64_t sum = 0;
-      for (size_t i = 0; i < v.size(); ++i) {
+      for (size_t i = 0; i < stored; ++i) {
         uint32_t bits;
         std::memcpy(&bits, &v[i], 4);
         sum = (sum + element_checksum(i, bits)) & kChecksumMask;
       }
-      const hid_t ds = H5Dopen2(file_, name.c_str(), H5P_DEFAULT);
-      const uint64_t want = number_attribute<uint64_t>(ds, "checksum", H5T_NATIVE_UINT64, path_)[0];
-      H5Dclose(ds);
       if (sum != want) fail_input(path_, "corrupt checkpoint: dataset ", name, " fails its checksum");
     }
   }

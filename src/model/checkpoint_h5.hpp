@@ -4,7 +4,9 @@
 //                          rng (4 x u64), loss_scale, loss_scale_clean, optimizer, config (the deck
 //                          as TOML), n_layer, n_head, n_embd, vocab_size, block_size
 //   /<section>/<tensor>    float32 at the tensor's GLOBAL shape -- sections params, opt.m, opt.v;
-//                          tensors named as the model names them (wte, wpe, h.0.qkvw, ..., lnfb) --
+//                          tensors named as the model names them (wte, wpe, h.0.qkvw, ..., lnfb);
+//                          wte has vocab_size rows (the padded rows the model holds are zero
+//                          always and are not stored; a reader takes the rows a dataset has) --
 //                          with attribute checksum: the sum of element_checksum over its elements
 //                          (mod 2^48), so it is the same whichever ranks wrote which parts.
 // Written collectively by every rank, each its own slices (parallel/checkpoint_writer); read by
@@ -34,6 +36,11 @@ inline uint64_t element_checksum(uint64_t index, uint32_t bits) {
 // select elements in the order a flat buffer holds them.
 void select_flat(int64_t space, size_t cols, size_t a, size_t b);
 inline size_t tensor_cols(const TensorInfo& t) { return t.shape.size() == 2 ? t.shape[1] : t.range.size(); }
+// The shape a checkpoint stores a tensor at: its global shape, but wte without the padded rows.
+inline std::vector<size_t> stored_shape(const TensorInfo& t, const ModelConfig& m) {
+  if (t.kind != Param::wte) return t.shape;
+  return {size_t(m.vocab_size), t.shape[1]};
+}
 
 bool is_h5_checkpoint(const std::string& path);  // the HDF5 signature
 

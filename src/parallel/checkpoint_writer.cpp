@@ -63,6 +63,11 @@ H5CheckpointWriter::H5CheckpointWriter(const std::string& path, const std::strin
     for (size_t i = 0; i < global_.size(); ++i)
       if (global_[i].name() == t.name()) local_[i] = &t;
   }
+  for (const TensorInfo& t : global_) {
+    size_t n = 1;
+    for (size_t d : stored_shape(t, meta.model)) n *= d;
+    stored_.push_back(n);
+  }
   sums_.assign(sections.size() * global_.size(), 0);
   try {
     create(meta);
@@ -91,7 +96,8 @@ void H5CheckpointWriter::create(const CheckpointMeta& meta) {
       const hid_t g = H5Gcreate2(file, section.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
       if (g < 0) fail_write(path, "cannot create the group ", section, hdf5_error_reason());
       for (const TensorInfo& t : global_) {
-        std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+        const std::vector<size_t> shape = stored_shape(t, meta.model);
+        std::vector<hsize_t> dims(shape.begin(), shape.end());
         const hid_t fs = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
         const hid_t ds = H5Dcreate2(g, t.name().c_str(), H5T_IEEE_F32LE, fs, H5P_DEFAULT, dcpl, H5P_DEFAULT);
         H5Sclose(fs);
@@ -131,14 +137,15 @@ std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section
         const size_t round_end = (value / round_floats_ + 1) * round_floats_;
         const size_t n = std::min({gm.len - in_run, hi - i, round_end - value});
         const uint64_t element = gm.begin + run * gm.stride + in_run - global_[ti].range.begin;
-        Piece p{offsets_[dataset] + element * 4, value, n, dataset, element};
+        i += n;
+        if (element >= stored_[ti]) continue;  // wte's padded rows (zero) are not stored
+        Piece p{offsets_[dataset] + element * 4, value, std::min<size_t>(n, stored_[ti] - element), dataset, element};
         Piece* last = out.empty() ? nullptr : &out.back();
         if (last && last->dataset == dataset && last->offset + last->count * 4 == p.offset &&
             last->value + last->count == value && value % round_floats_ != 0)
-          last->count += n;
+          last->count += p.count;
         else
           out.push_back(p);
-        i += n;
       }
       held += r.size();
     }

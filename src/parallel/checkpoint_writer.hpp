@@ -82,6 +82,7 @@ class H5CheckpointWriter {
   std::vector<std::string> sections_;
   std::vector<TensorInfo> global_;        // the global layout's tensors, in order
   std::vector<const TensorInfo*> local_;  // per global tensor: the local one this rank may write, or null
+  std::vector<size_t> stored_;            // per global tensor: the elements the file stores
   std::vector<uint64_t> offsets_;         // per dataset (section-major): its data's offset in the file
   std::vector<int64_t> sums_;             // per dataset: this rank's part of its checksum
   std::string error_;                     // this rank's first failed write

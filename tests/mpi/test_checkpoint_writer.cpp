@@ -24,7 +24,12 @@ ModelConfig small_model() {
   return m;
 }
 
-float global_value(int section, size_t i) { return float(std::sin(0.37 * double(i) + section)) * float(1 + section); }
+// Any values, but zero in wte's padded rows (as the model keeps them: the file does not store them).
+float global_value(int section, size_t i) {
+  const ModelConfig m = small_model();
+  if (i >= size_t(m.vocab_size) * size_t(m.n_embd) && i < size_t(m.padded_vocab()) * size_t(m.n_embd)) return 0;
+  return float(std::sin(0.37 * double(i) + section)) * float(1 + section);
+}
 
 std::string shared_path(const std::string& name) {
   int64_t pid = int64_t(::getpid());
