@@ -30,6 +30,7 @@ void json_prediction(Json& j, const StepPrediction& p) {
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
   j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
   j.key("sequence_parallel").value(l.sequence_parallel).key("stage_layers").values(p.stage_layers);
+  j.key("recompute").value(l.recompute).key("recompute_every").value(l.recompute_every);
   j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s).key("mfu").value(p.mfu);
   j.key("bubble").value(p.bubble).key("exposed_comm_ms").value(p.exposed_comm_s * 1e3);
   j.key("compute_ms").value(p.compute_s * 1e3).key("peak_memory_bytes").value(p.peak_memory());
@@ -95,14 +96,14 @@ Run add_plan(CLI::App& app) {
   c->add_option("config", a->config, "TOML input deck whose [model] and data.seq_len to plan for")->required();
   c->add_option("--set", a->sets, "Override a deck value: section.key=value (repeatable)");
   c->add_option("--hardware", a->hardware, "Hardware file (inputs/hardware/*.toml)")->required();
-  c->add_option("--gpus", a->gpus, "Devices (ranks) to plan for")->required()->check(CLI::PositiveNumber);
+  c->add_option("--gpus", a->gpus, "Devices (ranks) to plan for")->required()->check(positive_count());
   c->add_option("--global-batch", a->batch,
                 "Sequences per optimizer step; default: 2^19 tokens (0.5M, GPT-3's batch for its 125M model) / data.seq_len")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_count());
   c->add_option("--calibrate", a->calibrate,
                 "HDF5 trace of the same model shape recorded on this hardware (see gpt2 simulate); without it: the "
                 "hardware's peak x gemm_efficiency");
-  c->add_option("--top", a->top, "Layouts to list")->check(CLI::PositiveNumber);
+  c->add_option("--top", a->top, "Layouts to list")->check(positive_count());
   c->add_flag("--json", a->json, "Print one JSON object (the ranked layouts and the counts)");
   c->footer("Example:\n  gpt2 plan inputs/gpt2-124M.toml --hardware inputs/hardware/h100.toml --gpus 1024");
   return [a]() -> int {

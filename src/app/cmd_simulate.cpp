@@ -161,6 +161,7 @@ void print_json(const StepPrediction& p, const CostModel& cm, const Calibration*
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
   j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
   j.key("sequence_parallel").value(l.sequence_parallel).key("world_size").value(l.world());
+  j.key("recompute").value(l.recompute).key("recompute_every").value(l.recompute_every);
   j.key("stage_layers").values(p.stage_layers);
   j.end();
   j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s);
@@ -198,7 +199,7 @@ Run add_simulate(CLI::App& app) {
   c->add_option("--ranks", a->ranks,
                 "Ranks the run would have (as mpiexec -n); when it differs from dp x pp x tp, dp becomes "
                 "ranks / (pp x tp)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_count());
   c->add_option("--precision", a->precision,
                 "fp32 (the trainer's; TF32 tensor cores where the hardware has them) or bf16 (2-byte activations and "
                 "communication at the hardware's bf16 peak)")

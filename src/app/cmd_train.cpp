@@ -31,7 +31,7 @@ Run add_train(CLI::App& app) {
   c->add_flag("-q,--quiet", a->quiet, "No progress lines");
   c->add_option("--stop-at", a->stop_at,
                 "Stop after this step, checkpointing as at the end (resume later with checkpoint.resume)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_count());
   c->footer("Ranks: parallel.dp * parallel.tp * parallel.pp must equal the number of MPI ranks.\n"
             "See `gpt2 info --keys` for every configuration key.\n"
             "SIGTERM, SIGINT or SIGUSR1 (to any rank, or to mpiexec / srun, which pass them on): every rank\n"

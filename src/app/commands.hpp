@@ -23,6 +23,9 @@ Run add_plan(CLI::App& app);
 
 // The hardware file simulate and plan use without --hardware: this development box's.
 std::string default_hardware();
+// A validator for counts (--gpus, --top, ...): one line, "a positive whole number is needed, got 0",
+// instead of CLI::PositiveNumber's range up to the largest double.
+CLI::Validator positive_count();
 
 // Rank of this process as the launcher tells it (before MPI is up): 0 when not launched by MPI.
 int launcher_rank();

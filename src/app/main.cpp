@@ -14,6 +14,17 @@ int launcher_rank() {
     if (const char* s = std::getenv(v)) return std::atoi(s);
   return 0;
 }
+
+CLI::Validator positive_count() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (end == text.c_str() || *end != '\0' || v <= 0) return "a positive whole number is needed, got " + text;
+        return "";
+      },
+      "POSITIVE");
+}
 }  // namespace gpt2::app
 
 int main(int argc, char** argv) {

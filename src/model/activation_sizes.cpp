@@ -4,31 +4,62 @@
 
 namespace gpt2 {
 
+const char* recompute_name(Recompute r) {
+  return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
+}
+
+bool parse_recompute(const std::string& name, Recompute& out) {
+  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+    if (name == recompute_name(r)) {
+      out = r;
+      return true;
+    }
+  return false;
+}
+
+int recomputed_blocks(Recompute r, int every, int first, int end) {
+  int n = 0;
+  for (int l = first; l < end; ++l) n += is_recomputed(r, every, l);
+  return n;
+}
+
 ActivationSizes activation_sizes(const ActivationShape& s) {
   const size_t tp = size_t(s.tp), T = size_t(s.seq_len), N = size_t(s.B) * T, C = size_t(s.n_embd);
   // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
   // region's (qkv, att, atty, fch) all N rows and 1/tp of the columns.
   const size_t R = s.sequence_parallel ? N / tp : N;
-  const size_t att = size_t(s.B) * size_t(s.n_head) / tp * T * T;
+  const size_t att = pad_values(size_t(s.B) * size_t(s.n_head) / tp * T * T);
   // The GEMMs' inputs: ln1, atty, ln2, fch_gelu (16-bit under mixed precision).
   const size_t gemm_inputs = pad_values(R * C) * 2 + pad_values(N * C / tp) + pad_values(N * 4 * C / tp);
-  const size_t per_block = pad_values(R * C) * 2 + pad_values(N * 3 * C / tp) + pad_values(att) +
-                           pad_values(N * 4 * C / tp) + pad_values(R) * 4 + (s.mixed ? 0 : gemm_inputs) +
-                           (s.split ? pad_values(R * C) * 4 + pad_values(N * 4 * C / tp) + pad_values(N * 3 * C / tp) : 0);
+  const size_t res3 = pad_values(R * C);
+  // Everything of a block but its output (res3): res2, qkv, att, fch, the four statistics, and the
+  // GEMM inputs unless they are 16-bit.
+  const size_t inner = pad_values(R * C) + pad_values(N * 3 * C / tp) + att + pad_values(N * 4 * C / tp) +
+                       pad_values(R) * 4 + (s.mixed ? 0 : gemm_inputs);
+  const size_t split = s.split ? pad_values(R * C) * 4 + pad_values(N * 4 * C / tp) + pad_values(N * 3 * C / tp) : 0;
+  const size_t recomputed = size_t(recomputed_blocks(s.recompute, s.recompute_every, s.first_block, s.first_block + s.blocks));
+  const size_t kept = size_t(s.blocks) - recomputed;
+  const bool full = s.recompute == Recompute::full && recomputed > 0;
+  const bool selective = s.recompute == Recompute::selective && recomputed > 0;
   const size_t head = s.last ? pad_values(R) * 2 + pad_values(R * C) : 0;
   const size_t embed = s.split && s.first ? pad_values(R * C) : 0;
   ActivationSizes out;
-  out.values = pad_values(R * C) + size_t(s.blocks) * per_block + head + embed;
-  out.values16 = s.mixed ? size_t(s.blocks) * gemm_inputs : 0;
+  out.values = pad_values(R * C) + kept * (res3 + inner + split) + head + embed;
+  if (s.recompute == Recompute::full) out.values += recomputed * (res3 + split);
+  if (s.recompute == Recompute::selective) out.values += recomputed * (res3 + inner - att + split);
+  out.values16 = s.mixed ? (full ? kept : size_t(s.blocks)) * gemm_inputs : 0;
   // Scratch: dres, dln, dqkv, datt, dfch, datty; tensor parallelism's partial sums; sequence
   // parallelism's gathered stream; the wte gradient's partial sums; the head's lnf, logits, lse and
-  // (tp > 1) cross-entropy sums.
-  out.scratch = N * C * 2 + N * 3 * C / tp + att + N * 4 * C / tp + N * C / tp;
+  // (tp > 1) cross-entropy sums; what recomputed blocks share (full: a block but its output;
+  // selective: attention's probabilities).
+  out.scratch = N * C * 2 + N * 3 * C / tp + size_t(s.B) * size_t(s.n_head) / tp * T * T + N * 4 * C / tp + N * C / tp;
   if (tp > 1) out.scratch += N * C;
   if (s.sequence_parallel) out.scratch += N * C;
   if (s.first) out.scratch += size_t(TokenGroups::max_parts(int(N))) * C;
   if (s.last) out.scratch += N * C + N * size_t(s.local_vocab) + N + (tp > 1 ? 3 * N : 0);
-  if (s.mixed) out.scratch16 = (s.sequence_parallel ? N * C : 0) + (s.last ? N * C : 0);
+  if (full) out.scratch += inner;
+  if (selective) out.scratch += att;
+  if (s.mixed) out.scratch16 = (s.sequence_parallel ? N * C : 0) + (s.last ? N * C : 0) + (full ? gemm_inputs : 0);
   return out;
 }
 

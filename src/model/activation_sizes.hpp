@@ -4,8 +4,20 @@
 // what the performance model counts a rank's memory with. Values, not bytes: the stage's type T
 // (fp32 here) and, under mixed precision, 16-bit GEMM inputs. Every slice is padded to 64 values.
 #include <cstddef>
+#include <string>
 
 namespace gpt2 {
+
+// Activation recomputation (train.recompute): none keeps every block's activations; selective drops
+// attention's probabilities (B x heads x T x T, the largest) and recomputes them from the saved
+// q, k, v in backward; full keeps a block's output only (the next block's input) and re-runs the
+// block's forward inside its backward. Recomputed blocks share one set of the dropped tensors (the
+// stage's scratch). Which blocks: every `every`-th, block l when l % every == 0.
+enum class Recompute { none, selective, full };
+const char* recompute_name(Recompute r);
+bool parse_recompute(const std::string& name, Recompute& out);  // false: not a mode
+inline bool is_recomputed(Recompute r, int every, int layer) { return r != Recompute::none && layer % every == 0; }
+int recomputed_blocks(Recompute r, int every, int first, int end);  // among blocks [first, end)
 
 struct ActivationShape {
   int B = 1, seq_len = 1, n_embd = 1, n_head = 1, tp = 1;
@@ -15,6 +27,9 @@ struct ActivationShape {
   bool split = false;                // split backward: the input pass keeps what the weight pass needs
   bool mixed = false;                // 16-bit GEMM inputs
   int local_vocab = 0;               // the rank's vocabulary rows (the head's logits)
+  int first_block = 0;               // the chunk's first block (which blocks recompute)
+  Recompute recompute = Recompute::none;
+  int recompute_every = 1;
 };
 
 struct ActivationSizes {

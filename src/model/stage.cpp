@@ -28,7 +28,9 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
+      on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
       chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
+  if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
   const ModelConfig& c = config();
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
   first_ = layout_.chunks()[size_t(chunk_)].first;
@@ -65,11 +67,20 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
     lse_ = uninitialized<T>("lse", N);
     if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
   }
-  size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0);
-  for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
-                             &logits_, &lse_, &ce_})
-    scratch += b->extent(0);
   const ActivationSizes sizes = activation_sizes(activation_shape(max_batch, false));
+  if (recomputed_blocks(recompute_, recompute_every_, first_, end_) > 0) {
+    // What recomputed blocks share: the size table's part of the scratch for them.
+    ActivationShape none = activation_shape(max_batch, false);
+    none.recompute = Recompute::none;
+    const ActivationSizes without = activation_sizes(none);
+    recompute_mem_ = uninitialized<T>("recompute", sizes.scratch - without.scratch);
+    if (sizes.scratch16 > without.scratch16)
+      recompute_mem16_ = uninitialized<uint16_t>("recompute16", sizes.scratch16 - without.scratch16);
+  }
+  size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0) + recompute_mem16_.extent(0);
+  for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
+                             &logits_, &lse_, &ce_, &recompute_mem_})
+    scratch += b->extent(0);
   if (scratch != sizes.scratch || scratch16 != sizes.scratch16)
     fail("Stage: its scratch takes ", scratch, " + ", scratch16, " values, the size table says ", sizes.scratch, " + ",
          sizes.scratch16, " (model/activation_sizes)");
@@ -103,6 +114,7 @@ ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   s.first = has_embedding(), s.last = has_head();
   s.sequence_parallel = sp_, s.split = split, s.mixed = lin_.mixed();
   s.local_vocab = layout_.local_vocab();
+  s.first_block = first_, s.recompute = recompute_, s.recompute_every = recompute_every_;
   return s;
 }
 
@@ -137,28 +149,52 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
     off16 += pad(rows * cols);
     return GemmInput<T>::low_bits(p, rows, cols);
   };
-  auto v = [&]() { return Vec<T>(take(R), R); };
+  // Recomputed blocks' dropped tensors: views of the stage's shared memory (the same for each).
+  size_t shared_off = 0, shared_off16 = 0;
+  auto take_shared = [&](size_t n) {
+    T* p = recompute_mem_.data() + shared_off;
+    shared_off += pad(n);
+    return p;
+  };
+  auto ms = [&](size_t rows, size_t cols) { return Mat<T>(take_shared(rows * cols), rows, cols); };
+  auto gs = [&](size_t rows, size_t cols) {
+    if (!mixed) return GemmInput<T>(ms(rows, cols));
+    uint16_t* p = recompute_mem16_.data() + shared_off16;
+    shared_off16 += pad(rows * cols);
+    return GemmInput<T>::low_bits(p, rows, cols);
+  };
   a.input = m(R, C);
   a.blocks.resize(nblocks);
-  for (auto& s : a.blocks) {
-    s.ln1 = g(R, C);
-    s.qkv = m(N, 3 * C / tp);
-    s.att = Mat<T>(take(att), size_t(B) * c.n_head / tp * T_, T_);
-    s.atty = g(N, C / tp);
-    s.res2 = m(R, C);
-    s.ln2 = g(R, C);
-    s.fch = m(N, 4 * C / tp);
-    s.fch_gelu = g(N, 4 * C / tp);
+  for (int i = 0; i < nblocks; ++i) {
+    auto& s = a.blocks[size_t(i)];
+    const bool full = recomputed(first_ + i) && recompute_ == Recompute::full;
+    const bool selective = recomputed(first_ + i) && recompute_ == Recompute::selective;
+    shared_off = shared_off16 = 0;
+    auto mm = [&](size_t rows, size_t cols) { return full ? ms(rows, cols) : m(rows, cols); };
+    auto gg = [&](size_t rows, size_t cols) { return full ? gs(rows, cols) : g(rows, cols); };
+    auto vv = [&]() { return full ? Vec<T>(take_shared(R), R) : Vec<T>(take(R), R); };
+    s.ln1 = gg(R, C);
+    s.qkv = mm(N, 3 * C / tp);
+    s.att = Mat<T>(full || selective ? take_shared(att) : take(att), size_t(B) * c.n_head / tp * T_, T_);
+    s.atty = gg(N, C / tp);
+    s.res2 = mm(R, C);
+    s.ln2 = gg(R, C);
+    s.fch = mm(N, 4 * C / tp);
+    s.fch_gelu = gg(N, 4 * C / tp);
     s.res3 = m(R, C);
-    s.ln1_mean = v();
-    s.ln1_rstd = v();
-    s.ln2_mean = v();
-    s.ln2_rstd = v();
+    s.ln1_mean = vv();
+    s.ln1_rstd = vv();
+    s.ln2_mean = vv();
+    s.ln2_rstd = vv();
     if (split) {
       s.d3 = m(R, C), s.d2 = m(R, C), s.dln2 = m(R, C), s.dln1 = m(R, C);
       s.dfch = m(N, 4 * C / tp), s.dqkv = m(N, 3 * C / tp);
     }
+    if (shared_off > recompute_mem_.extent(0) || shared_off16 > recompute_mem16_.extent(0))
+      fail("Stage::make_activations: a recomputed block takes ", shared_off, " + ", shared_off16,
+           " values of the stage's ", recompute_mem_.extent(0), " + ", recompute_mem16_.extent(0));
   }
+  auto v = [&]() { return Vec<T>(take(R), R); };
   if (has_head()) {
     a.lnf_mean = v();
     a.lnf_rstd = v();
@@ -269,7 +305,12 @@ void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
     Probed p(probe_, pass, 1 + l);
     const int i = l - first_;
     if (l > first_) store_->prefetch_params(block_unit(l - 1));
-    block_backward(l, a, i == 0 ? a.input : a.blocks[i - 1].res3, pass);
+    const CMat<T> in = i == 0 ? a.input : a.blocks[i - 1].res3;
+    const bool full = recomputed(l) && recompute_ == Recompute::full;
+    if (full) store_->params(block_unit(l));  // held over the recomputed forward and the backward: one gather
+    if (full || (recomputed(l) && pass != Pass::backward_weight)) recompute_block(l, a, in);
+    block_backward(l, a, in, pass);
+    if (full) store_->release_params(block_unit(l));
     if (weights) store_->grads_done(block_unit(l), false);
   }
   if (has_embedding()) {
@@ -285,11 +326,26 @@ void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
 
 // ---- a block --------------------------------------------------------------------------------------
 
+// Before block l's backward (or a split backward's pass that needs them): selective recomputes
+// attention's probabilities from the saved q, k, v (its output goes to scratch: atty is kept); full
+// re-runs the block's forward from its input up to the MLP's output projection (its output is kept).
 template <class T>
-void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
+void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in) {
+  if (on_recompute_) on_recompute_(1 + l, true);
+  if (recompute_ == Recompute::full) {
+    block_forward(l, a, in, /*recomputing=*/true);
+  } else {
+    auto& s = a.blocks[l - first_];
+    attention_forward<T>(as_mat(datty_, a.rows(), s.atty.cols()), s.att, s.qkv, a.B, T_, config().n_head / tp_->size());
+  }
+  if (on_recompute_) on_recompute_(1 + l, false);
+}
+
+template <class T>
+void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomputing) {
   auto& s = a.blocks[l - first_];
   const int u = block_unit(l), nh = config().n_head / tp_->size();
-  if (l + 1 < end_) store_->prefetch_params(block_unit(l + 1));  // while this block computes
+  if (l + 1 < end_ && !recomputing) store_->prefetch_params(block_unit(l + 1));  // while this block computes
   const BlockParams p = block_view(store_->params(u), l);
   // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
   // once.
@@ -317,7 +373,9 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in) {
   lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
   lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);
   lin_.write(s.fch_gelu, [&](auto out) { gelu_forward<T>(flat(out), flat(s.fch)); });
-  row_parallel(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);  // res3 = res2 + mlp
+  // res3 = res2 + mlp; a recomputation skips it: the backward needs the block's inner tensors, and
+  // its output is kept (as the next block's input).
+  if (!recomputing) row_parallel(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);
   store_->release_params(u);
 }
 

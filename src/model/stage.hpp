@@ -89,6 +89,9 @@ struct StageOptions {
   int chunk = 0;                   // which of the layout's chunks (virtual stages) this stage runs
   Precision precision = Precision::fp32;  // GEMM inputs and their saved activations (model/linear.hpp)
   StageProbe probe;                // optional
+  Recompute recompute = Recompute::none;  // activation recomputation (model/activation_sizes.hpp)
+  int recompute_every = 1;                // of every this many blocks, the first
+  std::function<void(int unit, bool begin)> on_recompute;  // optional: bounds of each recomputation
 };
 
 template <class T>
@@ -111,6 +114,8 @@ class Stage {
   int stream_rows(int B) const { return sp_ ? B * T_ / tp_->size() : B * T_; }
   Precision precision() const { return lin_.precision(); }
   size_t gemm16_scratch_bytes() const { return lin_.scratch_bytes(); }  // (after a step: at its peak)
+  // What recomputed blocks share (train.recompute): counted with the activations it stands in for.
+  size_t recompute_bytes() const { return recompute_mem_.extent(0) * sizeof(T) + recompute_mem16_.extent(0) * 2; }
 
   // The stage's own flat buffers in the local layout (empty with an external store).
   Buffer<T> params;
@@ -163,7 +168,9 @@ class Stage {
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
-  void block_forward(int layer, Activations<T>& a, CMat<T> in);
+  void block_forward(int layer, Activations<T>& a, CMat<T> in, bool recomputing = false);
+  void recompute_block(int layer, Activations<T>& a, CMat<T> in);
+  bool recomputed(int layer) const { return is_recomputed(recompute_, recompute_every_, layer); }
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
   void head_backward(Activations<T>& a, Pass pass);
@@ -202,12 +209,17 @@ class Stage {
   TpGroup<T>* tp_;
   bool sp_;
   StageProbe probe_;
+  std::function<void(int, bool)> on_recompute_;
+  Recompute recompute_;
+  int recompute_every_;
   int chunk_, first_, end_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
   Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;
   Buffer<T> wte_parts_;  // first stage: the wte gradient's partial sums (embedding_backward)
   Buffer<uint16_t> lnf16_, full16_;  // mixed precision: the head's GEMM input; gathered 16-bit rows
+  Buffer<T> recompute_mem_;          // what recomputed blocks share (make_activations)
+  Buffer<uint16_t> recompute_mem16_;
   Linear<T> lin_;
 };
 

@@ -13,8 +13,8 @@ void StepSums::reduce(bool holds_loss, bool with_squares, bool grads_sharded) {
     c.order_after(r);
     pending_.emplace_back(&c, r);
   };
-  if (with_squares && grads_sharded) queue(*groups_.dp, 0, 2);
-  else if (holds_loss) queue(*groups_.dp, 0, 1);
+  if (with_squares && grads_sharded) queue(groups_.replicas(), 0, 2);
+  else if (holds_loss) queue(groups_.replicas(), 0, 1);
   if (with_squares) queue(*groups_.tp, 1, 1);
   queue(*groups_.pipe, 0, with_squares ? 2 : 1);
 }

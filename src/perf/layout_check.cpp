@@ -47,8 +47,8 @@ LayoutProblem schedule_problem(const Workload& w, const Layout& l, const Schedul
 
 LayoutProblem layout_problem(const Workload& w, const Layout& l) {
   const ModelConfig& m = w.model;
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.microbatches < 1)
-    return problem("parallel", "dp, tp, pp and microbatches must be >= 1");
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.cp < 1 || l.microbatches < 1)
+    return problem("parallel", "dp, tp, pp, cp and microbatches must be >= 1");
   if (l.precision != "fp32" && l.precision != "bf16" && l.precision != "fp16")
     return problem("train.precision", "expected fp32, bf16 or fp16, got \"", l.precision, "\"");
   if (!is_zero_level(l.zero)) return problem("parallel.zero", "expected ", zero_level_choices(), ", got ", l.zero);
@@ -81,18 +81,32 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
       return problem("parallel.tp", "must divide the padded vocabulary (", m.padded_vocab(),
                      " = model.vocab_size rounded up to a multiple of 128), got ", l.tp);
   }
+  if (l.cp > 1) {
+    if (w.seq_len % (2 * l.cp) != 0)
+      return problem("parallel.cp", "cuts each sequence into 2 * parallel.cp = ", 2 * l.cp,
+                     " chunks (rank i holds chunks i and 2cp-1-i): data.seq_len (", w.seq_len, ") must be divisible by ",
+                     2 * l.cp);
+    if (l.precision != "fp32")
+      return problem("parallel.cp", "runs in fp32 for now (its ring attention keeps fp32 partial sums); got train.precision = ",
+                     l.precision);
+    if (l.recompute == "selective")
+      return problem("train.recompute", "selective drops attention's probabilities, which ring attention (parallel.cp > 1) ",
+                     "never keeps: use none or full");
+  }
   if (l.sequence_parallel && l.tp > 1) {
-    const int64_t tokens = w.batch / per_rank * w.seq_len;
+    const int64_t tokens = w.batch / per_rank * w.seq_len / l.cp;
     if (tokens % l.tp != 0)
       return problem("parallel.sequence_parallel", "needs a microbatch's tokens (", tokens, ") divisible by parallel.tp (",
                      l.tp, ")");
   }
-  if (l.zero > 0 && l.dp > 1) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over dp
+  const int replicas = l.dp * l.cp;  // the ranks that hold the same parameters
+  if (l.zero > 0 && replicas > 1) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over them
     const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);
+    const std::string over = l.cp > 1 ? "parallel.dp * parallel.cp = " : "parallel.dp = ";
     for (const Unit& u : whole.units())
-      if (u.range.size() % size_t(l.dp))
-        return problem("parallel.zero", "sharding over parallel.dp = ", l.dp, " ranks needs every unit's size to be a ",
-                       "multiple of ", l.dp, "; ", u.name(), u.layer >= 0 ? " " + std::to_string(u.layer) : "", " has ",
+      if (u.range.size() % size_t(replicas))
+        return problem("parallel.zero", "sharding over ", over, replicas, " ranks needs every unit's size to be a ",
+                       "multiple of ", replicas, "; ", u.name(), u.layer >= 0 ? " " + std::to_string(u.layer) : "", " has ",
                        u.range.size(), " parameters (choose a dp that divides n_embd, or zero = 0)");
   }
   return {};

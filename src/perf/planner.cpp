@@ -44,12 +44,14 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
             // interleaved: 2 and 4 chunks a rank; the others run their own
             for (int v : ScheduleRegistry::find(sched)->chunks == 0 ? std::vector<int>{2, 4} : std::vector<int>{1})
               for (const std::string& prec : precisions)
-                for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-                  Layout l;
-                  l.dp = int(dp), l.tp = int(tp), l.pp = int(pp), l.zero = zero, l.microbatches = int(m);
-                  l.schedule = sched, l.virtual_stages = v, l.precision = prec, l.sequence_parallel = sp;
-                  if (check_layout(w, l).empty()) out.push_back(l);
-                }
+                for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+                  for (const std::string& rc : o.recompute) {
+                    Layout l;
+                    l.dp = int(dp), l.tp = int(tp), l.pp = int(pp), l.zero = zero, l.microbatches = int(m);
+                    l.schedule = sched, l.virtual_stages = v, l.precision = prec, l.sequence_parallel = sp;
+                    l.recompute = rc;
+                    if (check_layout(w, l).empty()) out.push_back(l);
+                  }
         }
       }
     }

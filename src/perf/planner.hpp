@@ -1,6 +1,7 @@
 #pragma once
 // Which layout to run a model on N devices: every valid (dp, tp, pp, ZeRO level, schedule,
-// microbatches, precision, sequence parallelism) with dp x tp x pp = N is predicted (step_model),
+// microbatches, precision, sequence parallelism, activation recomputation) with dp x tp x pp = N is
+// predicted (step_model),
 // those that do not fit the device's memory are dropped, the rest ranked by tokens/s.
 #include <vector>
 
@@ -14,6 +15,7 @@ struct PlanOptions {
   double usable_memory = 0.9;     // share of device memory a run may fill (allocator, context, buffers)
   std::vector<std::string> precisions;  // empty: every precision the hardware has
   size_t detailed = 50;           // the fastest layouts whose exposed communication is computed
+  std::vector<std::string> recompute = {"none", "selective", "full"};  // train.recompute modes to consider
 };
 
 struct Plan {

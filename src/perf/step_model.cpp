@@ -129,6 +129,12 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     if (policy.optimizer) rp.wte_elems /= l.dp;
     for (const TensorInfo& t : sl.tensors())
       if (t.replicated && l.tp > 1) rp.replicated_elems += double(t.range.size());
+    Recompute recompute = Recompute::none;
+    parse_recompute(l.recompute, recompute);
+    // Attention (scores, softmax, their product with v) in a block's forward FLOPs: 2TC of 24C^2 + 2TC
+    // a token (causal: half of the T x T scores).
+    const double C = w.model.n_embd, Tq = w.seq_len;
+    const double attention_share = 2 * Tq * C / (24 * C * C + 2 * Tq * C);
     for (const BlockRange& c : chunks) {
       ChunkPlan cp;
       const bool emb = c.first == 0, head = c.end == L;
@@ -159,9 +165,18 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
       for (int layer = c.end - 1; layer >= c.first; --layer) {
         const UnitTime t = unit(1 + layer);
         const double e = unit_elems(UnitKind::block, layer), tp_b = cm.tp_backward(1 + layer, b, l);
-        cp.backward.push_back({t.backward() + tp_b, gather(e), {reduce(e)}});
-        cp.input.push_back({t.backward_input + tp_b, gather(e), {}});  // B: the collectives, the params
-        cp.weight.push_back({t.backward_weight, 0, {reduce(e)}});      // W: completes the gradient
+        // Recomputation (model/activation_sizes): full re-runs the block's forward before the
+        // backward, and before each pass of a split one; selective re-runs attention before the
+        // backward or its input pass (its share of the forward's FLOPs).
+        double again = 0, again_w = 0;
+        if (is_recomputed(recompute, l.recompute_every, layer)) {
+          const double fwd = t.forward + cm.tp_forward(1 + layer, b, l);
+          again = recompute == Recompute::full ? fwd : fwd * attention_share;
+          again_w = recompute == Recompute::full ? fwd : 0.0;
+        }
+        cp.backward.push_back({again + t.backward() + tp_b, gather(e), {reduce(e)}});
+        cp.input.push_back({again + t.backward_input + tp_b, gather(e), {}});  // B: the collectives, the params
+        cp.weight.push_back({again_w + t.backward_weight, 0, {reduce(e)}});    // W: completes the gradient
       }
       if (emb) {  // only weights: all of it in W
         const UnitTime t = unit(0);
@@ -290,6 +305,9 @@ void activation_memory(const Workload& w, const Layout& l, const BlockRange& chu
   s.first = chunk.first == 0, s.last = chunk.end == w.model.n_layer;
   s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != "fp32";
   s.local_vocab = local_vocab;
+  s.first_block = chunk.first;
+  parse_recompute(l.recompute, s.recompute);
+  s.recompute_every = l.recompute_every;
   const ActivationSizes sizes = activation_sizes(s);
   per_mb = sizes.bytes(4);
   scratch = sizes.scratch_bytes(4);

@@ -15,6 +15,7 @@ CommGroups::CommGroups(const Topology& topo, const std::string& choice, int loca
   world = group(topo.world_comm(), CommRegistry::get("mpi", "parallel.comm"));
   for (Axis a : kAxes) slot(a) = group(topo.along(a), b);
   tied = group(topo.tied_comm(), b);
+  if (topo.cp() > 1) dp_cp_ = group(topo.replicas_comm(), b);
 }
 
 std::unique_ptr<Communicator>& CommGroups::slot(Axis a) {

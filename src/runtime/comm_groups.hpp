@@ -19,9 +19,13 @@ struct CommGroups {
   double bucket_mb = 1;  // its default gradient bucket size (MiB)
   std::unique_ptr<Communicator> world, dp, pipe, cp, tp, tied;  // pipe: the group along pp
   Communicator& along(Axis a) const;  // the group along an axis
+  // dp x cp (Topology::replicas_comm): gradient averaging, ZeRO sharding, loss sums. The dp group
+  // itself when cp = 1.
+  Communicator& replicas() const { return dp_cp_ ? *dp_cp_ : *dp; }
 
  private:
   std::unique_ptr<Communicator>& slot(Axis a);
+  std::unique_ptr<Communicator> dp_cp_;
 };
 
 }  // namespace gpt2

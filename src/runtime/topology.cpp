@@ -66,12 +66,17 @@ Topology::Topology(MPI_Comm world, GridShape shape) : world_(world), shape_(shap
   const bool ends = first_stage() || last_stage();
   const int colour = ends ? rank_of(shape_, first) : int(shape_.world()) + rank_;
   MPI_Comm_split(world, colour, coords_.pp, &tied_comm_);
+  // replicas: the ranks that hold the same parameters, dp x cp (key: dp_rank * cp + cp_rank).
+  GridCoords shared = coords_;
+  shared.dp = 0, shared.cp = 0;
+  MPI_Comm_split(world, rank_of(shape_, shared), coords_.dp * shape_.cp + coords_.cp, &replicas_comm_);
 }
 
 Topology::~Topology() {
   for (MPI_Comm& c : along_)
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
   if (tied_comm_ != MPI_COMM_NULL) MPI_Comm_free(&tied_comm_);
+  if (replicas_comm_ != MPI_COMM_NULL) MPI_Comm_free(&replicas_comm_);
 }
 
 }  // namespace gpt2

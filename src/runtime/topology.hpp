@@ -8,9 +8,12 @@
 // here (made into Communicators by CommGroups):
 //   along each axis  ranks that differ only in that coordinate: dp (gradient averaging / sharding),
 //                    pp ("pipe": activations between stages; rank in it == stage), cp (context
-//                    parallelism; 1 until it lands), tp (tensor-parallel collectives)
+//                    parallelism: the ring attention's K/V blocks), tp (tensor-parallel collectives)
 //   tied             the first and the last stage of one (dp, cp, tp): the tied wte gradient; just
 //                    this rank on other stages, and when pp = 1
+//   replicas         dp x cp: the ranks that hold the same parameters (context-parallel ranks see
+//                    other tokens of the same sequences): gradient averaging, ZeRO sharding, loss
+//                    sums; the dp group when cp = 1
 #include <mpi.h>
 
 #include <array>
@@ -76,6 +79,7 @@ class Topology {
   MPI_Comm pipe_comm() const { return along(Axis::pp); }   // rank in it == stage
   MPI_Comm tp_comm() const { return along(Axis::tp); }
   MPI_Comm tied_comm() const { return tied_comm_; }       // first stage is rank 0 in it
+  MPI_Comm replicas_comm() const { return replicas_comm_; }  // rank in it: dp_rank * cp + cp_rank
 
  private:
   MPI_Comm world_;
@@ -83,7 +87,7 @@ class Topology {
   int rank_ = 0;
   GridCoords coords_;
   std::array<MPI_Comm, kAxes.size()> along_{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
-  MPI_Comm tied_comm_ = MPI_COMM_NULL;
+  MPI_Comm tied_comm_ = MPI_COMM_NULL, replicas_comm_ = MPI_COMM_NULL;
 };
 
 }  // namespace gpt2

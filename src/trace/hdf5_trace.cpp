@@ -71,6 +71,8 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   h5_attr_text(g, "git_revision", git_revision());
   h5_attr_text(g, "versions", versions());
   h5_attr_text(g, "schedule", meta.schedule);
+  h5_attr_text(g, "recompute", meta.recompute);
+  h5_attr_int(g, "recompute_every", meta.recompute_every);
   h5_attr_text(g, "execution_space", meta.execution_space);
   h5_attr_text(g, "device", meta.device);
   h5_attr_text(g, "comm", meta.comm);

@@ -43,6 +43,7 @@ constexpr KindInfo kKinds[] = {
     {"unit_backward_weight", O, "unit", "#F2D69B"},
     {"checkpoint_stage", O, "row", "#444444"},
     {"checkpoint_write", O, "lane", "#999999"},
+    {"recompute", O, "lane", "#8E6C8A"},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace

@@ -26,6 +26,7 @@ enum class EventKind : int32_t {
   unit_backward_weight,                       // trace.units: a unit inside a weight pass
   checkpoint_stage,  // checkpoint.async: the copy of the state a background thread then writes
   checkpoint_write,  // checkpoint.async: that write, on its thread (with the bytes it wrote)
+  recompute,         // train.recompute: a block's recomputation inside its backward (unit: 1 + block)
   count_
 };
 enum class EventClass { compute, communication, other };

@@ -1,6 +1,7 @@
 #include "train/run_config.hpp"
 
 #include "core/error.hpp"
+#include "model/activation_sizes.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/optimizer.hpp"
 #include "pipeline/schedule.hpp"
@@ -47,11 +48,16 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
       {"train.nonfinite", &train.nonfinite, "non-finite loss or gradient norm: stop | skip (the update)"},
       {"train.precision", &train.precision, "fp32 | bf16 | fp16: GEMM inputs and saved activations (fp32 master weights)"},
+      {"train.recompute", &train.recompute,
+       "none | selective (attention's probabilities recomputed in backward) | full (a block's forward re-run in its backward)"},
+      {"train.recompute_every", &train.recompute_every, "recompute every this many blocks (block l when l % k == 0)"},
       {"train.initial_loss_scale", &train.initial_loss_scale, "fp16: the dynamic loss scale's start"},
       {"train.loss_scale_window", &train.loss_scale_window, "fp16: clean steps before the loss scale doubles"},
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer (heads and MLP columns split; vocabulary-parallel loss)"},
+      {"parallel.cp", &parallel.cp,
+       "context-parallel ranks per sequence (2cp chunks, rank i holds i and 2cp-1-i; ring attention)"},
       {"parallel.sequence_parallel", &parallel.sequence_parallel, "with tp > 1: LayerNorms and residual stream split along the sequence"},
       {"parallel.zero", &parallel.zero, "ZeRO over dp: " + zero_level_choices(" | ", " | ") + " (1 optimizer state, 2 + gradients, 3 + parameters)"},
       {"parallel.microbatches", &parallel.microbatches, "microbatches per dp rank and step"},
@@ -138,8 +144,10 @@ void RunConfig::validate(int world_size) const {
   build_pass_lists(pipeline_shape());
   const long long grid = this->grid().world();  // (int * int could overflow)
   if (world_size > 0 && grid != world_size)
-    fail_input(parallel.tp > 1 ? "parallel.dp * parallel.pp * parallel.tp" : "parallel.dp * parallel.pp",
+    fail_input(std::string("parallel.dp * parallel.pp") + (parallel.cp > 1 ? " * parallel.cp" : "") +
+                   (parallel.tp > 1 ? " * parallel.tp" : ""),
                "must equal the number of MPI ranks (", world_size, "), got ", parallel.dp, " * ", parallel.pp,
+               parallel.cp > 1 ? " * " + std::to_string(parallel.cp) : std::string(),
                parallel.tp > 1 ? " * " + std::to_string(parallel.tp) : std::string(), " = ", grid);
   if (!checkpoint.resume.is("true") && !checkpoint.resume.is("false") && !checkpoint.resume.is("auto"))
     fail_input("checkpoint.resume", "expected true, false or \"auto\", got \"", checkpoint.resume.text, "\"");
@@ -155,6 +163,11 @@ void RunConfig::validate(int world_size) const {
   Precision prec;
   if (!parse_precision(train.precision, prec))
     fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", train.precision, "\"");
+  Recompute recompute;
+  if (!parse_recompute(train.recompute, recompute))
+    fail_input("train.recompute", "expected none, selective or full, got \"", train.recompute, "\"");
+  if (train.recompute_every < 1)
+    fail_input("train.recompute_every", "must be at least 1 (1: every block), got ", train.recompute_every);
   // The loss-scale keys are fp16's, but a value that makes no sense is an error in any precision.
   if (!(train.initial_loss_scale > 0) || !(train.initial_loss_scale <= LossScale::kMax))
     fail_input("train.initial_loss_scale", "must be a positive finite number (at most 1e30), got ", train.initial_loss_scale);
@@ -170,12 +183,13 @@ Workload RunConfig::workload() const { return {model, data.seq_len, train.batch_
 
 Layout RunConfig::layout() const {
   Layout l;
-  l.dp = parallel.dp, l.tp = parallel.tp, l.pp = parallel.pp, l.zero = parallel.zero;
+  l.dp = parallel.dp, l.tp = parallel.tp, l.pp = parallel.pp, l.cp = parallel.cp, l.zero = parallel.zero;
   l.microbatches = parallel.microbatches, l.schedule = parallel.schedule;
   l.virtual_stages = parallel.virtual_stages;
   l.sequence_parallel = parallel.sequence_parallel && parallel.tp > 1;
   l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
   l.precision = train.precision;
+  l.recompute = train.recompute, l.recompute_every = train.recompute_every;
   return l;
 }
 

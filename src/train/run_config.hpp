@@ -47,6 +47,10 @@ struct TrainConfig {
   std::string nonfinite = "stop";
   // Mixed precision (README, Mixed precision): fp32 | bf16 | fp16, fp32 master weights throughout.
   std::string precision = "fp32";
+  // Activation recomputation (model/activation_sizes.hpp): none | selective | full, for every
+  // recompute_every-th block (block l when l % recompute_every == 0).
+  std::string recompute = "none";
+  int recompute_every = 1;
   double initial_loss_scale = 65536;  // fp16: the dynamic loss scale's start
   int loss_scale_window = 1000;       // fp16: clean steps in a row before the scale doubles
 };
@@ -55,6 +59,7 @@ struct ParallelConfig {
   int dp = 1;                     // data-parallel replicas
   int pp = 1;                     // pipeline stages
   int tp = 1;                     // tensor-parallel ranks per layer
+  int cp = 1;                     // context parallelism: ranks each sequence's tokens are split over
   int zero = 0;                   // ZeRO level over the dp group: 0 (replicated) .. 3 (FSDP)
   bool sequence_parallel = false; // with tp: LayerNorms and residuals on 1/tp of the rows
   int microbatches = 1;           // per dp rank and step
@@ -103,7 +108,7 @@ struct RunConfig {
   std::vector<DeckField> fields();  // the schema: every key, bound to the members above
   // Loads a deck and applies overrides; InputError on any bad key or value.
   static RunConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
-  GridShape grid() const { return {parallel.dp, parallel.pp, 1, parallel.tp}; }
+  GridShape grid() const { return {parallel.dp, parallel.pp, parallel.cp, parallel.tp}; }
   // The block's relative pass costs from the model's shape, which time-ordered schedules (zb-v) order
   // by: the same on every rank.
   PassCosts pass_costs() const;

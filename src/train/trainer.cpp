@@ -70,7 +70,7 @@ void Trainer::setup_model() {
   oc.weight_decay = cfg_.train.weight_decay;
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
-  store_ = std::make_unique<ParamStore>(stage_layout, *groups_->dp, zero_policy(p.zero), bucket,
+  store_ = std::make_unique<ParamStore>(stage_layout, groups_->replicas(), zero_policy(p.zero), bucket,
                                         cfg_.train.optimizer, oc, tracer_,
                                         p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
@@ -79,6 +79,14 @@ void Trainer::setup_model() {
   so.tp = tp_group_.get();
   so.sequence_parallel = p.sequence_parallel && p.tp > 1;
   parse_precision(cfg_.train.precision, so.precision);
+  parse_recompute(cfg_.train.recompute, so.recompute);
+  so.recompute_every = cfg_.train.recompute_every;
+  if (tracer_.enabled())
+    so.on_recompute = [this, start = 0.0](int unit, bool begin) mutable {
+      tracer_.fence();
+      if (begin) start = tracer_.now();
+      else tracer_.record(EventKind::recompute, int(step_), -1, start, tracer_.now(), 0, 0, unit);
+    };
   loss_scale_ = LossScale(so.precision == Precision::fp16, cfg_.train.initial_loss_scale, cfg_.train.loss_scale_window);
   if (cfg_.trace.units && !cfg_.trace.file.empty()) {
     // Unit timings for the performance model's calibration: fenced, so they cover the device work

@@ -85,7 +85,12 @@ class Trainer {
   // This rank's memory at rest, and its saved activations at their peak (slots x slot size).
   MemoryUse memory() const { return store_->memory(); }
   size_t param_bytes() const { return store_->memory().params; }
-  size_t activation_bytes() const { return size_t(exec_->peak_slots()) * exec_->slot_bytes(); }
+  // The most microbatches' saved activations held at once, plus what recomputed blocks share.
+  size_t activation_bytes() const {
+    size_t shared = 0;
+    for (const auto& s : stages_) shared += s->recompute_bytes();
+    return size_t(exec_->peak_slots()) * exec_->slot_bytes() + shared;
+  }
   // The most whole-device synchronisations one training step made on this rank (runtime/device_sync).
   uint64_t device_syncs_per_step() const { return step_syncs_; }
 

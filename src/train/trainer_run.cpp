@@ -21,6 +21,7 @@ void Trainer::write_trace() {
   meta.coords = topo_->coords();
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
+  meta.recompute = cfg_.train.recompute, meta.recompute_every = cfg_.train.recompute_every;
   meta.virtual_stages = placement_.chunks;
   // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
   // the schedule's own bubble, as the trainer ordered it.

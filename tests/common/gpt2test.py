@@ -160,7 +160,19 @@ def checksum(data, seed=0x243F6A8885A308D3):
 
 
 def read_checkpoint(path):
-    """{section name: bytes} of one of our checkpoints (checksums not verified)."""
+    """{section name: bytes} of one of our checkpoints (checksums not verified). An HDF5 one: params,
+    opt.m, opt.v as their datasets' values one after the other (by name), and the run's integer
+    attributes (step, updates, ...) as 8 little-endian bytes each."""
+    if path.endswith(".h5"):
+        import h5py
+        out = {}
+        with h5py.File(path, "r") as f:
+            for sec in f.keys():
+                out[sec] = b"".join(np.asarray(f[sec][n][()], "<f4").tobytes() for n in sorted(f[sec].keys()))
+            for k, v in f.attrs.items():
+                if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer):
+                    out[k] = int(v).to_bytes(8, "little", signed=True)
+        return out
     with open(path, "rb") as f:
         data = f.read()
     assert data[:8] == CKPT_MAGIC, f"{path}: not a gpt2-kokkos checkpoint"

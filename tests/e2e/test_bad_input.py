@@ -15,6 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import gpt2test  # noqa: E402
 
 
+HARDWARE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "inputs", "hardware", "h100.toml")
+
+
 def main():
     ap = gpt2test.e2e_arg_parser(__doc__)
     args = ap.parse_args()
@@ -182,6 +185,12 @@ def main():
         ("unknown train.nonfinite", train(deck("p34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
         # Mixed precision: the precision's name, loss-scale settings that make no sense, the reduction's dtype.
         ("unknown train.precision", train(deck("mp1", train__precision="fp8")), 2, 'train.precision: expected fp32, bf16 or fp16, got "fp8"'),
+        ("unknown train.recompute", train(deck("rc1", train__recompute="some")), 2,
+         'train.recompute: expected none, selective or full, got "some"'),
+        ("zero train.recompute_every", train(deck("rc2", train__recompute="full", train__recompute_every=0)), 2,
+         "train.recompute_every: must be at least 1"),
+        ("plan for no devices", [args.gpt2, "plan", P("good.toml"), "--hardware", HARDWARE, "--gpus", "0"], 2,
+         "a positive whole number is needed, got 0"),
         ("zero initial_loss_scale", train(deck("mp2", train__precision="fp16", train__initial_loss_scale=0)), 2,
          "train.initial_loss_scale: must be a positive finite number"),
         ("negative initial_loss_scale", train(deck("mp3", train__initial_loss_scale=-1.0)), 2,

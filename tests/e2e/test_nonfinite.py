@@ -50,7 +50,7 @@ def main():
             continue
         ck = os.path.join(w, "ck_" + name)
         saved = sorted(n for n in os.listdir(ck) if n.startswith("ckpt_"))
-        checks.check(saved == [f"ckpt_{s:08d}.bin" for s in range(1, bad)],
+        checks.check(saved == [f"ckpt_{s:08d}.h5" for s in range(1, bad)],
                      f"{name}: checkpoints {saved}, expected those of steps 1..{bad - 1} only")
         print(f"ok   {name}: exit 5 after step {bad}: {errors[0][:150]}; checkpoints {saved}", flush=True)
 
@@ -67,8 +67,8 @@ def main():
         with h5py.File(trace, "r") as f:
             checks.check(list(f["metrics"]["skipped"]) == [0, 1, 1, 1], f"{name}: trace /metrics skipped "
                                                                         f"{list(f['metrics']['skipped'])}")
-        first = gpt2test.read_checkpoint(os.path.join(w, f"ck_stop_{layout}", "ckpt_00000001.bin"))
-        last = gpt2test.read_checkpoint(os.path.join(w, "ck_" + name, "ckpt_00000004.bin"))
+        first = gpt2test.read_checkpoint(os.path.join(w, f"ck_stop_{layout}", "ckpt_00000001.h5"))
+        last = gpt2test.read_checkpoint(os.path.join(w, "ck_" + name, "ckpt_00000004.h5"))
         for sec in ("params", "opt.m", "opt.v"):
             checks.check(first[sec] == last[sec], f"{name}: {sec} changed after the last finite step")
         updates = int.from_bytes(last["updates"], "little")
