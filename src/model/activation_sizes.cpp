@@ -28,7 +28,11 @@ ActivationSizes activation_sizes(const ActivationShape& s) {
   // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
   // region's (qkv, att, atty, fch) all N rows and 1/tp of the columns.
   const size_t R = s.sequence_parallel ? N / tp : N;
-  const size_t att = pad_values(size_t(s.B) * size_t(s.n_head) / tp * T * T);
+  // Attention's saved tensor: the probabilities (B, nh, T, T); under context parallelism the
+  // log-sum-exp of each row and head (B, nh, T), from which the backward recomputes them.
+  // (and, with 16-bit GEMM inputs, its output y in fp32 too: the backward's row dots need it).
+  const size_t heads = size_t(s.B) * size_t(s.n_head) / tp;
+  const size_t att = pad_values(s.cp > 1 ? heads * T + (s.mixed ? N * C / tp : 0) : heads * T * T);
   // The GEMMs' inputs: ln1, atty, ln2, fch_gelu (16-bit under mixed precision).
   const size_t gemm_inputs = pad_values(R * C) * 2 + pad_values(N * C / tp) + pad_values(N * 4 * C / tp);
   const size_t res3 = pad_values(R * C);
@@ -52,7 +56,13 @@ ActivationSizes activation_sizes(const ActivationShape& s) {
   // parallelism's gathered stream; the wte gradient's partial sums; the head's lnf, logits, lse and
   // (tp > 1) cross-entropy sums; what recomputed blocks share (full: a block but its output;
   // selective: attention's probabilities).
-  out.scratch = N * C * 2 + N * 3 * C / tp + size_t(s.B) * size_t(s.n_head) / tp * T * T + N * 4 * C / tp + N * C / tp;
+  // Attention's backward scratch: its probabilities' gradient (B, nh, T, T), or under context
+  // parallelism the ring's two K/V blocks and their two gradient blocks (N, 2C/tp each), the running
+  // max and sum (or the backward's row dots) per row and head, and two (nh, L, L) tiles, L = T / 2.
+  const size_t L = T / 2, local_heads = size_t(s.n_head) / tp;
+  const size_t attention_scratch =
+      s.cp > 1 ? 4 * N * 2 * C / tp + 2 * heads * T + 2 * local_heads * L * L : heads * T * T;
+  out.scratch = N * C * 2 + N * 3 * C / tp + attention_scratch + N * 4 * C / tp + N * C / tp;
   if (tp > 1) out.scratch += N * C;
   if (s.sequence_parallel) out.scratch += N * C;
   if (s.first) out.scratch += size_t(TokenGroups::max_parts(int(N))) * C;

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "model/param_init.hpp"
 #include "tensor/attention.hpp"
+#include "tensor/ring_attention.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
@@ -27,7 +28,7 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
-    : layout_(layout), store_(o.store), tp_(o.tp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
+    : layout_(layout), store_(o.store), tp_(o.tp), cp_(o.cp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
       on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
       chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
   if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
@@ -45,15 +46,42 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
     single_tp_ = std::make_unique<SingleTp<T>>();
     tp_ = single_tp_.get();
   }
+  if (!cp_) {
+    single_cp_ = std::make_unique<SingleCp<T>>();
+    cp_ = single_cp_.get();
+  }
+  const int cp = cp_->size();
+  if (seq_len % (2 * cp) != 0 && cp > 1) fail("Stage: context parallelism over ", cp, " ranks needs T divisible by ", 2 * cp);
+  T_ = seq_len / cp;
+  {  // local row j of a sequence: chunk i's tokens, then chunk 2cp-1-i's (one chunk: 0..T-1)
+    const int L = T_ / 2, i = cp_->rank();
+    positions_ = decltype(positions_)("positions", T_);
+    auto h = Kokkos::create_mirror_view(positions_);
+    for (int j = 0; j < T_; ++j) h(j) = cp == 1 ? j : j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L);
+    Kokkos::deep_copy(positions_, h);
+  }
   const size_t tp = size_t(tp_->size());
   if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
   if (sp_ && (size_t(max_batch) * seq_len) % tp != 0)
     fail("Stage: sequence parallelism needs the microbatch's tokens divisible by tp");
-  const size_t N = size_t(max_batch) * seq_len, C = c.n_embd;
+  const size_t N = size_t(max_batch) * T_, C = c.n_embd;
   dres_ = uninitialized<T>("dres", N * C);
   dln_ = uninitialized<T>("dln", N * C);
   dqkv_ = uninitialized<T>("dqkv", N * 3 * C / tp);
-  datt_ = uninitialized<T>("datt", size_t(max_batch) * c.n_head / tp * seq_len * seq_len);
+  const size_t heads = size_t(max_batch) * c.n_head / tp;
+  if (cp == 1) {
+    datt_ = uninitialized<T>("datt", heads * T_ * T_);
+  } else {
+    const size_t L = size_t(T_) / 2;
+    for (int k = 0; k < 2; ++k) {
+      ring_kv_[k] = uninitialized<T>("ring_kv", N * 2 * C / tp);
+      ring_dkv_[k] = uninitialized<T>("ring_dkv", N * 2 * C / tp);
+    }
+    ring_m_ = uninitialized<T>("ring_m", heads * T_);
+    ring_l_ = uninitialized<T>("ring_l", heads * T_);
+    ring_s_ = uninitialized<T>("ring_s", size_t(c.n_head) / tp * L * L);
+    ring_p_ = uninitialized<T>("ring_p", size_t(c.n_head) / tp * L * L);
+  }
   dfch_ = uninitialized<T>("dfch", N * 4 * C / tp);
   datty_ = uninitialized<T>("datty", N * C / tp);
   if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
@@ -79,7 +107,8 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   }
   size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0) + recompute_mem16_.extent(0);
   for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
-                             &logits_, &lse_, &ce_, &recompute_mem_})
+                             &logits_, &lse_, &ce_, &recompute_mem_, &ring_kv_[0], &ring_kv_[1], &ring_dkv_[0],
+                             &ring_dkv_[1], &ring_m_, &ring_l_, &ring_s_, &ring_p_})
     scratch += b->extent(0);
   if (scratch != sizes.scratch || scratch16 != sizes.scratch16)
     fail("Stage: its scratch takes ", scratch, " + ", scratch16, " values, the size table says ", sizes.scratch, " + ",
@@ -109,7 +138,7 @@ template <class T>
 ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   const ModelConfig& c = config();
   ActivationShape s;
-  s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = tp_->size();
+  s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = tp_->size(), s.cp = cp_->size();
   s.blocks = end_ - first_;
   s.first = has_embedding(), s.last = has_head();
   s.sequence_parallel = sp_, s.split = split, s.mixed = lin_.mixed();
@@ -122,9 +151,12 @@ template <class T>
 Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const ModelConfig& c = config();
   const size_t tp = size_t(tp_->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
-  const size_t att = size_t(B) * c.n_head / tp * T_ * T_;
-  const int nblocks = end_ - first_;
+  // attention's probabilities (B*nh, T, T), or with context parallelism its log-sum-exp (B*nh*T, 1)
+  // (with 16-bit GEMM inputs, followed by attention's output y in fp32: ring_attention_backward's row dots)
+  const size_t att_cols = cp_->size() > 1 ? 1 : size_t(T_);
   const bool mixed = lin_.mixed();
+  const size_t att = size_t(B) * c.n_head / tp * T_ * att_cols + (cp_->size() > 1 && mixed ? N * C / tp : 0);
+  const int nblocks = end_ - first_;
   const size_t embed = split && has_embedding() ? 1 : 0;
   const ActivationSizes sizes = activation_sizes(activation_shape(B, split));
   auto pad = pad_values;
@@ -175,7 +207,7 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
     auto vv = [&]() { return full ? Vec<T>(take_shared(R), R) : Vec<T>(take(R), R); };
     s.ln1 = gg(R, C);
     s.qkv = mm(N, 3 * C / tp);
-    s.att = Mat<T>(full || selective ? take_shared(att) : take(att), size_t(B) * c.n_head / tp * T_, T_);
+    s.att = Mat<T>(full || selective ? take_shared(att) : take(att), size_t(B) * c.n_head / tp * T_, att_cols);
     s.atty = gg(N, C / tp);
     s.res2 = mm(R, C);
     s.ln2 = gg(R, C);
@@ -326,6 +358,60 @@ void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
 
 // ---- a block --------------------------------------------------------------------------------------
 
+// Context parallelism's ring attention: the rank's queries (its two chunks of each sequence) against
+// every rank's K/V block in turn -- its own first, then each received from the previous rank while
+// the next is on its way -- merged with an online softmax (tensor/ring_attention.hpp).
+template <class T>
+void Stage<T>::ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B) {
+  const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
+  const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
+  Mat<T> kv[2] = {as_mat(ring_kv_[0], rows, 2 * C), as_mat(ring_kv_[1], rows, 2 * C)};
+  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
+  const Vec<T> m(ring_m_.data(), size_t(B) * nh * T_), l(ring_l_.data(), size_t(B) * nh * T_);
+  const Mat<T> S(ring_s_.data(), size_t(nh) * L, L);
+  ring_attention_begin<T>(y, m, l);
+  for (int s = 0; s < c; ++s) {
+    const Mat<T> cur = kv[s % 2];
+    if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
+    const int src = (i - s + c) % c;
+    RingTile tiles[4];
+    const int count = ring_tiles(i, 2 * c - 1 - i, src, 2 * c - 1 - src, tiles);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < count; ++t) ring_attention_tile_forward<T>(y, m, l, qkv, cur, S, b, L, nh, tiles[t]);
+    if (s + 1 < c) cp_->finish_shifts();
+  }
+  ring_attention_end<T>(y, lse, y, m, l, L, nh);
+}
+
+// The backward goes round the ring again: each K/V block with its gradient, which every rank adds
+// its queries' part to; after cp shifts each block's gradient is back with its own rank.
+template <class T>
+void Stage<T>::ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B) {
+  const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
+  const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
+  Mat<T> kv[2] = {as_mat(ring_kv_[0], rows, 2 * C), as_mat(ring_kv_[1], rows, 2 * C)};
+  Mat<T> dkv[2] = {as_mat(ring_dkv_[0], rows, 2 * C), as_mat(ring_dkv_[1], rows, 2 * C)};
+  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
+  Kokkos::deep_copy(ExecSpace(), dkv[0], T(0));
+  Kokkos::deep_copy(ExecSpace(), dqkv, T(0));
+  const Vec<T> D(ring_m_.data(), size_t(B) * nh * T_);
+  const Mat<T> S(ring_s_.data(), size_t(nh) * L, L), P(ring_p_.data(), size_t(nh) * L, L);
+  ring_attention_backward_begin<T>(D, dy, y, L, nh);
+  for (int s = 0; s < c; ++s) {
+    const Mat<T> cur = kv[s % 2], dcur = dkv[s % 2];
+    if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
+    const int src = (i - s + c) % c;
+    RingTile tiles[4];
+    const int count = ring_tiles(i, 2 * c - 1 - i, src, 2 * c - 1 - src, tiles);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < count; ++t)
+        ring_attention_tile_backward<T>(dqkv, dcur, qkv, cur, dy, lse, D, S, P, b, L, nh, tiles[t]);
+    cp_->start_shift(dcur.data(), dkv[(s + 1) % 2].data(), n);
+    cp_->finish_shifts();
+  }
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(dqkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)), dkv[c % 2]);
+}
+
 // Before block l's backward (or a split backward's pass that needs them): selective recomputes
 // attention's probabilities from the saved q, k, v (its output goes to scratch: atty is kept); full
 // re-runs the block's forward from its input up to the MLP's output projection (its output is kept).
@@ -362,7 +448,16 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   };
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
   lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
-  if (s.atty.is_low()) {  // the attention's output GEMM writes T: rounded into the saved copy after
+  if (cp_->size() > 1) {
+    const Vec<T> lse(s.att.data(), s.att.size());
+    if (s.atty.is_low()) {  // y in fp32 after the log-sum-exp, rounded into the GEMM's saved input
+      const Mat<T> y(s.att.data() + s.att.size(), a.rows(), s.atty.cols());
+      ring_attention_forward(y, lse, s.qkv, a.B);
+      lin_.store(s.atty, y);
+    } else {
+      ring_attention_forward(s.atty.full, lse, s.qkv, a.B);
+    }
+  } else if (s.atty.is_low()) {  // the attention's output GEMM writes T: rounded into the saved copy after
     const Mat<T> y = as_mat(datty_, a.rows(), s.atty.cols());
     attention_forward<T>(y, s.att, s.qkv, a.B, T_, nh);
     lin_.store(s.atty, y);
@@ -402,7 +497,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   Mat<T> d3 = keep ? s.d3 : d, d2 = keep ? s.d2 : d;
   Mat<T> dfch = keep ? s.dfch : as_mat(dfch_, N, 4 * C / tp), dqkv = keep ? s.dqkv : as_mat(dqkv_, N, 3 * C / tp);
   Mat<T> dln2 = keep ? s.dln2 : as_mat(dln_, R, C), dln1 = keep ? s.dln1 : as_mat(dln_, R, C);
-  Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, s.att.extent(0), T_);
+  Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, datt_.extent(0) ? s.att.extent(0) : 0, T_);
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
   auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, CMat<T> w, Mat<T> dw, Vec<T> db) {
@@ -426,7 +521,12 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
   row_parallel_backward(d2, datty, s.atty, p.attprojw, g.attprojw, g.attprojb);
   if (do_in) {
-    attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
+    if (cp_->size() > 1)
+      ring_attention_backward(dqkv, datty, s.qkv,
+                              s.atty.is_low() ? CMat<T>(s.att.data() + s.att.size(), N, C / tp) : CMat<T>(s.atty.full),
+                              Vec<T>(s.att.data(), s.att.size()), a.B);
+    else
+      attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
     column_parallel_input(dln1, dqkv, p.qkvw, a.B);
   }
   if (do_w) lin_.backward_weight(g.qkvw, g.qkvb, dqkv, gather_input(s.ln1, a.B));

@@ -26,6 +26,7 @@
 
 #include "model/activation_sizes.hpp"
 #include "model/linear.hpp"
+#include "model/cp_ring.hpp"
 #include "model/stage_layout.hpp"
 #include "model/tp_group.hpp"
 #include "model/unit_store.hpp"
@@ -85,6 +86,7 @@ template <class T>
 struct StageOptions {
   UnitStore<T>* store = nullptr;   // where parameters and gradients live (null: the stage's own)
   TpGroup<T>* tp = nullptr;        // the layout's tensor-parallel group (null: one rank)
+  CpRing<T>* cp = nullptr;         // context parallelism's ring (null: one rank holds whole sequences)
   bool sequence_parallel = false;  // LayerNorms and residuals on N / tp rows
   int chunk = 0;                   // which of the layout's chunks (virtual stages) this stage runs
   Precision precision = Precision::fp32;  // GEMM inputs and their saved activations (model/linear.hpp)
@@ -97,7 +99,8 @@ struct StageOptions {
 template <class T>
 class Stage {
  public:
-  // max_batch: the most sequences one microbatch holds; seq_len: T.
+  // max_batch: the most sequences one microbatch holds; seq_len: T (with context parallelism the
+  // rank holds T / cp tokens of each: its chunks i and 2cp-1-i of 2cp).
   Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> options = {});
 
   const StageLayout& layout() const { return layout_; }  // the rank's (all its chunks)
@@ -107,7 +110,7 @@ class Stage {
   int end_layer() const { return end_; }
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return end_ == config().n_layer; }
-  int seq_len() const { return T_; }
+  int seq_len() const { return T_; }  // the rank's tokens of a sequence (T / cp)
   int max_batch() const { return maxB_; }
   bool sequence_parallel() const { return sp_; }
   // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
@@ -169,6 +172,10 @@ class Stage {
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
   void block_forward(int layer, Activations<T>& a, CMat<T> in, bool recomputing = false);
+  // Context parallelism: attention over the ring's K/V blocks (tensor/ring_attention.hpp); y and the
+  // log-sum-exp per row and head out, and their backward into dqkv.
+  void ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B);
+  void ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B);
   void recompute_block(int layer, Activations<T>& a, CMat<T> in);
   bool recomputed(int layer) const { return is_recomputed(recompute_, recompute_every_, layer); }
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
@@ -207,6 +214,9 @@ class Stage {
   UnitStore<T>* store_;
   std::unique_ptr<SingleTp<T>> single_tp_;
   TpGroup<T>* tp_;
+  std::unique_ptr<SingleCp<T>> single_cp_;
+  CpRing<T>* cp_;
+  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> positions_;  // a local row's position in its sequence
   bool sp_;
   StageProbe probe_;
   std::function<void(int, bool)> on_recompute_;
@@ -219,6 +229,7 @@ class Stage {
   Buffer<T> wte_parts_;  // first stage: the wte gradient's partial sums (embedding_backward)
   Buffer<uint16_t> lnf16_, full16_;  // mixed precision: the head's GEMM input; gathered 16-bit rows
   Buffer<T> recompute_mem_;          // what recomputed blocks share (make_activations)
+  Buffer<T> ring_kv_[2], ring_dkv_[2], ring_m_, ring_l_, ring_s_, ring_p_;  // context parallelism's scratch
   Buffer<uint16_t> recompute_mem16_;
   Linear<T> lin_;
 };

@@ -20,7 +20,8 @@ void Stage<T>::embedding_forward_(Activations<T>& a) {
   // Each tp rank looks up the tokens of its vocabulary rows (one adds wpe); the sum is the embedding.
   Mat<T> out = sp_ ? partial_scratch(a.B) : a.input;
   embedding_forward<T>(out, a.tokens, Mat<T>(const_cast<T*>(pwte), layout_.local_vocab(), c.n_embd),
-                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), T_, layout_.vocab_begin(), adds_once());
+                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), T_, layout_.vocab_begin(), adds_once(),
+                       positions_);
   reduce_into(a.input, out);
   store_->release_params(wte);
   store_->release_params(wpe);
@@ -37,7 +38,7 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd),
                         wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>(),
                         gather(d, a.B), a.groups, Mat<T>(wte_parts_.data(), size_t(a.groups.parts), c.n_embd), T_,
-                        layout_.vocab_begin());
+                        layout_.vocab_begin(), positions_);
   store_->grads_done(wpe, false);
   store_->grads_done(wte, false);
 }

@@ -86,9 +86,6 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
       return problem("parallel.cp", "cuts each sequence into 2 * parallel.cp = ", 2 * l.cp,
                      " chunks (rank i holds chunks i and 2cp-1-i): data.seq_len (", w.seq_len, ") must be divisible by ",
                      2 * l.cp);
-    if (l.precision != "fp32")
-      return problem("parallel.cp", "runs in fp32 for now (its ring attention keeps fp32 partial sums); got train.precision = ",
-                     l.precision);
     if (l.recompute == "selective")
       return problem("train.recompute", "selective drops attention's probabilities, which ring attention (parallel.cp > 1) ",
                      "never keeps: use none or full");

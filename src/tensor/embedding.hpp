@@ -7,18 +7,20 @@
 
 namespace gpt2 {
 
-// out (N,C) = wte[tokens[n]] (Vp,C) + wpe[n % T] (maxT,C);   N = B*T, rows ordered (b, t)
+// out (N,C) = wte[tokens[n]] (Vp,C) + wpe[pos(n % T)] (maxT,C);   N = B*T, rows ordered (b, t)
 // Vocabulary-parallel: wte holds rows [vocab_begin, vocab_begin + rows) only; other tokens add 0, and
 // wpe is added where add_wpe (one tensor-parallel rank): the ranks' outputs sum to the embedding.
+// positions (T): each local row's position in its sequence (context parallelism's chunks); empty: t.
 template <class T>
 void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int seq_len, int vocab_begin = 0,
-                       bool add_wpe = true) {
+                       bool add_wpe = true, Vec<const int> positions = {}) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int N = out.extent(0), C = out.extent(1), rows = wte.extent(0);
   Kokkos::parallel_for(
       "embedding_forward", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
-        const int n = team.league_rank(), tok = tokens(n) - vocab_begin, t = n % seq_len;
+        const int n = team.league_rank(), tok = tokens(n) - vocab_begin;
+        const int t = positions.extent(0) ? positions(n % seq_len) : n % seq_len;
         const bool mine = tok >= 0 && tok < rows;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
           out(n, c) = (mine ? wte(tok, c) : T(0)) + (add_wpe ? wpe(t, c) : T(0));
@@ -26,7 +28,8 @@ void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int 
       });
 }
 
-// dwte (Vp,C) += scatter of dout rows by token; dwpe (maxT,C) += dout summed over the batch.
+// dwte (Vp,C) += scatter of dout rows by token; dwpe (maxT,C) += dout summed over the batch (row t
+// of each sequence into position positions(t), or t).
 // Deterministic, no atomics: the wte gradient in two fixed-order stages over the rows grouped by
 // token (tensor/token_groups.hpp: groups, built from the same tokens) -- each chunk of a token's rows
 // summed in row order, then a token's chunk sums in chunk order; parts (groups.max_parts(N), C) holds
@@ -36,7 +39,7 @@ void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int 
 // did not add wpe).
 template <class T>
 void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroups& groups, Mat<T> parts, int seq_len,
-                        int vocab_begin = 0) {
+                        int vocab_begin = 0, Vec<const int> positions = {}) {
   const int N = dout.extent(0), C = dout.extent(1), Tn = seq_len, rows = dwte.extent(0);
   if (groups.N != N) Kokkos::abort("embedding_backward: token groups of another batch");
   // Work items own blocks of kColumnBlock channels (see column_sum.hpp).
@@ -74,8 +77,9 @@ void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroup
   Kokkos::parallel_for(
       "embedding_backward_wpe", Kokkos::RangePolicy<ExecSpace>(0, Tn * ((C + W - 1) / W)), KOKKOS_LAMBDA(int i) {
         const int blocks = (C + W - 1) / W, t = i / blocks, c0 = (i % blocks) * W, c1 = c0 + W < C ? c0 + W : C;
+        const int pos = positions.extent(0) ? positions(t) : t;
         for (int n = t; n < N; n += Tn)
-          for (int c = c0; c < c1; ++c) dwpe(t, c) += dout(n, c);
+          for (int c = c0; c < c1; ++c) dwpe(pos, c) += dout(n, c);
       });
 }
 

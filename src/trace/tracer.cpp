@@ -44,6 +44,7 @@ constexpr KindInfo kKinds[] = {
     {"checkpoint_stage", O, "row", "#444444"},
     {"checkpoint_write", O, "lane", "#999999"},
     {"recompute", O, "lane", "#8E6C8A"},
+    {"cp_shift", M, "lane", "#F28E2B"},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace

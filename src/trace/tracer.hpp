@@ -27,6 +27,7 @@ enum class EventKind : int32_t {
   checkpoint_stage,  // checkpoint.async: the copy of the state a background thread then writes
   checkpoint_write,  // checkpoint.async: that write, on its thread (with the bytes it wrote)
   recompute,         // train.recompute: a block's recomputation inside its backward (unit: 1 + block)
+  cp_shift,          // context parallelism: a K/V block (or its gradient) moved one rank on the ring
   count_
 };
 enum class EventClass { compute, communication, other };

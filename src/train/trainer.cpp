@@ -74,9 +74,11 @@ void Trainer::setup_model() {
                                         cfg_.train.optimizer, oc, tracer_,
                                         p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
+  cp_ring_ = std::make_unique<CommCpRing>(*groups_->cp, tracer_);
   StageOptions<float> so;
   so.store = store_.get();
   so.tp = tp_group_.get();
+  so.cp = cp_ring_.get();
   so.sequence_parallel = p.sequence_parallel && p.tp > 1;
   parse_precision(cfg_.train.precision, so.precision);
   parse_recompute(cfg_.train.recompute, so.recompute);
@@ -135,10 +137,27 @@ StageLayout Trainer::layout_of(const GridCoords& c) const {
   return StageLayout(*layout_, chunks, TpSplit{topo_->tp(), c.tp});
 }
 
+// The microbatch's sequences of this dp rank; with context parallelism, this rank's tokens of each
+// (its chunks i and 2cp-1-i: the Stage's local rows).
 void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activations<float>& a) {
   const int64_t row0 = int64_t(topo_->dp_rank()) * (cfg_.train.batch_size / cfg_.parallel.dp) +
                        int64_t(mb) * mb_size_;
   loader.load(batch, row0, mb_size_, host_inputs_.data(), host_targets_.data());
+  const int cp = topo_->cp();
+  if (cp > 1) {
+    const int T = cfg_.data.seq_len, Tl = T / cp, L = Tl / 2, i = topo_->cp_rank();
+    int* in = host_inputs_.data();
+    int* tg = host_targets_.data();
+    std::vector<int> a_in(size_t(mb_size_) * Tl), a_tg(a_in.size());
+    for (int b = 0; b < mb_size_; ++b)
+      for (int j = 0; j < Tl; ++j) {
+        const int t = j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L);
+        a_in[size_t(b) * Tl + j] = in[size_t(b) * T + t];
+        a_tg[size_t(b) * Tl + j] = tg[size_t(b) * T + t];
+      }
+    std::copy(a_in.begin(), a_in.end(), in);
+    std::copy(a_tg.begin(), a_tg.end(), tg);
+  }
   a.load(host_inputs_.data(), host_targets_.data());
 }
 
@@ -150,6 +169,7 @@ StepMetrics Trainer::train_step() {
   const int T = cfg_.data.seq_len;
   store_->begin_step(int(step_), cfg_.parallel.microbatches);
   tp_group_->set_step(int(step_));
+  cp_ring_->set_step(int(step_));
   PipelineExecutor::StepIO io;
   io.step = int(step_);
   io.microbatch_size = mb_size_;
@@ -159,7 +179,9 @@ StepMetrics Trainer::train_step() {
   // fp16 the loss gradient starts multiplied by the loss scale (and the gradients are divided by it
   // again before the norm, clipping and the update).
   const double scale = loss_scale_.scale();
-  io.dloss = float(scale / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
+  // With context parallelism each of the dp x cp ranks holds 1/cp of its sequences' tokens and the
+  // gradients are averaged over all of them: the cp ranks' parts must add up, hence the factor cp.
+  io.dloss = float(scale * topo_->cp() / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
   io.need_grad = true;
   exec_->run(train_actions_, io);
   store_->finish_gradients();
@@ -202,12 +224,12 @@ StepMetrics Trainer::train_step() {
   const double dt = tracer_.now() - t0;
   m.step_ms = dt * 1e3;
   m.tokens_per_s = double(cfg_.train.batch_size) * T / dt;
-  m.rank_tokens_per_s = m.tokens_per_s / cfg_.parallel.dp;
+  m.rank_tokens_per_s = m.tokens_per_s / (cfg_.parallel.dp * topo_->cp());
   return m;
 }
 
 void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
-  const size_t tokens = size_t(microbatches_run) * mb_size_ * cfg_.data.seq_len;
+  const size_t tokens = size_t(microbatches_run) * mb_size_ * (cfg_.data.seq_len / topo_->cp());  // this rank's
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
   const bool head = stage().layout().has_head();
   sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(step_sums_->loss_sum()));

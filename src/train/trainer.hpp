@@ -23,6 +23,7 @@
 #include "parallel/param_store.hpp"
 #include "parallel/step_sums.hpp"
 #include "pipeline/executor.hpp"
+#include "parallel/cp_comm.hpp"
 #include "parallel/tp_comm.hpp"
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
@@ -132,6 +133,7 @@ class Trainer {
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<CommTpGroup> tp_group_;
+  std::unique_ptr<CommCpRing> cp_ring_;
   std::vector<std::unique_ptr<Stage<float>>> stages_;  // one per chunk this rank runs
   Placement placement_;
   std::unique_ptr<Stage<float>> sample_stage_;  // rank 0, when the model is spread out: a whole copy

@@ -138,12 +138,13 @@ void Trainer::read_checkpoint(const std::string& path, const std::string& key, b
   sample_rng_.set_state(file.meta().rng);
 }
 
-// Every rank hands in its local values of the section (collective over dp when sharded); the ranks
-// of dp replica 0 send theirs to world rank 0, which puts each tensor in its global place.
+// Every rank hands in its local values of the section (collective over dp x cp when sharded); the
+// ranks of dp replica 0 (cp rank 0) send theirs to world rank 0, which puts each tensor in its
+// global place.
 std::vector<float> Trainer::gather_section(const std::string& section) {
   const std::vector<float> mine = store_->local_values(section);
   std::vector<float> out;
-  if (topo_->dp_rank() != 0) return out;
+  if (topo_->dp_rank() != 0 || topo_->cp_rank() != 0) return out;  // (the cp ranks hold the same)
   Communicator& world = *groups_->world;
   if (rank_ != 0) {
     world.host_send(mine.data(), mine.size() * sizeof(float), 0, kTagParams);
@@ -154,7 +155,7 @@ std::vector<float> Trainer::gather_section(const std::string& section) {
   std::vector<float> theirs;
   for (int r = 1; r < topo_->world_size(); ++r) {
     const GridCoords c = Topology::coords_of(topo_->shape(), r);
-    if (c.dp != 0) continue;
+    if (c.dp != 0 || c.cp != 0) continue;
     const StageLayout L = layout_of(c);
     theirs.resize(L.local_size());
     world.host_recv(theirs.data(), theirs.size() * sizeof(float), r, kTagParams);
@@ -192,7 +193,7 @@ void Trainer::save_checkpoint() {
   groups_->world->host_broadcast(&pid, sizeof(pid), 0);
   const std::string tmp = path + ".tmp." + std::to_string(pid);  // (remove_dead_temporaries knows it)
   auto writer = std::make_unique<H5CheckpointWriter>(path, tmp, groups_->world->mpi_comm(), meta, stage_layout(),
-                                                     topo_->dp_rank() == 0, sections);
+                                                     groups_->replicas().rank() == 0, sections);
   if (cfg_.checkpoint.async) {
     // The staging: one copy of this rank's state (into the last checkpoint's buffers); the optimizer
     // may change the original from now on.

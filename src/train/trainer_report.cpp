@@ -17,9 +17,9 @@ void Trainer::maybe_sample() {
     return;
   }
   Stage<float>* stage = &this->stage();
-  if (store_->policy().params || topo_->tp() > 1 || stages_.size() > 1) {
-    // ZeRO-3, tensor parallelism or a rank with several chunks: gather the whole model (every rank
-    // helps) on rank 0.
+  if (store_->policy().params || topo_->tp() > 1 || topo_->cp() > 1 || stages_.size() > 1) {
+    // ZeRO-3, tensor or context parallelism or a rank with several chunks: gather the whole model
+    // (every rank helps) on rank 0.
     const std::vector<float> whole = gather_params();
     if (rank_ != 0) return;
     if (!sample_stage_)
