@@ -26,7 +26,7 @@ double gib(double b) { return b / 1073741824.0; }
 void json_prediction(Json& j, const StepPrediction& p) {
   const Layout& l = p.layout;
   j.begin_object();
-  j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("zero").value(l.zero);
+  j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("cp").value(l.cp).key("zero").value(l.zero);
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
   j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
   j.key("sequence_parallel").value(l.sequence_parallel).key("stage_layers").values(p.stage_layers);
@@ -77,6 +77,8 @@ void explain(Plan& plan, const CostModel& cm) {
       {"with a pipeline", [](const Layout& x) { return x.pp > 1; }},
       {"without ZeRO", [](const Layout& x) { return x.zero == 0; }},
       {"other precision", [&](const Layout& x) { return x.precision != l.precision; }},
+      {"with context parallelism", [](const Layout& x) { return x.cp > 1; }},
+      {"other recomputation", [&](const Layout& x) { return x.recompute != l.recompute; }},
   };
   std::printf("  against the best of each other kind:\n");
   for (const Alt& a : alts) {

@@ -157,7 +157,7 @@ void print_json(const StepPrediction& p, const CostModel& cm, const Calibration*
   Json j;
   j.begin_object();
   j.key("layout").begin_object();
-  j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("zero").value(l.zero);
+  j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("cp").value(l.cp).key("zero").value(l.zero);
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
   j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
   j.key("sequence_parallel").value(l.sequence_parallel).key("world_size").value(l.world());

@@ -34,7 +34,9 @@ double CostModel::scale(int u, int phase) const { return scale_[unit_kind(u, w_.
 
 UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
   const ModelConfig& m = w_.model;
-  const double t = l.tp, T = w_.seq_len, N = double(b) * T, C = m.n_embd, nh = m.n_head;
+  // N: the rank's rows (context parallelism: T / cp of each sequence, whose queries see keys over the
+  // whole sequence, T, through the ring).
+  const double t = l.tp, T = w_.seq_len, N = double(b) * T / l.cp, C = m.n_embd, nh = m.n_head;
   const double V = double(m.padded_vocab()) / t;
   const double R = l.sequence_parallel ? N / t : N;  // rows of the residual stream on this rank
   const double bytes = l.bytes_per_value();
@@ -46,8 +48,10 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
     // Elementwise traffic (values read + written): LayerNorms and residual reads on the stream;
     // GELU, the attention matrix's softmax passes and head reshapes in the tensor-parallel region.
     const double stream = 6.0 * R * C, region = N * (14.0 * C + 4.0 * nh * T) / t;
-    w.forward = {gemm, att, bytes * (stream + region), 11};
-    w.backward_input = {gemm, 2.0 * att, bytes * 2.0 * (stream + region), 14};
+    // The ring's tiles: per step and sequence up to four (a GEMM, a merge, a GEMM; the backward five).
+    const double tiles = l.cp > 1 ? 4.0 * l.cp * b : 0;
+    w.forward = {gemm, att, bytes * (stream + region), 11 + 3 * tiles};
+    w.backward_input = {gemm, 2.0 * att, bytes * 2.0 * (stream + region), 14 + 5 * tiles};
     w.backward_weight = {gemm, 0, bytes * 9.0 * C * N / t, 8};  // and the bias column sums
   } else if (kind == 2) {
     // Final LayerNorm, logits, fused softmax + cross-entropy (logits in, their gradient out), and the
@@ -102,9 +106,23 @@ double CostModel::node_slowdown(const Layout& l) const {
   return 1 + (hw_.shared_slowdown - 1) * (busy - 1) / (n - 1);
 }
 
+double CostModel::cp_forward(int b, const Layout& l) const {
+  if (l.cp <= 1) return 0;
+  // cp - 1 shifts of the rank's K/V block (fp32), the next one's overlapped with the current tiles.
+  const double block = double(b) * w_.seq_len / l.cp * 2.0 * w_.model.n_embd / l.tp * 4.0;
+  return (1 - hw_.comm_overlap) * (l.cp - 1) * send(block, l.tp);
+}
+
+double CostModel::cp_backward(int b, const Layout& l) const {
+  if (l.cp <= 1) return 0;
+  // cp - 1 shifts of K/V overlapped like the forward's, and cp of their gradients after each step's tiles.
+  const double block = double(b) * w_.seq_len / l.cp * 2.0 * w_.model.n_embd / l.tp * 4.0;
+  return (1 - hw_.comm_overlap) * (l.cp - 1) * send(block, l.tp) + l.cp * send(block, l.tp);
+}
+
 double CostModel::tp_forward(int u, int b, const Layout& l) const {
   if (l.tp <= 1) return 0;
-  const double stream = double(b) * w_.seq_len * w_.model.n_embd * l.bytes_per_value();
+  const double stream = double(b) * w_.seq_len / l.cp * w_.model.n_embd * l.bytes_per_value();
   const int kind = unit_kind(u, w_.model.n_layer);
   const bool sp = l.sequence_parallel;
   // Megatron's g: an all-reduce after each row-parallel projection (with sequence parallelism an
@@ -116,14 +134,14 @@ double CostModel::tp_forward(int u, int b, const Layout& l) const {
   if (kind == 0) return sp ? reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1);
   // The head: the normed rows gathered (sp), the vocabulary-parallel loss's row maxima and sums, the
   // LM head's input gradient summed.
-  const double rows = double(b) * w_.seq_len * 4;
+  const double rows = double(b) * w_.seq_len / l.cp * 4;
   return (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1)) +
          all_reduce(rows, l.tp, 1) + all_reduce(2 * rows, l.tp, 1);
 }
 
 double CostModel::tp_backward(int u, int b, const Layout& l) const {
   if (l.tp <= 1) return 0;
-  const double stream = double(b) * w_.seq_len * w_.model.n_embd * l.bytes_per_value();
+  const double stream = double(b) * w_.seq_len / l.cp * w_.model.n_embd * l.bytes_per_value();
   const int kind = unit_kind(u, w_.model.n_layer);
   const bool sp = l.sequence_parallel;
   if (kind == 1)  // Megatron's f: the column-parallel input gradients summed, twice

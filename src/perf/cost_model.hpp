@@ -61,6 +61,9 @@ class CostModel {
   // Blocking tensor-parallel collectives of unit u for one microbatch (forward; backward).
   double tp_forward(int u, int b, const Layout& l) const;
   double tp_backward(int u, int b, const Layout& l) const;
+  // A block's exposed ring-attention shifts for one microbatch (context parallelism; 0 when cp = 1).
+  double cp_forward(int b, const Layout& l) const;
+  double cp_backward(int b, const Layout& l) const;
   double data(int b) const;            // loading one microbatch (first and last stage)
   double optimizer(double params) const;  // the update of a shard of `params`
   // Zeroing the gradients and computing their norm, per local parameter (other: the part outside

@@ -34,7 +34,9 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
     if (tp > hw.devices_per_node || w.model.n_head % tp || w.model.padded_vocab() % tp) continue;
     for (long long pp : divisors(o.devices / tp)) {
       if (pp > w.model.n_layer) continue;
-      const long long dp = o.devices / tp / pp;
+      for (long long cp : divisors(o.devices / tp / pp)) {
+      if (cp > o.max_cp || w.seq_len % (2 * cp)) continue;
+      const long long dp = o.devices / tp / pp / cp;
       if (w.batch % dp) continue;
       for (long long m : divisors(w.batch / dp)) {
         if (m > o.max_microbatches) break;
@@ -49,10 +51,11 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
                     Layout l;
                     l.dp = int(dp), l.tp = int(tp), l.pp = int(pp), l.zero = zero, l.microbatches = int(m);
                     l.schedule = sched, l.virtual_stages = v, l.precision = prec, l.sequence_parallel = sp;
-                    l.recompute = rc;
+                    l.recompute = rc, l.cp = int(cp);
                     if (check_layout(w, l).empty()) out.push_back(l);
                   }
         }
+      }
       }
     }
   }

@@ -1,6 +1,7 @@
 #pragma once
 // Which layout to run a model on N devices: every valid (dp, tp, pp, ZeRO level, schedule,
-// microbatches, precision, sequence parallelism, activation recomputation) with dp x tp x pp = N is
+// microbatches, precision, sequence parallelism, context parallelism, activation recomputation) with
+// dp x tp x pp x cp = N is
 // predicted (step_model),
 // those that do not fit the device's memory are dropped, the rest ranked by tokens/s.
 #include <vector>
@@ -16,6 +17,7 @@ struct PlanOptions {
   std::vector<std::string> precisions;  // empty: every precision the hardware has
   size_t detailed = 50;           // the fastest layouts whose exposed communication is computed
   std::vector<std::string> recompute = {"none", "selective", "full"};  // train.recompute modes to consider
+  int max_cp = 8;                 // context-parallel ranks per sequence to consider (those dividing T / 2)
 };
 
 struct Plan {

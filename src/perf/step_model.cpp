@@ -98,12 +98,14 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
   };
   const double grad_bytes = l.bytes_per_value();
   const double bucket = (l.bucket_mb > 0 ? l.bucket_mb : ov < 0.5 ? 1.0 : 25.0) * 1048576.0;
-  const int dp_stride = l.tp * l.pp;
-  // A unit's collective over dp, one per bucket (ShardLayout cuts every unit into buckets).
+  // The parameters' replicas: dp x cp ranks (the cp ranks tp apart; the dp ranks a whole replica's
+  // pipeline apart, which decides the links when there are several).
+  const int replicas = l.dp * l.cp, dp_stride = l.dp > 1 ? l.tp * l.pp * l.cp : l.tp;
+  // A unit's collective over the replicas, one per bucket (ShardLayout cuts every unit into buckets).
   auto bucketed = [&](double bytes, double (CostModel::*op)(double, int, int) const) {
-    if (l.dp <= 1) return 0.0;
+    if (replicas <= 1) return 0.0;
     const double buckets = std::max(1.0, std::ceil(bytes / bucket));
-    return (cm.*op)(bytes, l.dp, dp_stride) + (buckets - 1) * (cm.*op)(0, l.dp, dp_stride);
+    return (cm.*op)(bytes, replicas, dp_stride) + (buckets - 1) * (cm.*op)(0, replicas, dp_stride);
   };
   // Its gradient reduction (all-reduce, or reduce-scatter when the optimizer state is sharded) ...
   auto reduce = [&](double elems) {
@@ -124,9 +126,9 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
       return u < 0 ? 0.0 : double(sl.units()[size_t(u)].range.size());
     };
     rp.local_params = double(sl.local_size());
-    rp.shard_params = policy.optimizer ? rp.local_params / l.dp : rp.local_params;
+    rp.shard_params = policy.optimizer ? rp.local_params / replicas : rp.local_params;
     rp.wte_elems = sl.has_embedding() ? unit_elems(UnitKind::wte) : unit_elems(UnitKind::tied_wte);
-    if (policy.optimizer) rp.wte_elems /= l.dp;
+    if (policy.optimizer) rp.wte_elems /= replicas;
     for (const TensorInfo& t : sl.tensors())
       if (t.replicated && l.tp > 1) rp.replicated_elems += double(t.range.size());
     Recompute recompute = Recompute::none;
@@ -146,7 +148,8 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
       }
       for (int layer = c.first; layer < c.end; ++layer) {
         const UnitTime t = unit(1 + layer);
-        cp.forward.push_back({t.forward + cm.tp_forward(1 + layer, b, l), gather(unit_elems(UnitKind::block, layer)), {}});
+        cp.forward.push_back({t.forward + cm.tp_forward(1 + layer, b, l) + cm.cp_forward(b, l),
+                              gather(unit_elems(UnitKind::block, layer)), {}});
       }
       if (head) {
         const UnitTime t = unit(L + 1);
@@ -164,13 +167,13 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
       }
       for (int layer = c.end - 1; layer >= c.first; --layer) {
         const UnitTime t = unit(1 + layer);
-        const double e = unit_elems(UnitKind::block, layer), tp_b = cm.tp_backward(1 + layer, b, l);
+        const double e = unit_elems(UnitKind::block, layer), tp_b = cm.tp_backward(1 + layer, b, l) + cm.cp_backward(b, l);
         // Recomputation (model/activation_sizes): full re-runs the block's forward before the
         // backward, and before each pass of a split one; selective re-runs attention before the
         // backward or its input pass (its share of the forward's FLOPs).
         double again = 0, again_w = 0;
         if (is_recomputed(recompute, l.recompute_every, layer)) {
-          const double fwd = t.forward + cm.tp_forward(1 + layer, b, l);
+          const double fwd = t.forward + cm.tp_forward(1 + layer, b, l) + cm.cp_forward(b, l);
           again = recompute == Recompute::full ? fwd : fwd * attention_share;
           again_w = recompute == Recompute::full ? fwd : 0.0;
         }
@@ -225,7 +228,8 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
         for (double red : g.reductions) t += (1 - ov) * red;
     return t;
   };
-  const double act_bytes = double(b) * w.seq_len / (l.sequence_parallel ? l.tp : 1) * m.n_embd * l.bytes_per_value();
+  const double act_bytes =
+      double(b) * w.seq_len / l.cp / (l.sequence_parallel ? l.tp : 1) * m.n_embd * l.bytes_per_value();
   costs.transfer = [&](int from, int to) { return cm.send(act_bytes, l.tp * std::abs(to - from)); };
   for (int r = 0; r < p; ++r) costs.start.push_back(slow * cm.gradient_pass(plans[size_t(r)].local_params));  // zeroing
   const Simulation sim = simulate(actions, mbs, costs, place);
@@ -288,7 +292,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
                      (policy.optimizer && !policy.params ? bucketed(rp.local_params * 4, &CostModel::all_gather) : 0.0);
   }
   // The loss and norm all-reduces: every rank's contribution, then each rank's optimizer is done.
-  const double scalars = cm.all_reduce(16, l.dp, dp_stride) + cm.all_reduce(8, l.tp, 1) + cm.all_reduce(16, p, l.tp);
+  const double scalars = cm.all_reduce(16, replicas, dp_stride) + cm.all_reduce(8, l.tp, 1) + cm.all_reduce(16, p, l.tp);
   const double last_post = *std::max_element(post.begin(), post.end());
   for (int r = 0; r < p; ++r) d.stage_end.push_back(std::max(own[size_t(r)], last_post + scalars));
   d.step = *std::max_element(d.stage_end.begin(), d.stage_end.end());
@@ -300,7 +304,8 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
 void activation_memory(const Workload& w, const Layout& l, const BlockRange& chunk, int local_vocab, bool split,
                        int b, double& per_mb, double& scratch) {
   ActivationShape s;
-  s.B = b, s.seq_len = w.seq_len, s.n_embd = w.model.n_embd, s.n_head = w.model.n_head, s.tp = l.tp;
+  s.B = b, s.seq_len = w.seq_len / l.cp, s.n_embd = w.model.n_embd, s.n_head = w.model.n_head, s.tp = l.tp;
+  s.cp = l.cp;
   s.blocks = chunk.end - chunk.first;
   s.first = chunk.first == 0, s.last = chunk.end == w.model.n_layer;
   s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != "fp32";
@@ -338,7 +343,7 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
   for (int r = 0; r < l.pp; ++r) {
     const std::vector<BlockRange> chunks = pipe.chunks_of(r);
     const StageLayout& sl = rank_layout(w.model, chunks, l.tp);
-    const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / l.dp : psi;
+    const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / (l.dp * l.cp) : psi;
     double largest = 0;
     for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
     // As ParamStore::memory() counts it, in every precision: the trainer keeps fp32 masters and

@@ -56,7 +56,9 @@ void Trainer::print_summary(double step_s, double tok_s, double rank_tok_s) {
     const GridCoords c = Topology::coords_of(topo_->shape(), r);
     std::printf("  rank %d (dp %d, stage %d%s): %.0f tok/s on its data, time per epoch %s | params %.1f MiB | "
                 "grads %.1f MiB | optimizer %.1f MiB | peak activations %.1f MiB (%.0f microbatches)\n",
-                r, c.dp, c.pp, topo_->tp() > 1 ? (", tp " + std::to_string(c.tp)).c_str() : "", s.tok_s,
+                r, c.dp, c.pp,
+                ((topo_->cp() > 1 ? ", cp " + std::to_string(c.cp) : std::string()) +
+                 (topo_->tp() > 1 ? ", tp " + std::to_string(c.tp) : std::string())).c_str(), s.tok_s,
                 format_duration(s.step_s * train_loader_->batches_per_epoch()).c_str(), s.param_mib, s.grad_mib,
                 s.opt_mib, s.act_mib, s.peak_mb);
   }

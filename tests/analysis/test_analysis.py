@@ -198,10 +198,13 @@ def run_scripts(args, env, traces):
     py = sys.executable
     out = os.path.join(args.workdir, "plots")
     script = lambda s: os.path.join(ANALYSIS, s)  # noqa: E731
-    for s in ("plot_scaling.py", "plot_pipeline.py", "plot_loss.py", "report.py", "to_perfetto.py"):
+    for s in ("plot_scaling.py", "plot_pipeline.py", "plot_loss.py", "report.py", "to_perfetto.py", "plot_memory.py"):
         p = run([py, script(s), "--help"], args.workdir, env, echo=False)
         check(p is not None and "usage" in p.stdout, f"{s} --help prints no usage")
 
+    run([py, script("plot_memory.py"), traces["dp1"], traces["dp2"], traces["pp2_1f1b"], "--out",
+         os.path.join(out, "memory.png")], args.workdir, env)
+    check_png(os.path.join(out, "memory.png"))
     scaling = [traces["dp1"], traces["dp2"], traces["pp2_1f1b"]]
     run([py, script("plot_scaling.py"), *scaling, "--out", os.path.join(out, "scaling_step")], args.workdir, env)
     for f in ("scaling_time.png", "scaling_tokens_per_s.png"):

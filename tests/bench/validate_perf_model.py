@@ -3,7 +3,8 @@
 plots what gpt2 plan predicts at scale.
 
   measure  every layout runnable on 2 cores -- dp 2, pp 2 (naive m 1; gpipe m 4, 8; 1f1b m 4, 8; and
-           every other registered pipeline schedule at m 4), tp 2, ZeRO 1/2/3 at dp 2 -- of an
+           every other registered pipeline schedule at m 4), tp 2, ZeRO 1/2/3 at dp 2, cp 2 (also with
+           full recomputation), selective and full recomputation on one rank -- of an
            8-layer, 256-channel model (vocab 256, T 128, batch 16; one BLAS thread per rank), and a
            one-rank calibration run with trace.units = true. Rounds are interleaved (the box is
            shared and noisy): each round runs the calibration and every layout once; each round's
@@ -68,7 +69,11 @@ def layouts(schedules):
     out += [("tp2", 2, {"parallel.tp": 2}),
             ("dp2 zero1", 2, {"parallel.dp": 2, "parallel.zero": 1}),
             ("dp2 zero2", 2, {"parallel.dp": 2, "parallel.zero": 2}),
-            ("dp2 zero3", 2, {"parallel.dp": 2, "parallel.zero": 3})]
+            ("dp2 zero3", 2, {"parallel.dp": 2, "parallel.zero": 3}),
+            ("cp2", 2, {"parallel.cp": 2}),
+            ("cp2 recompute full", 2, {"parallel.cp": 2, "train.recompute": "full"}),
+            ("recompute selective", 1, {"train.recompute": "selective"}),
+            ("recompute full", 1, {"train.recompute": "full"})]
     return out
 
 

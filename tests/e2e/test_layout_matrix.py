@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The layout matrix (ctest label matrix): every pair of values of the grid's axes runs end to end.
 
-The axes: dp, tp, pp, ZeRO level, pipeline schedule (the six built in, and a schedule file),
-virtual stages, sequence parallelism, precision. The cases are a pairwise covering array,
+The axes: dp, tp, pp, cp, ZeRO level, pipeline schedule (the six built in, and a schedule file),
+virtual stages, sequence parallelism, precision, activation recomputation. The cases are a pairwise covering array,
 generated here (greedy, deterministic) over the combinations the engine accepts on 1, 2, 4 or 8
 ranks: every pair of values that some accepted combination holds appears in at least one case.
 Each case trains 2 steps of a tiny 8-layer model with validation data (evaluated after step 2) and
@@ -33,11 +33,13 @@ AXES = {
     "dp": [1, 2, 4],
     "tp": [1, 2, 4],
     "pp": [1, 2, 4],
+    "cp": [1, 2, 4],
     "zero": [0, 1, 2, 3],
     "schedule": ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "file"],
     "virtual_stages": [1, 2, 4],
     "sequence_parallel": [False, True],
     "precision": ["fp32", "bf16", "fp16"],
+    "recompute": ["none", "selective", "full"],
 }
 NAMES = list(AXES)
 RUN_LIMIT_S = 90  # per run; the watchdog's default is 600 s
@@ -52,9 +54,10 @@ def microbatches(c):
 
 def accepted(c):
     """The engine's layout rules for this model (8 layers, 4 heads, batch 16), as a deck sees them."""
-    world = c["dp"] * c["tp"] * c["pp"]
-    if world not in (1, 2, 4, 8):
+    if ranks(c) not in (1, 2, 4, 8):
         return False
+    if c["cp"] > 1 and c["recompute"] == "selective":
+        return False  # ring attention keeps no probabilities to drop
     if c["virtual_stages"] > 1 and c["schedule"] != "interleaved":
         return False  # parallel.virtual_stages is the interleaved schedule's
     chunks = 2 if c["schedule"] == "zb-v" else c["virtual_stages"] if c["schedule"] == "interleaved" else 1
@@ -89,11 +92,15 @@ def describe(c):
         s += f" v{c['virtual_stages']}"
     if c["sequence_parallel"]:
         s += " sp"
+    if c["cp"] > 1:
+        s += f" cp{c['cp']}"
+    if c["recompute"] != "none":
+        s += f" recompute-{c['recompute']}"
     return s + f" m{microbatches(c)} {c['precision']}"
 
 
 def ranks(c):
-    return c["dp"] * c["tp"] * c["pp"]
+    return c["dp"] * c["tp"] * c["pp"] * c["cp"]
 
 
 class Matrix:
@@ -127,7 +134,7 @@ class Matrix:
         --print-schedule` writes them (the engine adds the messages and proves the lists)."""
         key = (c["pp"], microbatches(c))
         if key not in self.schedule_files:
-            deck = self.deck(dict(c, schedule="zb-h1", dp=1, tp=1, zero=0, sequence_parallel=False), "", 2)
+            deck = self.deck(dict(c, schedule="zb-h1", dp=1, tp=1, cp=1, zero=0, sequence_parallel=False), "", 2)
             path = os.path.join(self.w, f"print_{key[0]}_{key[1]}.toml")
             gpt2test.write_deck(path, deck)
             r = subprocess.run([self.args.gpt2, "simulate", path, "--print-schedule"], capture_output=True, text=True,
@@ -141,8 +148,9 @@ class Matrix:
         return self.schedule_files[key]
 
     def deck(self, c, ckpt_dir, steps):
-        par = {"dp": c["dp"], "tp": c["tp"], "pp": c["pp"], "zero": c["zero"], "microbatches": microbatches(c),
-               "virtual_stages": c["virtual_stages"], "sequence_parallel": c["sequence_parallel"]}
+        par = {"dp": c["dp"], "tp": c["tp"], "pp": c["pp"], "cp": c["cp"], "zero": c["zero"],
+               "microbatches": microbatches(c), "virtual_stages": c["virtual_stages"],
+               "sequence_parallel": c["sequence_parallel"]}
         if c["schedule"] == "file":
             par["schedule_file"] = self.schedule_file(c)
         else:
@@ -151,7 +159,7 @@ class Matrix:
             "model": {"n_layer": N_LAYER, "n_head": 4, "n_embd": 32, "vocab_size": 64, "block_size": 16},
             "data": {"train": self.train_bin, "val": self.val, "seq_len": 16},
             "train": {"batch_size": BATCH, "steps": steps, "lr": 1e-3, "eval_every": 2, "eval_batches": 2,
-                      "precision": c["precision"], "seed": 3},
+                      "precision": c["precision"], "seed": 3, "recompute": c["recompute"]},
             "parallel": par,
         }
         if self.args.comm:
@@ -212,7 +220,8 @@ def main():
     only = {int(x) for x in args.only.split(",") if x}
     mx = Matrix(args)
     t_all = time.time()
-    one_rank = dict(dp=1, tp=1, pp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False)
+    one_rank = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
+                    recompute="none")
     refs = {}
     for prec in TOLERANCE:
         refs[prec] = mx.train(f"ref_{prec}", dict(one_rank, precision=prec), "")
