@@ -49,7 +49,7 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
     // GELU, the attention matrix's softmax passes and head reshapes in the tensor-parallel region.
     const double stream = 6.0 * R * C, region = N * (14.0 * C + 4.0 * nh * T) / t;
     // The ring's tiles: per step and sequence up to four (a GEMM, a merge, a GEMM; the backward five).
-    const double tiles = l.cp > 1 ? 4.0 * l.cp * b : 0;
+    const int tiles = l.cp > 1 ? 4 * l.cp * b : 0;
     w.forward = {gemm, att, bytes * (stream + region), 11 + 3 * tiles};
     w.backward_input = {gemm, 2.0 * att, bytes * 2.0 * (stream + region), 14 + 5 * tiles};
     w.backward_weight = {gemm, 0, bytes * 9.0 * C * N / t, 8};  // and the bias column sums

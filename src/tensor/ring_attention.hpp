@@ -37,6 +37,20 @@ inline int ring_tiles(int q0, int q1, int k0, int k1, RingTile out[4]) {
   return n;
 }
 
+namespace detail {
+// Work item i over (rows x heads) of the rank's 2L-row sequences: its row, head and state index
+// (the per-row-and-head vectors m, l, lse, D: (b*nh + h)*2L + t).
+struct RowHead {
+  int64_t row, state;
+  int h;
+};
+KOKKOS_INLINE_FUNCTION RowHead row_head(int64_t i, int nh, int Tl) {
+  const int64_t row = i / nh;
+  const int h = int(i % nh), b = int(row / Tl), t = int(row % Tl);
+  return {row, (int64_t(b) * nh + h) * Tl + t, h};
+}
+}  // namespace detail
+
 // m = a very negative number, l = 0, O = 0: the state before the first block.
 template <class T>
 void ring_attention_begin(Mat<T> O, Vec<T> m, Vec<T> l) {
@@ -99,12 +113,10 @@ void ring_attention_end(Mat<T> y, Vec<T> lse, CMat<T> O, CVec<T> m, CVec<T> l, i
   const int64_t rows = y.extent(0);
   Kokkos::parallel_for(
       "ring_attention_end", Kokkos::RangePolicy<ExecSpace>(0, rows * nh), KOKKOS_LAMBDA(int64_t i) {
-        const int64_t row = i / nh;
-        const int h = int(i % nh), b = int(row / Tl), t = int(row % Tl);
-        const int64_t st = (int64_t(b) * nh + h) * Tl + t;
-        const T inv = T(1) / l(st);
-        for (int d = 0; d < hs; ++d) y(row, h * hs + d) = O(row, h * hs + d) * inv;
-        lse(st) = m(st) + km::log(l(st));
+        const detail::RowHead r = detail::row_head(i, nh, Tl);
+        const T inv = T(1) / l(r.state);
+        for (int d = 0; d < hs; ++d) y(r.row, r.h * hs + d) = O(r.row, r.h * hs + d) * inv;
+        lse(r.state) = m(r.state) + km::log(l(r.state));
       });
 }
 
@@ -115,11 +127,10 @@ void ring_attention_backward_begin(Vec<T> D, CMat<T> dy, CMat<T> y, int L, int n
   const int64_t rows = y.extent(0);
   Kokkos::parallel_for(
       "ring_attention_dot", Kokkos::RangePolicy<ExecSpace>(0, rows * nh), KOKKOS_LAMBDA(int64_t i) {
-        const int64_t row = i / nh;
-        const int h = int(i % nh), b = int(row / Tl), t = int(row % Tl);
+        const detail::RowHead r = detail::row_head(i, nh, Tl);
         T s = 0;
-        for (int d = 0; d < hs; ++d) s += dy(row, h * hs + d) * y(row, h * hs + d);
-        D((int64_t(b) * nh + h) * Tl + t) = s;
+        for (int d = 0; d < hs; ++d) s += dy(r.row, r.h * hs + d) * y(r.row, r.h * hs + d);
+        D(r.state) = s;
       });
 }
 

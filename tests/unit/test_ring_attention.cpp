@@ -42,6 +42,18 @@ struct Ring {
   }
 };
 
+// f(src, b, tile) for each tile rank i's queries have with every rank's block, in ring order.
+template <class F>
+void for_each_tile(const Ring& g, int i, F&& f) {
+  for (int s = 0; s < g.cp; ++s) {
+    const int src = (i - s + g.cp) % g.cp;
+    RingTile tiles[4];
+    const int n = ring_tiles(i, 2 * g.cp - 1 - i, src, 2 * g.cp - 1 - src, tiles);
+    for (int b = 0; b < g.B; ++b)
+      for (int t = 0; t < n; ++t) f(src, b, tiles[t]);
+  }
+}
+
 // Every rank's output (B*T, C in global row order) and, given dy, the gradient wrt qkv (B*T, 3C).
 void ring_attention(const Ring& g, const std::vector<D>& qkv, const std::vector<D>& dy, std::vector<D>& y_full,
                     std::vector<D>& dqkv_full) {
@@ -64,16 +76,11 @@ void ring_attention(const Ring& g, const std::vector<D>& qkv, const std::vector<
     y[size_t(i)] = Buffer<D>("y", size_t(R) * C);
     lse[size_t(i)] = Buffer<D>("lse", size_t(g.B) * nh * 2 * L);
     ring_attention_begin<D>(M(O, R, C), Vec<D>(m.data(), m.extent(0)), Vec<D>(l.data(), l.extent(0)));
-    for (int s = 0; s < g.cp; ++s) {
-      const int src = (i - s + g.cp) % g.cp;
-      RingTile tiles[4];
-      const int n = ring_tiles(i, 2 * g.cp - 1 - i, src, 2 * g.cp - 1 - src, tiles);
-      for (int b = 0; b < g.B; ++b)
-        for (int t = 0; t < n; ++t)
-          ring_attention_tile_forward<D>(M(O, R, C), Vec<D>(m.data(), m.extent(0)), Vec<D>(l.data(), l.extent(0)),
-                                         M(q[size_t(i)], R, 3 * C), M(kv[size_t(src)], R, 2 * C), M(S, size_t(nh) * L, L),
-                                         b, L, nh, tiles[t]);
-    }
+    for_each_tile(g, i, [&](int src, int b, RingTile tile) {
+      ring_attention_tile_forward<D>(M(O, R, C), Vec<D>(m.data(), m.extent(0)), Vec<D>(l.data(), l.extent(0)),
+                                     M(q[size_t(i)], R, 3 * C), M(kv[size_t(src)], R, 2 * C), M(S, size_t(nh) * L, L), b,
+                                     L, nh, tile);
+    });
     ring_attention_end<D>(M(y[size_t(i)], R, C), Vec<D>(lse[size_t(i)].data(), lse[size_t(i)].extent(0)), M(O, R, C),
                           Vec<D>(m.data(), m.extent(0)), Vec<D>(l.data(), l.extent(0)), L, nh);
     g.add_to_full(y_full, to_host(y[size_t(i)]), C, i, 0, C, 0, C);
@@ -81,18 +88,13 @@ void ring_attention(const Ring& g, const std::vector<D>& qkv, const std::vector<
   for (int i = 0; i < g.cp; ++i) {
     Buffer<D> dyl = from_host(g.local(dy, C, i)), dq("dq", size_t(R) * 3 * C);
     ring_attention_backward_begin<D>(Vec<D>(Dv.data(), Dv.extent(0)), M(dyl, R, C), M(y[size_t(i)], R, C), L, nh);
-    for (int s = 0; s < g.cp; ++s) {
-      const int src = (i - s + g.cp) % g.cp;
-      RingTile tiles[4];
-      const int n = ring_tiles(i, 2 * g.cp - 1 - i, src, 2 * g.cp - 1 - src, tiles);
-      for (int b = 0; b < g.B; ++b)
-        for (int t = 0; t < n; ++t)
-          ring_attention_tile_backward<D>(M(dq, R, 3 * C), M(dkv[size_t(src)], R, 2 * C), M(q[size_t(i)], R, 3 * C),
-                                          M(kv[size_t(src)], R, 2 * C), M(dyl, R, C),
-                                          Vec<D>(lse[size_t(i)].data(), lse[size_t(i)].extent(0)),
-                                          Vec<D>(Dv.data(), Dv.extent(0)), M(S, size_t(nh) * L, L), M(P, size_t(nh) * L, L), b,
-                                          L, nh, tiles[t]);
-    }
+    for_each_tile(g, i, [&](int src, int b, RingTile tile) {
+      ring_attention_tile_backward<D>(M(dq, R, 3 * C), M(dkv[size_t(src)], R, 2 * C), M(q[size_t(i)], R, 3 * C),
+                                      M(kv[size_t(src)], R, 2 * C), M(dyl, R, C),
+                                      Vec<D>(lse[size_t(i)].data(), lse[size_t(i)].extent(0)),
+                                      Vec<D>(Dv.data(), Dv.extent(0)), M(S, size_t(nh) * L, L), M(P, size_t(nh) * L, L), b, L,
+                                      nh, tile);
+    });
     g.add_to_full(dqkv_full, to_host(dq), 3 * C, i, 0, C, 0, 3 * C);
   }
   for (int i = 0; i < g.cp; ++i) g.add_to_full(dqkv_full, to_host(dkv[size_t(i)]), 3 * C, i, C, 2 * C, 0, 2 * C);
