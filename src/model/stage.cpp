@@ -56,9 +56,10 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   {  // local row j of a sequence: chunk i's tokens, then chunk 2cp-1-i's (one chunk: 0..T-1)
     const int L = T_ / 2, i = cp_->rank();
     positions_ = decltype(positions_)("positions", T_);
-    auto h = Kokkos::create_mirror_view(positions_);
-    for (int j = 0; j < T_; ++j) h(j) = cp == 1 ? j : j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L);
-    Kokkos::deep_copy(positions_, h);
+    const auto p = positions_;
+    Kokkos::parallel_for(
+        "stage_positions", Kokkos::RangePolicy<ExecSpace>(0, T_),
+        KOKKOS_LAMBDA(int j) { p(j) = cp == 1 ? j : j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L); });
   }
   const size_t tp = size_t(tp_->size());
   if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
