@@ -3,6 +3,7 @@
 // a group of ranks, and the comparison with the one-rank run on the same data (shuffle off): the
 // loss sequence to 1e-5 relative, the parameters afterwards, bit-identical replicas after every step.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -79,11 +80,21 @@ inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
   return r;
 }
 
+// A folder of this job's own (ctest runs several MPI test jobs at once; a folder per user was
+// shared by them): the tag's folder, then world rank 0's pid.
+inline std::string job_dir(const std::string& tag) {
+  int64_t pid = int64_t(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  const std::string d = test::temp_dir(tag) + "/job" + std::to_string(pid);
+  make_dirs(d, "test folder");
+  return d;
+}
+
 // The data: one shard, written once by world rank 0.
 inline std::string data_dir() {
   static std::string dir;
   if (dir.empty()) {
-    dir = test::temp_dir("parallel");
+    dir = job_dir("parallel");
     if (rank_of(MPI_COMM_WORLD) == 0) write_shard(dir + "/train.bin", test::pseudo_text(20000, 64, 3));
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -157,7 +168,7 @@ inline int world_size() {
 // `one` on each pair's first rank alone; `tag` names the checkpoint folder.
 inline void expect_checkpoints_move(const RunConfig& two, const RunConfig& one, int steps, const std::string& what,
                                     const std::string& tag) {
-  const std::string dir = temp_dir(tag) + "/r" + std::to_string(rank_of(MPI_COMM_WORLD) / 2);
+  const std::string dir = job_dir(tag) + "/r" + std::to_string(rank_of(MPI_COMM_WORLD) / 2);
   const Result& ref = reference(steps, &one);
   auto half = [&](const RunConfig& base, MPI_Comm comm, bool resume) {
     RunConfig c = base;
