@@ -182,7 +182,7 @@ double CostModel::all_gather(double bytes, int n, int stride) const { return red
 
 double CostModel::send(double bytes, int stride) const {
   if (free_comm_) return 0;
-  const Link& k = hw_.link(2, stride);
+  const Link& k = hw_.p2p_link(stride);
   return k.latency + bytes / k.bandwidth;
 }
 

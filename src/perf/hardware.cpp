@@ -19,12 +19,19 @@ const Link& Hardware::link(int size, int stride) const {
   return size <= 1 || span <= devices_per_node ? intra : inter;
 }
 
+const Link& Hardware::p2p_link(int stride) const {
+  const Link& collective = link(2, stride);
+  const Link& p2p = &collective == &intra ? intra_p2p : inter_p2p;
+  return p2p.bandwidth > 0 ? p2p : collective;  // (unset in a Hardware built in code)
+}
+
 Hardware Hardware::load(const std::string& path) {
   // Every key starts unset (NaN); what the file leaves unset is reported by name.
   const double unset = std::nan("");
   double peak32 = unset, peak_tf = unset, peak16 = unset, gemm = unset, mem_gb = unset, bw = unset, mem_eff = unset,
          launch_us = unset, overlap = unset, intra_bw = unset, intra_lat = unset, inter_bw = unset, inter_lat = unset,
-         per_node = unset, shared = unset;
+         per_node = unset, shared = unset, intra_p2p_bw = unset, intra_p2p_lat = unset, inter_p2p_bw = unset,
+         inter_p2p_lat = unset;
   std::string name = "\x01";
   std::vector<DeckField> fields = {
       {"device.name", &name, "what the file describes"},
@@ -43,6 +50,12 @@ Hardware Hardware::load(const std::string& path) {
       {"intra_node.latency_us", &intra_lat, "per message or ring step, microseconds"},
       {"inter_node.bandwidth_gbs", &inter_bw, "per device, one direction, GB/s"},
       {"inter_node.latency_us", &inter_lat, "per message or ring step, microseconds"},
+      // Optional (default: the collective figures above): one point-to-point message, as pipeline
+      // sends and context parallelism's ring shifts move.
+      {"intra_node.p2p_bandwidth_gbs", &intra_p2p_bw, "one message's bandwidth, GB/s (default: bandwidth_gbs)"},
+      {"intra_node.p2p_latency_us", &intra_p2p_lat, "one message's latency, microseconds (default: latency_us)"},
+      {"inter_node.p2p_bandwidth_gbs", &inter_p2p_bw, "one message's bandwidth, GB/s (default: bandwidth_gbs)"},
+      {"inter_node.p2p_latency_us", &inter_p2p_lat, "one message's latency, microseconds (default: latency_us)"},
   };
   try {
     InputDeck::from_file(path).bind(fields);
@@ -50,13 +63,15 @@ Hardware Hardware::load(const std::string& path) {
     if (e.input() == path) throw;
     throw InputError(path, e.what());
   }
+  auto optional = [](const std::string& key) { return key.find(".p2p_") != std::string::npos; };
   for (const DeckField& f : fields) {
     const bool missing = f.key == "device.name" ? name == "\x01" : std::isnan(*std::get<double*>(f.dst));
-    if (missing) fail_input(path, "missing key ", f.key, " (", f.help, ")");
+    if (missing && !optional(f.key)) fail_input(path, "missing key ", f.key, " (", f.help, ")");
   }
   for (const DeckField& f : fields) {
     if (f.key == "device.name") continue;
     const double v = *std::get<double*>(f.dst);
+    if (optional(f.key) && std::isnan(v)) continue;
     const bool may_be_zero = f.key == "device.peak_tflops_tf32" || f.key == "device.peak_tflops_bf16" ||
                              f.key == "device.kernel_overhead_us" || f.key == "node.comm_overlap" ||
                              f.key.find("latency") != std::string::npos;
@@ -79,6 +94,9 @@ Hardware Hardware::load(const std::string& path) {
   h.shared_slowdown = shared;
   h.intra = {intra_bw * 1e9, intra_lat * 1e-6};
   h.inter = {inter_bw * 1e9, inter_lat * 1e-6};
+  auto or_else = [](double v, double fallback) { return std::isnan(v) ? fallback : v; };
+  h.intra_p2p = {or_else(intra_p2p_bw, intra_bw) * 1e9, or_else(intra_p2p_lat, intra_lat) * 1e-6};
+  h.inter_p2p = {or_else(inter_p2p_bw, inter_bw) * 1e9, or_else(inter_p2p_lat, inter_lat) * 1e-6};
   return h;
 }
 

@@ -11,7 +11,8 @@
 //              rank's own calls), shared_slowdown (>= 1: how much slower a rank computes when every
 //              device of its node is busy -- CPU cores share caches and memory bandwidth; 1 for GPUs)
 //   [intra_node] / [inter_node]  bandwidth_gbs (per device, one direction, what a ring collective
-//              reaches), latency_us (per message / per ring step)
+//              reaches), latency_us (per message / per ring step); optional p2p_bandwidth_gbs,
+//              p2p_latency_us (one point-to-point message; default: the collective figures)
 #include <string>
 
 namespace gpt2 {
@@ -31,6 +32,7 @@ struct Hardware {
   double comm_overlap = 1;
   double shared_slowdown = 1;
   Link intra, inter;
+  Link intra_p2p, inter_p2p;  // one point-to-point message (bandwidth 0: as the collectives)
 
   // Peak FLOP/s of the GEMMs at a precision ("fp32": TF32 tensor cores where the device has them,
   // as train.tf32 does; "bf16"); 0 when the device lacks the precision.
@@ -39,6 +41,7 @@ struct Hardware {
   // The link a group of `size` ranks whose members are `stride` world ranks apart uses: inside one
   // node when it spans no more than a node (ranks are placed on nodes in order).
   const Link& link(int size, int stride) const;
+  const Link& p2p_link(int stride) const;  // a message between ranks `stride` apart
 
   // InputError naming `path` (and the key) when unreadable, incomplete or out of range.
   static Hardware load(const std::string& path);

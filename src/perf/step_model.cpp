@@ -301,8 +301,9 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
 
 // One microbatch's saved activations of a chunk of blocks and its Stage's scratch, in bytes: the
 // size table the Stage allocates by (model/activation_sizes), fp32 values and 16-bit GEMM inputs.
+// shared: the part of the scratch recomputed blocks share, which the trainer counts as activations.
 void activation_memory(const Workload& w, const Layout& l, const BlockRange& chunk, int local_vocab, bool split,
-                       int b, double& per_mb, double& scratch) {
+                       int b, double& per_mb, double& scratch, double& shared) {
   ActivationShape s;
   s.B = b, s.seq_len = w.seq_len / l.cp, s.n_embd = w.model.n_embd, s.n_head = w.model.n_head, s.tp = l.tp;
   s.cp = l.cp;
@@ -314,8 +315,11 @@ void activation_memory(const Workload& w, const Layout& l, const BlockRange& chu
   parse_recompute(l.recompute, s.recompute);
   s.recompute_every = l.recompute_every;
   const ActivationSizes sizes = activation_sizes(s);
+  s.recompute = Recompute::none;
+  const ActivationSizes kept = activation_sizes(s);
   per_mb = sizes.bytes(4);
-  scratch = sizes.scratch_bytes(4);
+  shared = sizes.scratch_bytes(4) - kept.scratch_bytes(4);
+  scratch = sizes.scratch_bytes(4) - shared;
 }
 
 }  // namespace
@@ -353,13 +357,13 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
     m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
     m.optimizer = 8 * shard;
     // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.
-    double slot = 0, scratch = 0;
+    double slot = 0, scratch = 0, shared = 0;
     for (const BlockRange& c : chunks) {
-      double per_mb = 0, s = 0;
-      activation_memory(w, l, c, sl.local_vocab(), pipe.split_backward, b, per_mb, s);
-      slot = std::max(slot, per_mb), scratch += s;
+      double per_mb = 0, s = 0, sh = 0;
+      activation_memory(w, l, c, sl.local_vocab(), pipe.split_backward, b, per_mb, s, sh);
+      slot = std::max(slot, per_mb), scratch += s, shared += sh;
     }
-    m.activations = slot * in_flight[size_t(r)];
+    m.activations = slot * in_flight[size_t(r)] + shared;
     // ZeRO's pooled workspaces: about two units' gradients (2, 3) and two gathered units (3).
     m.workspace = scratch + largest * 4 * ((policy.grads ? 2 : 0) + (policy.params ? 2 : 0));
     out.push_back(m);

@@ -166,6 +166,8 @@ def repredict():
         row["error"] = (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"]
         if row["bubble_predicted"] is not None:
             row["bubble_predicted"] = statistics.median(p["bubble"] for p in preds)
+        if row["layout"] in summary.get("memory", {}):  # the memory model's prediction too
+            summary["memory"][row["layout"]]["predicted"] = preds[0]["memory_per_stage"]
         print(f"  {row['layout']:14s} measured {row['measured_ms']:8.1f} ms  predicted {row['predicted_ms']:8.1f} ms")
     errors = [abs(x["error"]) for x in summary["rows"]]
     summary["median_abs_error"], summary["worst_abs_error"] = statistics.median(errors), max(errors)

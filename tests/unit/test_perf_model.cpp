@@ -73,6 +73,15 @@ TEST(Hardware, ReadsEveryKeyAndNamesAMissingOne) {
   EXPECT_DOUBLE_EQ(h.inter.latency, 5e-6);
   EXPECT_DOUBLE_EQ(h.kernel_overhead, 3e-6);
   EXPECT_DOUBLE_EQ(h.shared_slowdown, 1.3);
+  // Without p2p keys a message is priced as a collective's step; with them, by them.
+  EXPECT_DOUBLE_EQ(h.p2p_link(1).bandwidth, h.intra.bandwidth);
+  std::string with_p2p = kFullHardware;
+  const std::string intra = "latency_us = 2\n";
+  with_p2p.insert(with_p2p.find(intra) + intra.size(), "p2p_bandwidth_gbs = 7\np2p_latency_us = 2\n");
+  const Hardware p = Hardware::load(write_file("hw_p2p.toml", with_p2p));
+  EXPECT_DOUBLE_EQ(p.p2p_link(1).bandwidth, 7e9);
+  EXPECT_DOUBLE_EQ(p.p2p_link(1).latency, 2e-6);
+  EXPECT_DOUBLE_EQ(p.p2p_link(1000).bandwidth, p.inter.bandwidth);
 
   std::string text = kFullHardware;
   text.erase(text.find("memory_bandwidth_gbs = 100\n"), std::string("memory_bandwidth_gbs = 100\n").size());
