@@ -49,9 +49,11 @@ ActivationSizes activation_sizes(const ActivationShape& s) {
   const size_t embed = s.split && s.first ? pad_values(R * C) : 0;
   ActivationSizes out;
   out.values = pad_values(R * C) + kept * (res3 + inner + split) + head + embed;
-  if (s.recompute == Recompute::full) out.values += recomputed * (res3 + split);
+  // full under a split backward keeps the weight pass's inputs and drops q, k, v, attention and fc.
+  const size_t dropped_split = pad_values(N * 3 * C / tp) + att + pad_values(N * 4 * C / tp);
+  if (s.recompute == Recompute::full) out.values += recomputed * (res3 + split + (s.split ? inner - dropped_split : 0));
   if (s.recompute == Recompute::selective) out.values += recomputed * (res3 + inner - att + split);
-  out.values16 = s.mixed ? (full ? kept : size_t(s.blocks)) * gemm_inputs : 0;
+  out.values16 = s.mixed ? (full && !s.split ? kept : size_t(s.blocks)) * gemm_inputs : 0;
   // Scratch: dres, dln, dqkv, datt, dfch, datty; tensor parallelism's partial sums; sequence
   // parallelism's gathered stream; the wte gradient's partial sums; the head's lnf, logits, lse and
   // (tp > 1) cross-entropy sums; what recomputed blocks share (full: a block but its output;

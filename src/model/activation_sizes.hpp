@@ -11,7 +11,8 @@ namespace gpt2 {
 // Activation recomputation (train.recompute): none keeps every block's activations; selective drops
 // attention's probabilities (B x heads x T x T, the largest) and recomputes them from the saved
 // q, k, v in backward; full keeps a block's output only (the next block's input) and re-runs the
-// block's forward inside its backward. Recomputed blocks share one set of the dropped tensors (the
+// block's forward inside its backward -- under a split backward it keeps the weight pass's inputs
+// too and recomputes q, k, v, attention and fc once, in the input pass. Recomputed blocks share one set of the dropped tensors (the
 // stage's scratch). Which blocks: every `every`-th, block l when l % every == 0.
 enum class Recompute { none, selective, full };
 const char* recompute_name(Recompute r);

@@ -200,19 +200,24 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   a.blocks.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
     auto& s = a.blocks[size_t(i)];
+    // full: everything but the output shared; under a split backward the weight pass's inputs
+    // (ln1, atty, res2, ln2, fch_gelu, the statistics) stay in the slot and only q, k, v,
+    // attention and fc are shared (recomputed once, in the input pass).
     const bool full = recomputed(first_ + i) && recompute_ == Recompute::full;
     const bool selective = recomputed(first_ + i) && recompute_ == Recompute::selective;
+    const bool whole = full && !split;
     shared_off = shared_off16 = 0;
-    auto mm = [&](size_t rows, size_t cols) { return full ? ms(rows, cols) : m(rows, cols); };
-    auto gg = [&](size_t rows, size_t cols) { return full ? gs(rows, cols) : g(rows, cols); };
-    auto vv = [&]() { return full ? Vec<T>(take_shared(R), R) : Vec<T>(take(R), R); };
+    auto mm = [&](size_t rows, size_t cols) { return whole ? ms(rows, cols) : m(rows, cols); };
+    auto gg = [&](size_t rows, size_t cols) { return whole ? gs(rows, cols) : g(rows, cols); };
+    auto vv = [&]() { return whole ? Vec<T>(take_shared(R), R) : Vec<T>(take(R), R); };
+    auto dropped = [&](size_t rows, size_t cols) { return full ? ms(rows, cols) : m(rows, cols); };
     s.ln1 = gg(R, C);
-    s.qkv = mm(N, 3 * C / tp);
+    s.qkv = dropped(N, 3 * C / tp);
     s.att = Mat<T>(full || selective ? take_shared(att) : take(att), size_t(B) * c.n_head / tp * T_, att_cols);
     s.atty = gg(N, C / tp);
     s.res2 = mm(R, C);
     s.ln2 = gg(R, C);
-    s.fch = mm(N, 4 * C / tp);
+    s.fch = dropped(N, 4 * C / tp);
     s.fch_gelu = gg(N, 4 * C / tp);
     s.res3 = m(R, C);
     s.ln1_mean = vv();
@@ -328,8 +333,8 @@ void Stage<T>::backward_weight(Activations<T>& a) {
 template <class T>
 void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
   const bool weights = pass != Pass::backward_input;
-  if (pass != Pass::backward && a.blocks.front().d3.extent(0) == 0)
-    fail("Stage: a split backward needs activations made with split = true");
+  const bool split = a.blocks.front().d3.extent(0) != 0;
+  if (pass != Pass::backward && !split) fail("Stage: a split backward needs activations made with split = true");
   if (has_head()) {
     Probed p(probe_, pass, head_unit_id());
     head_backward(a, pass);
@@ -339,11 +344,13 @@ void Stage<T>::run_backward(Activations<T>& a, Pass pass) {
     const int i = l - first_;
     if (l > first_) store_->prefetch_params(block_unit(l - 1));
     const CMat<T> in = i == 0 ? a.input : a.blocks[i - 1].res3;
-    const bool full = recomputed(l) && recompute_ == Recompute::full;
-    if (full) store_->params(block_unit(l));  // held over the recomputed forward and the backward: one gather
-    if (full || (recomputed(l) && pass != Pass::backward_weight)) recompute_block(l, a, in);
+    // A split backward's input pass recomputes what its weight pass does not keep; the weight pass
+    // then needs nothing again (its inputs are kept in split activations).
+    const bool again = recomputed(l) && pass != Pass::backward_weight;
+    if (again) store_->params(block_unit(l));  // held over the recomputation and the backward: one gather
+    if (again) recompute_block(l, a, in, split);
     block_backward(l, a, in, pass);
-    if (full) store_->release_params(block_unit(l));
+    if (again) store_->release_params(block_unit(l));
     if (weights) store_->grads_done(block_unit(l), false);
   }
   if (has_embedding()) {
@@ -417,21 +424,51 @@ void Stage<T>::ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMa
 // attention's probabilities from the saved q, k, v (its output goes to scratch: atty is kept); full
 // re-runs the block's forward from its input up to the MLP's output projection (its output is kept).
 template <class T>
-void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in) {
+void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split) {
   if (on_recompute_) on_recompute_(1 + l, true);
-  if (recompute_ == Recompute::full) {
+  auto& s = a.blocks[l - first_];
+  if (recompute_ == Recompute::full && !split) {
     block_forward(l, a, in, /*recomputing=*/true);
+  } else if (recompute_ == Recompute::full) {  // the weight pass's inputs are kept: q, k, v, attention, fc
+    const int u = block_unit(l);
+    const BlockParams p = block_view(store_->params(u), l);
+    lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
+    attention(s, a.B, false);
+    lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);
+    store_->release_params(u);
   } else {
-    auto& s = a.blocks[l - first_];
-    attention_forward<T>(as_mat(datty_, a.rows(), s.atty.cols()), s.att, s.qkv, a.B, T_, config().n_head / tp_->size());
+    attention(s, a.B, false);
   }
   if (on_recompute_) on_recompute_(1 + l, false);
+}
+
+// Attention's probabilities (or, with context parallelism, the log-sum-exp) into s.att, and its
+// output y into s.atty (rounded where 16-bit) when keep_output, else into scratch (a recomputation:
+// atty is kept). Under context parallelism with 16-bit inputs, y in fp32 goes beside the log-sum-exp
+// either way (the backward's row dots read it there).
+template <class T>
+void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_output) {
+  const int nh = config().n_head / tp_->size();
+  const size_t rows = size_t(B) * T_;
+  const Mat<T> scratch = as_mat(datty_, rows, s.atty.cols());
+  if (cp_->size() > 1) {
+    const Vec<T> lse(s.att.data(), s.att.size());
+    const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())
+                                     : keep_output ? s.atty.full : scratch;
+    ring_attention_forward(y, lse, s.qkv, B);
+    if (keep_output && s.atty.is_low()) lin_.store(s.atty, y);
+  } else if (keep_output && !s.atty.is_low()) {
+    attention_forward<T>(s.atty.full, s.att, s.qkv, B, T_, nh);
+  } else {  // (16-bit: the output GEMM writes T, rounded into the saved copy after)
+    attention_forward<T>(scratch, s.att, s.qkv, B, T_, nh);
+    if (keep_output) lin_.store(s.atty, scratch);
+  }
 }
 
 template <class T>
 void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomputing) {
   auto& s = a.blocks[l - first_];
-  const int u = block_unit(l), nh = config().n_head / tp_->size();
+  const int u = block_unit(l);
   if (l + 1 < end_ && !recomputing) store_->prefetch_params(block_unit(l + 1));  // while this block computes
   const BlockParams p = block_view(store_->params(u), l);
   // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
@@ -449,22 +486,7 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   };
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
   lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
-  if (cp_->size() > 1) {
-    const Vec<T> lse(s.att.data(), s.att.size());
-    if (s.atty.is_low()) {  // y in fp32 after the log-sum-exp, rounded into the GEMM's saved input
-      const Mat<T> y(s.att.data() + s.att.size(), a.rows(), s.atty.cols());
-      ring_attention_forward(y, lse, s.qkv, a.B);
-      lin_.store(s.atty, y);
-    } else {
-      ring_attention_forward(s.atty.full, lse, s.qkv, a.B);
-    }
-  } else if (s.atty.is_low()) {  // the attention's output GEMM writes T: rounded into the saved copy after
-    const Mat<T> y = as_mat(datty_, a.rows(), s.atty.cols());
-    attention_forward<T>(y, s.att, s.qkv, a.B, T_, nh);
-    lin_.store(s.atty, y);
-  } else {
-    attention_forward<T>(s.atty.full, s.att, s.qkv, a.B, T_, nh);
-  }
+  attention(s, a.B, true);
   row_parallel(s.res2, s.atty, p.attprojw, p.attprojb, in);  // res2 = in + attproj
   lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
   lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);

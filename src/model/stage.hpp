@@ -176,7 +176,8 @@ class Stage {
   // log-sum-exp per row and head out, and their backward into dqkv.
   void ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B);
   void ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B);
-  void recompute_block(int layer, Activations<T>& a, CMat<T> in);
+  void recompute_block(int layer, Activations<T>& a, CMat<T> in, bool split);
+  void attention(typename Activations<T>::Block& s, int B, bool keep_output);
   bool recomputed(int layer) const { return is_recomputed(recompute_, recompute_every_, layer); }
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);

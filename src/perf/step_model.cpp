@@ -137,6 +137,8 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     // a token (causal: half of the T x T scores).
     const double C = w.model.n_embd, Tq = w.seq_len;
     const double attention_share = 2 * Tq * C / (24 * C * C + 2 * Tq * C);
+    // full under a split backward: the input pass recomputes q, k, v (6C^2), attention and fc (8C^2).
+    const double split_share = (14 * C * C + 2 * Tq * C) / (24 * C * C + 2 * Tq * C);
     for (const BlockRange& c : chunks) {
       ChunkPlan cp;
       const bool emb = c.first == 0, head = c.end == L;
@@ -169,17 +171,17 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
         const UnitTime t = unit(1 + layer);
         const double e = unit_elems(UnitKind::block, layer), tp_b = cm.tp_backward(1 + layer, b, l) + cm.cp_backward(b, l);
         // Recomputation (model/activation_sizes): full re-runs the block's forward before the
-        // backward, and before each pass of a split one; selective re-runs attention before the
-        // backward or its input pass (its share of the forward's FLOPs).
-        double again = 0, again_w = 0;
+        // backward, or q, k, v, attention and fc before a split one's input pass; selective re-runs
+        // attention before the backward or its input pass (their shares of the forward's FLOPs).
+        double again = 0, again_split = 0;
         if (is_recomputed(recompute, l.recompute_every, layer)) {
           const double fwd = t.forward + cm.tp_forward(1 + layer, b, l) + cm.cp_forward(b, l);
           again = recompute == Recompute::full ? fwd : fwd * attention_share;
-          again_w = recompute == Recompute::full ? fwd : 0.0;
+          again_split = recompute == Recompute::full ? fwd * split_share : again;
         }
         cp.backward.push_back({again + t.backward() + tp_b, gather(e), {reduce(e)}});
-        cp.input.push_back({again + t.backward_input + tp_b, gather(e), {}});  // B: the collectives, the params
-        cp.weight.push_back({again_w + t.backward_weight, 0, {reduce(e)}});    // W: completes the gradient
+        cp.input.push_back({again_split + t.backward_input + tp_b, gather(e), {}});  // B: the collectives, the params
+        cp.weight.push_back({t.backward_weight, 0, {reduce(e)}});                    // W: completes the gradient
       }
       if (emb) {  // only weights: all of it in W
         const UnitTime t = unit(0);
