@@ -26,6 +26,16 @@ Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
 }
 }  // namespace
 
+// Local row j of a sequence (T_local = positions.extent(0) rows): context-parallel rank i's chunk i,
+// then its chunk 2cp-1-i (one rank: 0..T-1). (A free function with external linkage: CUDA's device
+// lambdas may not live in a constructor.)
+void chunk_positions(Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> positions, int cp, int i) {
+  const int Tl = int(positions.extent(0)), L = Tl / 2;
+  Kokkos::parallel_for(
+      "stage_positions", Kokkos::RangePolicy<ExecSpace>(0, Tl),
+      KOKKOS_LAMBDA(int j) { positions(j) = cp == 1 ? j : j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L); });
+}
+
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), cp_(o.cp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
@@ -53,14 +63,8 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   const int cp = cp_->size();
   if (seq_len % (2 * cp) != 0 && cp > 1) fail("Stage: context parallelism over ", cp, " ranks needs T divisible by ", 2 * cp);
   T_ = seq_len / cp;
-  {  // local row j of a sequence: chunk i's tokens, then chunk 2cp-1-i's (one chunk: 0..T-1)
-    const int L = T_ / 2, i = cp_->rank();
-    positions_ = decltype(positions_)("positions", T_);
-    const auto p = positions_;
-    Kokkos::parallel_for(
-        "stage_positions", Kokkos::RangePolicy<ExecSpace>(0, T_),
-        KOKKOS_LAMBDA(int j) { p(j) = cp == 1 ? j : j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L); });
-  }
+  positions_ = decltype(positions_)("positions", T_);
+  chunk_positions(positions_, cp, cp_->rank());
   const size_t tp = size_t(tp_->size());
   if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
   if (sp_ && (size_t(max_batch) * seq_len) % tp != 0)
