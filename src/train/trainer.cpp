@@ -146,17 +146,17 @@ void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activat
   const int cp = topo_->cp();
   if (cp > 1) {
     const int T = cfg_.data.seq_len, Tl = T / cp, L = Tl / 2, i = topo_->cp_rank();
+    // In place: local row (b, j) comes from a position at or after it, b * T + t >= b * Tl + j, and
+    // rows are taken in increasing order (chunk i, then chunk 2cp-1-i >= i), so no source is
+    // overwritten before it is read.
     int* in = host_inputs_.data();
     int* tg = host_targets_.data();
-    std::vector<int> a_in(size_t(mb_size_) * Tl), a_tg(a_in.size());
     for (int b = 0; b < mb_size_; ++b)
       for (int j = 0; j < Tl; ++j) {
         const int t = j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L);
-        a_in[size_t(b) * Tl + j] = in[size_t(b) * T + t];
-        a_tg[size_t(b) * Tl + j] = tg[size_t(b) * T + t];
+        in[size_t(b) * Tl + j] = in[size_t(b) * T + t];
+        tg[size_t(b) * Tl + j] = tg[size_t(b) * T + t];
       }
-    std::copy(a_in.begin(), a_in.end(), in);
-    std::copy(a_tg.begin(), a_tg.end(), tg);
   }
   a.load(host_inputs_.data(), host_targets_.data());
 }

@@ -1,0 +1,125 @@
+// Stage: attention's variants -- the dispatch between whole-sequence and ring attention (context
+// parallelism: the K/V blocks go round the cp ring), and the recomputations train.recompute asks for.
+#include "model/stage.hpp"
+#include "tensor/attention.hpp"
+#include "tensor/ring_attention.hpp"
+
+namespace gpt2 {
+
+namespace {
+template <class T>
+Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
+  return Mat<T>(b.data(), rows, cols);
+}
+}  // namespace
+
+// Context parallelism's ring attention: the rank's queries (its two chunks of each sequence) against
+// every rank's K/V block in turn -- its own first, then each received from the previous rank while
+// the next is on its way -- merged with an online softmax (tensor/ring_attention.hpp).
+template <class T>
+void Stage<T>::ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B) {
+  const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
+  const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
+  Mat<T> kv[2] = {as_mat(ring_kv_[0], rows, 2 * C), as_mat(ring_kv_[1], rows, 2 * C)};
+  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
+  const Vec<T> m(ring_m_.data(), size_t(B) * nh * T_), l(ring_l_.data(), size_t(B) * nh * T_);
+  const Mat<T> S(ring_s_.data(), size_t(nh) * L, L);
+  ring_attention_begin<T>(y, m, l);
+  for (int s = 0; s < c; ++s) {
+    const Mat<T> cur = kv[s % 2];
+    if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
+    const int src = (i - s + c) % c;
+    RingTile tiles[4];
+    const int count = ring_tiles(i, 2 * c - 1 - i, src, 2 * c - 1 - src, tiles);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < count; ++t) ring_attention_tile_forward<T>(y, m, l, qkv, cur, S, b, L, nh, tiles[t]);
+    if (s + 1 < c) cp_->finish_shifts();
+  }
+  ring_attention_end<T>(y, lse, y, m, l, L, nh);
+}
+
+// The backward goes round the ring again: each K/V block with its gradient, which every rank adds
+// its queries' part to; after cp shifts each block's gradient is back with its own rank.
+template <class T>
+void Stage<T>::ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B) {
+  const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
+  const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
+  Mat<T> kv[2] = {as_mat(ring_kv_[0], rows, 2 * C), as_mat(ring_kv_[1], rows, 2 * C)};
+  Mat<T> dkv[2] = {as_mat(ring_dkv_[0], rows, 2 * C), as_mat(ring_dkv_[1], rows, 2 * C)};
+  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
+  Kokkos::deep_copy(ExecSpace(), dkv[0], T(0));
+  Kokkos::deep_copy(ExecSpace(), dqkv, T(0));
+  const Vec<T> D(ring_m_.data(), size_t(B) * nh * T_);
+  const Mat<T> S(ring_s_.data(), size_t(nh) * L, L), P(ring_p_.data(), size_t(nh) * L, L);
+  ring_attention_backward_begin<T>(D, dy, y, L, nh);
+  for (int s = 0; s < c; ++s) {
+    const Mat<T> cur = kv[s % 2], dcur = dkv[s % 2];
+    if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
+    const int src = (i - s + c) % c;
+    RingTile tiles[4];
+    const int count = ring_tiles(i, 2 * c - 1 - i, src, 2 * c - 1 - src, tiles);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < count; ++t)
+        ring_attention_tile_backward<T>(dqkv, dcur, qkv, cur, dy, lse, D, S, P, b, L, nh, tiles[t]);
+    cp_->start_shift(dcur.data(), dkv[(s + 1) % 2].data(), n);
+    cp_->finish_shifts();
+  }
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(dqkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)), dkv[c % 2]);
+}
+
+// Before block l's backward (or a split backward's pass that needs them): selective recomputes
+// attention's probabilities from the saved q, k, v (its output goes to scratch: atty is kept); full
+// re-runs the block's forward from its input up to the MLP's output projection (its output is kept).
+template <class T>
+void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split) {
+  if (on_recompute_) on_recompute_(1 + l, true);
+  auto& s = a.blocks[l - first_];
+  if (recompute_ == Recompute::full && !split) {
+    block_forward(l, a, in, /*recomputing=*/true);
+  } else if (recompute_ == Recompute::full) {  // the weight pass's inputs are kept: q, k, v, attention, fc
+    const int u = block_unit(l);
+    const BlockParams p = block_view(store_->params(u), l);
+    lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
+    attention(s, a.B, false);
+    lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);
+    store_->release_params(u);
+  } else {
+    attention(s, a.B, false);
+  }
+  if (on_recompute_) on_recompute_(1 + l, false);
+}
+
+// Attention's probabilities (or, with context parallelism, the log-sum-exp) into s.att, and its
+// output y into s.atty (rounded where 16-bit) when keep_output, else into scratch (a recomputation:
+// atty is kept). Under context parallelism with 16-bit inputs, y in fp32 goes beside the log-sum-exp
+// either way (the backward's row dots read it there).
+template <class T>
+void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_output) {
+  const int nh = config().n_head / tp_->size();
+  const size_t rows = size_t(B) * T_;
+  const Mat<T> scratch = as_mat(datty_, rows, s.atty.cols());
+  if (cp_->size() > 1) {
+    const Vec<T> lse(s.att.data(), s.att.size());
+    const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())
+                                     : keep_output ? s.atty.full : scratch;
+    ring_attention_forward(y, lse, s.qkv, B);
+    if (keep_output && s.atty.is_low()) lin_.store(s.atty, y);
+  } else if (keep_output && !s.atty.is_low()) {
+    attention_forward<T>(s.atty.full, s.att, s.qkv, B, T_, nh);
+  } else {  // (16-bit: the output GEMM writes T, rounded into the saved copy after)
+    attention_forward<T>(scratch, s.att, s.qkv, B, T_, nh);
+    if (keep_output) lin_.store(s.atty, scratch);
+  }
+}
+
+// The class is instantiated in stage.cpp; these are the members defined here.
+#define GPT2_STAGE_ATTENTION(T)                                                                         \
+  template void Stage<T>::ring_attention_forward(Mat<T>, Vec<T>, CMat<T>, int);                        \
+  template void Stage<T>::ring_attention_backward(Mat<T>, CMat<T>, CMat<T>, CMat<T>, CVec<T>, int);    \
+  template void Stage<T>::recompute_block(int, Activations<T>&, CMat<T>, bool);                        \
+  template void Stage<T>::attention(typename Activations<T>::Block&, int, bool);
+GPT2_STAGE_ATTENTION(float)
+GPT2_STAGE_ATTENTION(double)
+#undef GPT2_STAGE_ATTENTION
+
+}  // namespace gpt2
