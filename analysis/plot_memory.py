@@ -10,6 +10,7 @@ Example:
         /tmp/rcbench/full/trace.h5 --out memory.png
 """
 import argparse
+import os
 import sys
 
 import h5py
@@ -83,6 +84,7 @@ def main():
     ax.set_title("Memory per rank" + (" (peak saved activations)" if args.parts == "activations" else ""))
     ax.legend(fontsize=8)
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
 
