@@ -21,7 +21,8 @@ AdamW::AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerCo
   if (at < n) gaps_.push_back({at, n});
 }
 
-void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads) {
+void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
+                 const WorkingCopy& copy) {
   ++t_;
   AdamWStep s;
   s.lr = lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;
@@ -32,8 +33,9 @@ void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_
     s.weight_decay = sp.decay ? cfg_.weight_decay : 0.0;
     const size_t b = sp.range.begin, n = sp.range.size();
     adamw_update<float>(Vec<float>(params.data() + b, n), Vec<float>(grads.data() + b, n),
-                        Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s);
+                        Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s, copy.slice(b, n));
   }
+  // The gaps hold no tensor (no GEMM reads them): their copy is left as it was.
   if (zero_grads)
     for (const Range& r : gaps_) Kokkos::deep_copy(ExecSpace(), Vec<float>(grads.data() + r.begin, r.size()), 0.0f);
 }

@@ -8,7 +8,8 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg);
   std::string name() const override { return "adamw"; }
-  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads) override;
+  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
+            const WorkingCopy& copy) override;
   int64_t steps_taken() const override { return t_; }
   void set_steps_taken(int64_t n) override { t_ = n; }
   std::vector<std::pair<std::string, Vec<float>>> state() override;

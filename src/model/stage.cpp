@@ -266,6 +266,19 @@ typename Stage<T>::BlockParams Stage<T>::block_view(const T* unit, int l) const 
 }
 
 template <class T>
+GemmInput<T> Stage<T>::gemm_weight(int u, const T* unit, CMat<T> w) {
+  const uint16_t* low = lin_.mixed() ? store_->low_params(u) : nullptr;
+  if (!low) return GemmInput<T>(w);
+  return GemmInput<T>::low_bits(const_cast<uint16_t*>(low) + (w.data() - unit), w.extent(0), w.extent(1));
+}
+
+template <class T>
+typename Stage<T>::GemmWeights Stage<T>::gemm_weights(int u, const T* unit, const BlockParams& p) {
+  return {gemm_weight(u, unit, p.qkvw), gemm_weight(u, unit, p.attprojw), gemm_weight(u, unit, p.fcw),
+          gemm_weight(u, unit, p.fcprojw)};
+}
+
+template <class T>
 Vec<T> Stage<T>::unit_vec(const T* unit, int u, Param kind) const {
   const Range r = layout_.tensor(kind).range, ur = layout_.units()[size_t(u)].range;
   return Vec<T>(const_cast<T*>(unit) + r.begin - ur.begin, r.size());
@@ -374,10 +387,12 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   auto& s = a.blocks[l - first_];
   const int u = block_unit(l);
   if (l + 1 < end_ && !recomputing) store_->prefetch_params(block_unit(l + 1));  // while this block computes
-  const BlockParams p = block_view(store_->params(u), l);
+  const T* pu = store_->params(u);
+  const BlockParams p = block_view(pu, l);
+  const GemmWeights w16 = gemm_weights(u, pu, p);
   // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
   // once.
-  auto row_parallel = [&](Mat<T> out, const GemmInput<T>& x, CMat<T> w, CVec<T> b, CMat<T> residual) {
+  auto row_parallel = [&](Mat<T> out, const GemmInput<T>& x, const GemmInput<T>& w, CVec<T> b, CMat<T> residual) {
     if (!sp_) {
       lin_.forward(out, x, w, adds_once() ? b : CVec<T>(), adds_once() ? residual : CMat<T>());
       reduce_into(out, out);
@@ -389,20 +404,20 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
     add_bias_residual<T>(out, b, residual);
   };
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
-  lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
+  lin_.forward(s.qkv, gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
   attention(s, a.B, true);
-  row_parallel(s.res2, s.atty, p.attprojw, p.attprojb, in);  // res2 = in + attproj
+  row_parallel(s.res2, s.atty, w16.attprojw, p.attprojb, in);  // res2 = in + attproj
   lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
-  lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);
+  lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, p.fcb);
   lin_.write(s.fch_gelu, [&](auto out) { gelu_forward<T>(flat(out), flat(s.fch)); });
   // res3 = res2 + mlp; a recomputation skips it: the backward needs the block's inner tensors, and
   // its output is kept (as the next block's input).
-  if (!recomputing) row_parallel(s.res3, s.fch_gelu, p.fcprojw, p.fcprojb, s.res2);
+  if (!recomputing) row_parallel(s.res3, s.fch_gelu, w16.fcprojw, p.fcprojb, s.res2);
   store_->release_params(u);
 }
 
 template <class T>
-void Stage<T>::column_parallel_input(Mat<T> dln, CMat<T> dout, CMat<T> w, int B) {
+void Stage<T>::column_parallel_input(Mat<T> dln, CMat<T> dout, const GemmInput<T>& w, int B) {
   Mat<T> din = sp_ ? partial_scratch(B) : dln;
   lin_.backward_input(din, dout, w);
   reduce_into(dln, din);
@@ -417,7 +432,9 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   const int u = block_unit(l), nh = config().n_head / tp_->size();
   const bool do_in = pass != Pass::backward_weight, do_w = pass != Pass::backward_input;
   const bool keep = pass != Pass::backward;
-  const BlockParams p = block_view(store_->params(u), l);
+  const T* pu = store_->params(u);
+  const BlockParams p = block_view(pu, l);
+  const GemmWeights w16 = do_in ? gemm_weights(u, pu, p) : GemmWeights{};
   const BlockParams g = do_w ? block_view(store_->grads(u), l) : BlockParams{};
   const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = config().n_embd, tp = size_t(tp_->size());
   Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit: stream rows
@@ -427,7 +444,8 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, datt_.extent(0) ? s.att.extent(0) : 0, T_);
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
-  auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, CMat<T> w, Mat<T> dw, Vec<T> db) {
+  auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, const GemmInput<T>& w, Mat<T> dw,
+                                   Vec<T> db) {
     if (do_in && keep) Kokkos::deep_copy(ExecSpace(), kept, d);
     const CMat<T> rows = gather(kept, a.B);
     if (do_in) lin_.backward_input(din, rows, w);
@@ -437,16 +455,16 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
     }
   };
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
-  row_parallel_backward(d3, dfch, s.fch_gelu, p.fcprojw, g.fcprojw, g.fcprojb);
+  row_parallel_backward(d3, dfch, s.fch_gelu, w16.fcprojw, g.fcprojw, g.fcprojb);
   if (do_in) {
     gelu_backward<T>(flat(dfch), flat(s.fch));
-    column_parallel_input(dln2, dfch, p.fcw, a.B);
+    column_parallel_input(dln2, dfch, w16.fcw, a.B);
   }
   if (do_w) lin_.backward_weight(g.fcw, g.fcb, dfch, gather_input(s.ln2, a.B));
   if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
-  row_parallel_backward(d2, datty, s.atty, p.attprojw, g.attprojw, g.attprojb);
+  row_parallel_backward(d2, datty, s.atty, w16.attprojw, g.attprojw, g.attprojb);
   if (do_in) {
     if (cp_->size() > 1)
       ring_attention_backward(dqkv, datty, s.qkv,
@@ -454,7 +472,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
                               Vec<T>(s.att.data(), s.att.size()), a.B);
     else
       attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
-    column_parallel_input(dln1, dqkv, p.qkvw, a.B);
+    column_parallel_input(dln1, dqkv, w16.qkvw, a.B);
   }
   if (do_w) lin_.backward_weight(g.qkvw, g.qkvb, dqkv, gather_input(s.ln1, a.B));
   if (do_in) layernorm_backward_input<T>(d, dln1, in, p.ln1w, s.ln1_mean, s.ln1_rstd);

@@ -167,6 +167,14 @@ class Stage {
   };
   // Views of one block's tensors in a unit's memory (parameters or gradients).
   BlockParams block_view(const T* unit, int layer) const;
+  // The block's weight matrices as its GEMMs read them (gemm_weight each).
+  struct GemmWeights {
+    GemmInput<T> qkvw, attprojw, fcw, fcprojw;
+  };
+  GemmWeights gemm_weights(int u, const T* unit, const BlockParams& p);
+  // A weight matrix w (a view into `unit`, unit u's parameters) as a GEMM reads it: the store's
+  // 16-bit working copy at the same place where it keeps one, else w itself (rounded per GEMM).
+  GemmInput<T> gemm_weight(int u, const T* unit, CMat<T> w);
   Vec<T> unit_vec(const T* unit, int u, Param kind) const;  // one tensor of a (non-block) unit
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
   void embedding_forward_(Activations<T>& a);
@@ -184,7 +192,7 @@ class Stage {
   void head_backward(Activations<T>& a, Pass pass);
   void run_backward(Activations<T>& a, Pass pass);
   // dln (stream rows) = the tp ranks' sum of dout (N, out) @ w: a column-parallel input gradient.
-  void column_parallel_input(Mat<T> dln, CMat<T> dout, CMat<T> w, int B);
+  void column_parallel_input(Mat<T> dln, CMat<T> dout, const GemmInput<T>& w, int B);
   void parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
 
   // Tensor-parallel regions. `gather`: the full (N,C) rows of a stream tensor (a gather with sequence

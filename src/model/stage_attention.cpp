@@ -78,10 +78,11 @@ void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split)
     block_forward(l, a, in, /*recomputing=*/true);
   } else if (recompute_ == Recompute::full) {  // the weight pass's inputs are kept: q, k, v, attention, fc
     const int u = block_unit(l);
-    const BlockParams p = block_view(store_->params(u), l);
-    lin_.forward(s.qkv, gather_input(s.ln1, a.B), p.qkvw, p.qkvb);
+    const T* pu = store_->params(u);
+    const BlockParams p = block_view(pu, l);
+    lin_.forward(s.qkv, gather_input(s.ln1, a.B), gemm_weight(u, pu, p.qkvw), p.qkvb);
     attention(s, a.B, false);
-    lin_.forward(s.fch, gather_input(s.ln2, a.B), p.fcw, p.fcb);
+    lin_.forward(s.fch, gather_input(s.ln2, a.B), gemm_weight(u, pu, p.fcw), p.fcb);
     store_->release_params(u);
   } else {
     attention(s, a.B, false);

@@ -58,8 +58,10 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
                          unit_vec(pnorm, norm, Param::lnfb));
   });
   store_->release_params(norm);
-  // wte is read by the forward GEMM and the input gradient's: rounded once under mixed precision.
-  const GemmInput<T> wte = lin_.hold(0, CMat<T>(store_->params(wu), Vl, C));
+  // wte is read by the forward GEMM and the input gradient's: the working copy, or rounded once here.
+  const T* pw = store_->params(wu);
+  GemmInput<T> wte = gemm_weight(wu, pw, CMat<T>(pw, Vl, C));
+  if (!wte.is_low()) wte = lin_.hold(0, CMat<T>(pw, Vl, C));
   const GemmInput<T> lnf_rows = gather_input(lnf, a.B);  // the LM head needs every row
   lin_.forward(logits, lnf_rows, wte, Vec<T>());
   if (tp_->size() > 1) {

@@ -4,6 +4,7 @@
 // flat buffers (FlatStore, the default) or keep only a shard and gather a unit's parameters just
 // before its use, its gradients going to a workspace that is reduced and recycled once complete
 // (ZeRO, src/parallel/param_store).
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -19,6 +20,10 @@ class UnitStore {
   // Unit u's parameters (its tensors at their offsets within the unit), valid until release_params.
   virtual const T* params(int u) = 0;
   virtual void release_params(int u) {}
+  // Unit u's parameters as a 16-bit working copy (bf16 / fp16 bits, the run's mixed precision), valid
+  // as params(u) is, where the store keeps one; nullptr where it does not (the stage then rounds the
+  // weights at each GEMM). Same values either way: the copy is the masters rounded.
+  virtual const uint16_t* low_params(int u) { return nullptr; }
   // The stage will want unit u's parameters next: a store that gathers them may start now.
   virtual void prefetch_params(int u) {}
   // Where unit u's gradients accumulate (+=), valid until grads_done for its final phase.

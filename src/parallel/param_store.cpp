@@ -13,7 +13,8 @@ Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 }  // namespace
 
 ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
-                       const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire)
+                       const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire,
+                       Precision working)
     : layout_(layout),
       dp_(dp),
       policy_(policy),
@@ -28,6 +29,10 @@ ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy 
   param_shard_ = policy_.optimizer ? Buffer<float>("param_shard", s) : params_;
   grad_shard_ = policy_.optimizer ? Buffer<float>("grad_shard", s) : grads_;
   opt_ = make_optimizer(optimizer, shards_.shard_tensors(), s, oc);
+  if (working != Precision::fp32 && !policy_.params) {
+    copy_buf_ = Buffer<uint16_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "params16"), n);
+    copy_ = WorkingCopy{Vec<uint16_t>(copy_buf_.data(), n), working};
+  }
   const size_t units = layout_.units().size();
   gathered_.resize(units);
   grad_ws_.resize(units);
@@ -119,6 +124,15 @@ const float* ParamStore::params(int u) {
   }
   ++g.refs;
   return g.buf.data();
+}
+
+const uint16_t* ParamStore::low_params(int u) {
+  if (copy_.empty()) return nullptr;
+  if (copy_stale_) {
+    write_working_copy(copy_, vec(params_.data(), params_.extent(0)));
+    copy_stale_ = false;
+  }
+  return copy_.bits.data() + unit(u).range.begin;
 }
 
 void ParamStore::prefetch_params(int u) {
@@ -252,9 +266,11 @@ void ParamStore::sync_replicated(Communicator& tp) {
 
 void ParamStore::optimizer_step(double lr, GradScale scale) {
   const bool accumulates = !policy_.optimizer || policy_.grads;  // see begin_step
+  // ZeRO-0: the update writes the working copy with the masters; ZeRO-1/2 refresh it after the gather.
   opt_->step(vec(param_shard_.data(), shards_.shard_size()), vec(grad_shard_.data(), shards_.shard_size()), lr, scale,
-             accumulates);
+             accumulates, policy_.optimizer ? WorkingCopy{} : copy_);
   grads_zeroed_ = accumulates;
+  copy_stale_ = policy_.optimizer;
   if (!policy_.optimizer || policy_.params) return;
   // ZeRO-1/2: every rank's updated pieces back into the whole parameters.
   std::vector<Request> pending;
@@ -273,6 +289,7 @@ void ParamStore::optimizer_step(double lr, GradScale scale) {
 
 void ParamStore::init(uint64_t seed) {
   const ParamLayout& g = layout_.global();
+  copy_stale_ = true;
   if (!policy_.params) {
     init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(params_.data(), params_.extent(0)));
     if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
@@ -366,6 +383,7 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
   struct Done {  // `values` may go once this returns: the copies from it must be complete
     ~Done() { device_sync("a checkpoint's values from the host"); }
   } done;
+  if (section == "params") copy_stale_ = true;
   if (section == "params" && !policy_.params) {
     Kokkos::deep_copy(ExecSpace(), vec(params_.data(), n), host);
     if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
@@ -384,7 +402,7 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
 MemoryUse ParamStore::memory() const {
   const size_t f = sizeof(float), s = policy_.optimizer ? shards_.shard_size() : 0;
   MemoryUse m;
-  m.params = (params_.extent(0) + s) * f;
+  m.params = (params_.extent(0) + s) * f + copy_buf_.extent(0) * sizeof(uint16_t);
   m.grads = (grads_.extent(0) + s) * f;
   for (auto& st : const_cast<Optimizer&>(*opt_).state()) m.optimizer += st.second.extent(0) * f;
   return m;

@@ -22,6 +22,7 @@
 #include "runtime/optimizer.hpp"
 #include "parallel/zero.hpp"
 #include "tensor/reduce.hpp"
+#include "tensor/working_copy.hpp"
 
 namespace gpt2 {
 
@@ -32,13 +33,18 @@ struct MemoryUse {
 class ParamStore final : public UnitStore<float> {
  public:
   // grad_wire: the data-parallel gradient reduction's type on the wire (f32, or bf16).
+  // working: the run's precision; bf16 / fp16 keep a 16-bit working copy of the whole parameters
+  // for the GEMMs where the store keeps them whole (ZeRO 0-2; ZeRO-3 gathers fp32 units and the
+  // stage rounds them per GEMM).
   ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
-             const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire = DType::f32);
+             const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire = DType::f32,
+             Precision working = Precision::fp32);
   ~ParamStore() override;
 
   // ---- UnitStore ----
   const float* params(int u) override;
   void release_params(int u) override;
+  const uint16_t* low_params(int u) override;
   void prefetch_params(int u) override;
   float* grads(int u) override;
   void grads_done(int u, bool in_forward) override;
@@ -107,6 +113,11 @@ class ParamStore final : public UnitStore<float> {
   std::unique_ptr<Optimizer> opt_;
   Buffer<float> params_, grads_;            // whole local layout (when kept)
   Buffer<float> param_shard_, grad_shard_;  // the shard (aliases of the above without sharding)
+  // The 16-bit working copy of params_ (mixed precision, ZeRO 0-2): written by the optimizer's pass
+  // (ZeRO-0) or after the parameter all-gather (1, 2); stale after anything else writes params_.
+  WorkingCopy copy_;
+  Buffer<uint16_t> copy_buf_;
+  bool copy_stale_ = true;
   bool grads_zeroed_ = false;               // the last update left the accumulating gradients 0
   struct Gathered {
     Buffer<float> buf;

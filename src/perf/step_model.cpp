@@ -352,10 +352,12 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
     const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / (l.dp * l.cp) : psi;
     double largest = 0;
     for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
-    // As ParamStore::memory() counts it, in every precision: the trainer keeps fp32 masters and
-    // gradients and rounds weights to 16 bits per GEMM (no 16-bit copy at rest).
+    // As ParamStore::memory() counts it: the trainer keeps fp32 masters and gradients in every
+    // precision, and under bf16 / fp16 a 16-bit working copy of the whole parameters where it keeps
+    // them whole (ZeRO 0-2; ZeRO-3 rounds a gathered unit's weights per GEMM).
+    const bool copy = l.precision != "fp32" && !policy.params;
     RankMemory m;
-    m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0));
+    m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) + (copy ? 2 * psi : 0);
     m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
     m.optimizer = 8 * shard;
     // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.

@@ -25,8 +25,10 @@ class Optimizer {
   virtual std::string name() const = 0;
   // One update; gradients are multiplied by grad_scale (the clipping factor, possibly still on the
   // device) on the fly. zero_grads: leaves every gradient 0 (the next step accumulates into them),
-  // in the same pass.
-  virtual void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads) = 0;
+  // in the same pass. copy, when not empty: the parameters' 16-bit working copy (the same layout),
+  // written with the new values in the same pass (tensor/working_copy.hpp).
+  virtual void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
+                    const WorkingCopy& copy) = 0;
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t n) = 0;
   // Named state buffers in the parameter layout (AdamW: "m", "v"), for checkpoints.

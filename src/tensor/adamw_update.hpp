@@ -5,6 +5,7 @@
 #include "tensor/math.hpp"
 #include "tensor/reduce.hpp"
 #include "tensor/views.hpp"
+#include "tensor/working_copy.hpp"
 
 namespace gpt2 {
 
@@ -51,8 +52,8 @@ struct AdamWStep {
 };
 
 namespace detail {
-// The update with its two choices made before the loop (a branch inside keeps it scalar on the
-// host): Scale gives the gradient factor, ZeroGrads leaves g = 0.
+// The update with its three choices made before the loop (a branch inside keeps it scalar on the
+// host): Scale gives the gradient factor, ZeroGrads leaves g = 0, Copy writes the working copy.
 template <class T>
 struct FixedScale {
   T value;
@@ -64,8 +65,8 @@ struct NormScale {  // the clipping factor of a squared norm in device memory
   KOKKOS_INLINE_FUNCTION T operator()() const { return T(s()); }
 };
 
-template <bool ZeroGrads, class T, class Scale>
-void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale) {
+template <bool ZeroGrads, class T, class Scale, class Copy>
+void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale, Copy copy) {
   const T b1 = s.beta1, b2 = s.beta2, eps = s.eps, lr = s.lr, wd = s.weight_decay;
   const T bc1 = T(1) / (T(1) - T(std::pow(s.beta1, s.step)));
   const T bc2 = T(1) / (T(1) - T(std::pow(s.beta2, s.step)));
@@ -77,14 +78,18 @@ void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scal
         const T vi = b2 * v(i) + (T(1) - b2) * gi * gi;
         m(i) = mi;
         v(i) = vi;
-        p(i) -= lr * (wd * p(i) + (mi * bc1) / (km::sqrt(vi * bc2) + eps));
+        const T pi = p(i) - lr * (wd * p(i) + (mi * bc1) / (km::sqrt(vi * bc2) + eps));
+        p(i) = pi;
+        copy(i, float(pi));
       });
 }
 
 template <class T, class Scale>
-void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale) {
-  if (s.zero_grads) adamw_pass<true>(p, g, m, v, s, scale);
-  else adamw_pass<false>(p, g, m, v, s, scale);
+void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale, const WorkingCopy& copy) {
+  with_copy_writer(copy, [&](auto write) {
+    if (s.zero_grads) adamw_pass<true>(p, g, m, v, s, scale, write);
+    else adamw_pass<false>(p, g, m, v, s, scale, write);
+  });
 }
 }  // namespace detail
 
@@ -92,11 +97,12 @@ void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scal
 //   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2;  g' = grad_scale * g
 //   p = p - lr * (wd * p + (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps))
 //   g = 0 if s.zero_grads
+//   copy = round(p) to 16 bits, when copy (n) is not empty (fp32 masters only)
 template <class T>
-void adamw_update(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s) {
+void adamw_update(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, const WorkingCopy& copy = {}) {
   const GradScale scale = s.grad_scale.on_host_if_possible();
-  if (scale.sumsq) detail::adamw_pass(p, g, m, v, s, detail::NormScale<T>{scale});
-  else detail::adamw_pass(p, g, m, v, s, detail::FixedScale<T>{T(scale.value)});
+  if (scale.sumsq) detail::adamw_pass(p, g, m, v, s, detail::NormScale<T>{scale}, copy);
+  else detail::adamw_pass(p, g, m, v, s, detail::FixedScale<T>{T(scale.value)}, copy);
 }
 
 }  // namespace gpt2

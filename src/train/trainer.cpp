@@ -70,9 +70,11 @@ void Trainer::setup_model() {
   oc.weight_decay = cfg_.train.weight_decay;
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups_->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
+  Precision precision = Precision::fp32;
+  parse_precision(cfg_.train.precision, precision);
   store_ = std::make_unique<ParamStore>(stage_layout, groups_->replicas(), zero_policy(p.zero), bucket,
                                         cfg_.train.optimizer, oc, tracer_,
-                                        p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32);
+                                        p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32, precision);
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
   cp_ring_ = std::make_unique<CommCpRing>(*groups_->cp, tracer_);
   StageOptions<float> so;
@@ -80,7 +82,7 @@ void Trainer::setup_model() {
   so.tp = tp_group_.get();
   so.cp = cp_ring_.get();
   so.sequence_parallel = p.sequence_parallel && p.tp > 1;
-  parse_precision(cfg_.train.precision, so.precision);
+  so.precision = precision;
   parse_recompute(cfg_.train.recompute, so.recompute);
   so.recompute_every = cfg_.train.recompute_every;
   if (tracer_.enabled())

@@ -34,6 +34,9 @@
 #include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/gemm_lowp.hpp"
+#if defined(GPT2_HAVE_ONEDNN)
+#include "tensor/gemm_dnnl.hpp"
+#endif
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
 
@@ -162,16 +165,19 @@ void maybe_write_kernel_table(const ModelConfig& cfg, int B, int T, Step&& step)
 // unit's part of the gradient norm as its gradient completes in backward, AdamW leaves the gradients
 // zeroed for the next step. Tail::separate: a zeroing pass, a norm pass and AdamW after backward,
 // for comparison (zero_ms and norm_ms).
+// copy: under bf16 / fp16 the store keeps the 16-bit working copy its AdamW writes (false: the
+// weights are rounded at every GEMM, for comparison).
 enum class Tail { store, separate };
 void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, Precision precision = Precision::fp32,
-                bool convert = false, Tail tail = Tail::store) {
+                bool convert = false, Tail tail = Tail::store, bool copy = true) {
   const ParamLayout layout(cfg);
   const StageLayout sl(layout, 0, cfg.n_layer);
   OptimizerConfig oc;
   oc.weight_decay = 0.1;
   SerialCommunicator dp;
   Tracer tracer;
-  ParamStore store(sl, dp, zero_policy(0), sl.local_size(), "adamw", oc, tracer);
+  ParamStore store(sl, dp, zero_policy(0), sl.local_size(), "adamw", oc, tracer, DType::f32,
+                   copy ? precision : Precision::fp32);
   store.init(1);
   StageOptions<float> so;
   so.precision = precision;
@@ -241,6 +247,9 @@ void BM_TrainStep_124M_B4_T64_SeparateTail(benchmark::State& s) {
 }
 // train.precision = "bf16": the host's bf16 GEMMs (oneDNN when built with it), then the converting path.
 void BM_TrainStep_124M_B4_T64_bf16(benchmark::State& s) { train_step(s, gpt2_124m(), 4, 64, Precision::bf16); }
+void BM_TrainStep_124M_B4_T64_bf16_RoundPerGemm(benchmark::State& s) {
+  train_step(s, gpt2_124m(), 4, 64, Precision::bf16, false, Tail::store, false);
+}
 void BM_TrainStep_124M_B4_T64_bf16_convert(benchmark::State& s) {
   train_step(s, gpt2_124m(), 4, 64, Precision::bf16, true);
 }
@@ -255,6 +264,7 @@ void BM_TrainStep_124M_B4_T64_OpenBLASOnly(benchmark::State& s) {
 BENCHMARK(BM_TrainStep_124M_B4_T64_OpenBLASOnly)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_SeparateTail)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_bf16)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+BENCHMARK(BM_TrainStep_124M_B4_T64_bf16_RoundPerGemm)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_124M_B4_T64_bf16_convert)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 BENCHMARK(BM_TrainStep_Small_B8_T256)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
 
@@ -312,6 +322,62 @@ void BM_GemmBf16_LMHead(benchmark::State& s) {
   report(s, 2.0 * kN * kVp * kC);
 }
 BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Every GEMM shape of a GPT-2 124M step (B 4, T 64), as the step calls it, through one library:
+// arg 1 = 0 OpenBLAS sgemm, 1 oneDNN f32, 2 oneDNN bf16 (fp32 output), 3 oneDNN bf16 with a transposed
+// A stored as op(A) (a weight gradient's dY^T copied out transposed). The step's GEMMs are 12 of
+// each block shape and one of each head shape; this says which library wins each shape.
+struct StepGemmShape {
+  const char* name;
+  Op a, b;
+  int M, N, K;
+  int per_step;
+};
+const StepGemmShape kStepGemms[] = {
+    {"qkv x*w^T", Op::N, Op::T, kN, 3 * kC, kC, 12},     {"attproj x*w^T", Op::N, Op::T, kN, kC, kC, 12},
+    {"fc x*w^T", Op::N, Op::T, kN, 4 * kC, kC, 12},      {"proj x*w^T", Op::N, Op::T, kN, kC, 4 * kC, 12},
+    {"qkv dY*W", Op::N, Op::N, kN, kC, 3 * kC, 12},      {"attproj dY*W", Op::N, Op::N, kN, kC, kC, 12},
+    {"fc dY*W", Op::N, Op::N, kN, kC, 4 * kC, 12},       {"proj dY*W", Op::N, Op::N, kN, 4 * kC, kC, 12},
+    {"qkv dY^T*X", Op::T, Op::N, 3 * kC, kC, kN, 12},    {"attproj dY^T*X", Op::T, Op::N, kC, kC, kN, 12},
+    {"fc dY^T*X", Op::T, Op::N, 4 * kC, kC, kN, 12},     {"proj dY^T*X", Op::T, Op::N, kC, 4 * kC, kN, 12},
+    {"head x*w^T", Op::N, Op::T, kN, kVp, kC, 1},        {"head dY*W", Op::N, Op::N, kN, kC, kVp, 1},
+    {"head dY^T*X", Op::T, Op::N, kVp, kC, kN, 1},
+};
+constexpr int kStepGemmCount = int(sizeof(kStepGemms) / sizeof(kStepGemms[0]));
+
+void BM_StepGemm(benchmark::State& s) {
+  const StepGemmShape& g = kStepGemms[s.range(0)];
+  const int lib = int(s.range(1));
+  const int lda = g.a == Op::N ? g.K : g.M, ldb = g.b == Op::N ? g.N : g.K;
+  const size_t na = size_t(g.M) * g.K, nb = size_t(g.K) * g.N;
+  auto a = random_buffer(na, 1), b = random_buffer(nb, 2), c = random_buffer(size_t(g.M) * g.N, 3);
+  Buffer<bf16> a16("a16", na), b16("b16", nb);
+  const float beta = g.a == Op::T ? 1.0f : 0.0f;  // weight gradients accumulate
+  s.SetLabel(std::string(g.name) + (lib == 0 ? " OpenBLAS" : lib == 1 ? " oneDNN-f32" : lib == 2 ? " oneDNN-bf16" : " oneDNN-bf16, A stored op(A)"));
+  if (lib == 3 && g.a == Op::N) return s.SkipWithError("A is not transposed");
+#if !defined(GPT2_HAVE_ONEDNN)
+  if (lib > 0) return s.SkipWithError("built without oneDNN");
+#endif
+  gemm_set_host_f32(HostGemm::openblas);
+  for (auto _ : s) {
+    if (lib == 0) gemm<float>(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
+#if defined(GPT2_HAVE_ONEDNN)
+    if (lib == 1) dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
+    if (lib == 2) dnnl_bf16_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a16.data(), lda, b16.data(), ldb, beta, c.data(), g.N);
+    if (lib == 3) dnnl_bf16_gemm(Op::N, g.b, g.M, g.N, g.K, 1.0f, a16.data(), g.K, b16.data(), ldb, beta, c.data(), g.N);
+#endif
+    Kokkos::fence();
+  }
+  gemm_set_host_f32(HostGemm::automatic);
+  report(s, 2.0 * g.M * g.N * g.K);
+  // The shape's share of a step: time per call x calls per step (an inverted rate of calls).
+  s.counters["ms_of_step"] = benchmark::Counter(double(s.iterations()) / (1e3 * g.per_step),
+                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_StepGemm)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Embedding(benchmark::State& s) {
   auto wte = random_buffer(size_t(kVp) * kC, 1), wpe = random_buffer(size_t(1024) * kC, 2);

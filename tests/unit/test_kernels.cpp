@@ -330,6 +330,30 @@ TEST(Kernels, AdamWZeroesGradientsInTheSamePass) {
   EXPECT_NE(to_host(g1), std::vector<D>(n, 0.0));
 }
 
+// A working copy: the same update, and the copy holds each new value rounded (bf16 and fp16).
+TEST(Kernels, AdamWWritesTheWorkingCopyInTheSamePass) {
+  const int n = 3000;
+  for (Precision prec : {Precision::bf16, Precision::fp16}) {
+    auto g = random_buffer<float>(n, 2), p1 = random_buffer<float>(n, 1), p2 = random_buffer<float>(n, 1);
+    auto m1 = random_buffer<float>(n, 3, 0.0), m2 = random_buffer<float>(n, 3, 0.0);
+    auto v1 = random_buffer<float>(n, 4, 0.0), v2 = random_buffer<float>(n, 4, 0.0);
+    Buffer<uint16_t> bits("bits", n);
+    AdamWStep s;
+    s.lr = 1e-2, s.weight_decay = 0.1, s.step = 2;
+    using VF = Vec<float>;
+    adamw_update<float>(VF(p1.data(), n), VF(g.data(), n), VF(m1.data(), n), VF(v1.data(), n), s);
+    adamw_update<float>(VF(p2.data(), n), VF(g.data(), n), VF(m2.data(), n), VF(v2.data(), n), s,
+                        WorkingCopy{Vec<uint16_t>(bits.data(), n), prec});
+    const auto hp = to_host(p2);
+    const auto hb = to_host(bits);
+    EXPECT_EQ(to_host(p1), hp);
+    EXPECT_EQ(to_host(m1), to_host(m2));
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(hb[i], prec == Precision::bf16 ? half_bits::bf16_from_float(hp[i]) : half_bits::fp16_from_float(hp[i]))
+          << precision_name(prec) << " " << i;
+  }
+}
+
 TEST(Kernels, GradNormAndClipFactor) {
   auto g = random_buffer<D>(1000, 5);
   double ref = 0;

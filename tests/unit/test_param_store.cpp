@@ -1,4 +1,4 @@
-// ParamStore on one rank (a serial communicator), as the trainer runs it: the squared gradient norm
+// ParamStore on one rank (a serial communicator), as the trainer runs it. The squared gradient norm
 // taken unit by unit while backward runs equals the sum over the final gradients, also when
 // microbatches accumulate (a unit's part must wait for its last microbatch).
 #include <cmath>
@@ -52,4 +52,83 @@ void expect_norm_of_final_gradients(int microbatches) {
 TEST(ParamStore, NormTakenAsUnitsCompleteEqualsTheFinalGradients) {
   expect_norm_of_final_gradients(1);
   expect_norm_of_final_gradients(3);
+}
+
+// Mixed precision: the store's 16-bit working copy (written by AdamW's pass under ZeRO-0, refreshed
+// after the parameter all-gather under ZeRO-1/2 and after a load) holds the masters rounded, so a
+// stage reading it trains exactly as one that rounds every weight at every GEMM.
+namespace {
+std::vector<uint16_t> rounded(const std::vector<float>& x, Precision p) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = p == Precision::bf16 ? half_bits::bf16_from_float(x[i]) : half_bits::fp16_from_float(x[i]);
+  return out;
+}
+
+void expect_copy_trains_as_rounding_per_gemm(Precision precision, int zero) {
+  ModelConfig cfg;
+  cfg.n_layer = 2, cfg.n_head = 2, cfg.n_embd = 16, cfg.vocab_size = 50, cfg.block_size = 8;
+  const ParamLayout layout(cfg);
+  const StageLayout sl(layout, 0, cfg.n_layer);
+  SerialCommunicator dp;
+  Tracer tracer;
+  OptimizerConfig oc;
+  oc.weight_decay = 0.1;
+  const std::string what = std::string(precision_name(precision)) + ", ZeRO-" + std::to_string(zero);
+  ParamStore with(sl, dp, zero_policy(zero), 100, "adamw", oc, tracer, DType::f32, precision);
+  ParamStore without(sl, dp, zero_policy(zero), 100, "adamw", oc, tracer, DType::f32, Precision::fp32);
+  ASSERT_EQ(without.low_params(0), nullptr);
+  ASSERT_NE(with.low_params(0), nullptr) << what;
+  EXPECT_EQ(with.memory().params, without.memory().params + 2 * sl.local_size()) << what;
+  const int B = 2, T = 8, N = B * T;
+  std::vector<std::vector<float>> losses(2);
+  ParamStore* stores[2] = {&with, &without};
+  for (int k = 0; k < 2; ++k) {
+    ParamStore& store = *stores[k];
+    store.init(5);
+    StageOptions<float> so;
+    so.store = &store;
+    so.precision = precision;
+    Stage<float> stage(sl, B, T, so);
+    auto a = stage.make_activations(B);
+    Buffer<float> loss("loss", N);
+    Kokkos::View<double, MemSpace> sumsq("sumsq");
+    Rng r(11);
+    auto ht = Kokkos::create_mirror_view(a.tokens);
+    for (int step = 0; step < 4; ++step) {
+      if (step == 2) {  // a load between steps: the copy must follow the new masters
+        std::vector<float> p = store.local_values("params");
+        for (float& x : p) x *= 0.5f;
+        store.set_local_values("params", p);
+      }
+      store.begin_step(step, 1);
+      for (size_t i = 0; i < ht.extent(0); ++i) ht(i) = int(r.below(cfg.vocab_size));
+      a.load(ht.data(), ht.data());
+      stage.forward(a, Vec<float>(loss.data(), N), true, 1.0f / N);
+      stage.backward(a);
+      store.finish_gradients();
+      store.grad_sum_of_squares(DeviceScalar(sumsq.data()));
+      store.optimizer_step(1e-2, GradScale::clip(sumsq.data(), 1.0));
+      for (float x : to_host<float>(Vec<const float>(loss.data(), N))) losses[size_t(k)].push_back(x);
+      if (&store == &with) {  // every unit's copy is its masters rounded, bit for bit
+        const std::vector<float> p = store.local_values("params");
+        const std::vector<uint16_t> want = rounded(p, precision);
+        for (size_t u = 0; u < sl.units().size(); ++u) {
+          const Range ur = sl.units()[u].range;
+          const auto got = to_host<uint16_t>(Vec<const uint16_t>(store.low_params(int(u)), ur.size()));
+          for (const TensorInfo& t : sl.tensors())  // tensors only: the gaps between them hold no weights
+            for (size_t i = std::max(t.range.begin, ur.begin); i < std::min(t.range.end, ur.end); ++i)
+              ASSERT_EQ(got[i - ur.begin], want[i]) << what << ", step " << step << ", unit " << u << ", value " << i;
+        }
+      }
+    }
+  }
+  ASSERT_EQ(losses[0].size(), size_t(4 * N));
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[0][i], losses[1][i]) << what << ", loss " << i;
+}
+}  // namespace
+
+TEST(ParamStore, WorkingCopyTrainsAsRoundingPerGemm) {
+  for (Precision p : {Precision::bf16, Precision::fp16})
+    for (int zero : {0, 1, 2}) expect_copy_trains_as_rounding_per_gemm(p, zero);
 }

@@ -110,7 +110,7 @@ TEST(PyTorchReference, AdamWTrajectoryWithClipping) {
     EXPECT_NEAR(norm, norm_ref[step], 1e-4 * norm_ref[step]) << "step " << step;
     clipped += norm > hp[5];
     opt->step(Vec<float>(stage.params.data(), stage.params.extent(0)),
-              Vec<float>(stage.grads.data(), stage.grads.extent(0)), hp[0], GradScale::clip(sumsq.data(), hp[5]), false);
+              Vec<float>(stage.grads.data(), stage.grads.extent(0)), hp[0], GradScale::clip(sumsq.data(), hp[5]), false, {});
   }
   EXPECT_GT(clipped, 0) << "the fixture should exercise clipping";
   const auto p = to_host(stage.params);
