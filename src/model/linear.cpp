@@ -36,6 +36,7 @@ const uint16_t* Linear<T>::low_operand(int slot, const GemmInput<T>& x) {
 template <class T>
 GemmInput<T> Linear<T>::hold(int slot, CMat<T> x) {
   if (!mixed()) return x;
+  if (slot < 0 || slot >= kHoldSlots) fail("Linear::hold: slot ", slot, " of ", kHoldSlots);
   const GemmInput<T> copy = GemmInput<T>::low_bits(scratch(2 + slot, x.size()), x.extent(0), x.extent(1));
   store(copy, x);
   return copy;

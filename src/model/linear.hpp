@@ -53,8 +53,10 @@ class Linear {
   // dw (OC,C) += dout^T @ in;   db (OC) += colsum(dout) when db is not empty (dout then in T)
   void backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in);
 
-  // An operand used by several GEMMs (the LM head's wte and dlogits), converted once: x itself in
-  // fp32, else its 16-bit copy in hold slot 0 or 1, valid until that slot is held again.
+  // An operand used by several GEMMs, converted once: x itself in fp32, else its 16-bit copy in hold
+  // slot `slot`, valid until that slot is held again. Slots: 0 and 1 the LM head's wte and dlogits,
+  // 2 a block's output gradient (its input and weight gradients both read it).
+  static constexpr int kHoldSlots = 3;
   GemmInput<T> hold(int slot, CMat<T> x);
 
   // Fills x by running f on it as a Mat<S>: S = T, or the 16-bit type of the precision. Kernels
@@ -84,7 +86,7 @@ class Linear {
   void gemm_low(Op opA, Op opB, int M, int N, int K, const uint16_t* A, int lda, const uint16_t* B, int ldb,
                 float beta, T* C, int ldc) const;
   Precision p_;
-  Buffer<uint16_t> scratch_[4];  // 0, 1: operands of one GEMM; 2, 3: held
+  Buffer<uint16_t> scratch_[2 + kHoldSlots];  // 0, 1: operands of one GEMM; then the held ones
 };
 
 }  // namespace gpt2

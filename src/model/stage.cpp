@@ -406,10 +406,17 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
   lin_.forward(s.qkv, gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
   attention(s, a.B, true);
-  row_parallel(s.res2, s.atty, w16.attprojw, p.attprojb, in);  // res2 = in + attproj
-  lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
-  lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, p.fcb);
-  lin_.write(s.fch_gelu, [&](auto out) { gelu_forward<T>(flat(out), flat(s.fch)); });
+  if (tp_->size() == 1) {  // res2 = in + attproj, and ln2 of it, in one pass after the product
+    lin_.forward(s.res2, s.atty, w16.attprojw, CVec<T>());
+    lin_.write(s.ln2, [&](auto out) {
+      residual_layernorm_forward<T>(s.res2, p.attprojb, in, out, s.ln2_mean, s.ln2_rstd, p.ln2w, p.ln2b);
+    });
+  } else {  // the bias and residual wait for the tp ranks' sum
+    row_parallel(s.res2, s.atty, w16.attprojw, p.attprojb, in);
+    lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
+  }
+  lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, CVec<T>());  // fc's bias is added with GELU
+  lin_.write(s.fch_gelu, [&](auto out) { bias_gelu_forward<T>(s.fch, p.fcb, out); });
   // res3 = res2 + mlp; a recomputation skips it: the backward needs the block's inner tensors, and
   // its output is kept (as the next block's input).
   if (!recomputing) row_parallel(s.res3, s.fch_gelu, w16.fcprojw, p.fcprojb, s.res2);
@@ -417,7 +424,7 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
 }
 
 template <class T>
-void Stage<T>::column_parallel_input(Mat<T> dln, CMat<T> dout, const GemmInput<T>& w, int B) {
+void Stage<T>::column_parallel_input(Mat<T> dln, const GemmInput<T>& dout, const GemmInput<T>& w, int B) {
   Mat<T> din = sp_ ? partial_scratch(B) : dln;
   lin_.backward_input(din, dout, w);
   reduce_into(dln, din);
@@ -447,20 +454,29 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, const GemmInput<T>& w, Mat<T> dw,
                                    Vec<T> db) {
     if (do_in && keep) Kokkos::deep_copy(ExecSpace(), kept, d);
-    const CMat<T> rows = gather(kept, a.B);
+    const CMat<T> gathered = gather(kept, a.B);
+    const GemmInput<T> rows = do_in && do_w ? lin_.hold(2, gathered) : GemmInput<T>(gathered);  // rounded once
     if (do_in) lin_.backward_input(din, rows, w);
     if (do_w) {
       lin_.backward_weight(dw, Vec<T>(), rows, act);  // (act has all N rows)
       bias_backward<T>(db, kept);
     }
   };
+  // A column-parallel layer's gradients from its output gradient dout (N rows): the input gradient
+  // into dln (B), the weight and bias gradients (W).
+  auto column_parallel_backward = [&](Mat<T> dln, CMat<T> dout, const GemmInput<T>& act, const GemmInput<T>& w,
+                                      Mat<T> dw, Vec<T> db) {
+    const GemmInput<T> rounded = do_in && do_w ? lin_.hold(2, dout) : GemmInput<T>(dout);  // (likewise)
+    if (do_in) column_parallel_input(dln, rounded, w, a.B);
+    if (do_w) {
+      lin_.backward_weight(dw, Vec<T>(), rounded, act);
+      bias_backward<T>(db, dout);
+    }
+  };
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
   row_parallel_backward(d3, dfch, s.fch_gelu, w16.fcprojw, g.fcprojw, g.fcprojb);
-  if (do_in) {
-    gelu_backward<T>(flat(dfch), flat(s.fch));
-    column_parallel_input(dln2, dfch, w16.fcw, a.B);
-  }
-  if (do_w) lin_.backward_weight(g.fcw, g.fcb, dfch, gather_input(s.ln2, a.B));
+  if (do_in) gelu_backward<T>(flat(dfch), flat(s.fch));
+  column_parallel_backward(dln2, dfch, gather_input(s.ln2, a.B), w16.fcw, g.fcw, g.fcb);
   if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
@@ -472,9 +488,8 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
                               Vec<T>(s.att.data(), s.att.size()), a.B);
     else
       attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
-    column_parallel_input(dln1, dqkv, w16.qkvw, a.B);
   }
-  if (do_w) lin_.backward_weight(g.qkvw, g.qkvb, dqkv, gather_input(s.ln1, a.B));
+  column_parallel_backward(dln1, dqkv, gather_input(s.ln1, a.B), w16.qkvw, g.qkvw, g.qkvb);
   if (do_in) layernorm_backward_input<T>(d, dln1, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln1w, g.ln1b, dln1, in, s.ln1_mean, s.ln1_rstd);
   store_->release_params(u);

@@ -192,7 +192,7 @@ class Stage {
   void head_backward(Activations<T>& a, Pass pass);
   void run_backward(Activations<T>& a, Pass pass);
   // dln (stream rows) = the tp ranks' sum of dout (N, out) @ w: a column-parallel input gradient.
-  void column_parallel_input(Mat<T> dln, CMat<T> dout, const GemmInput<T>& w, int B);
+  void column_parallel_input(Mat<T> dln, const GemmInput<T>& dout, const GemmInput<T>& w, int B);
   void parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
 
   // Tensor-parallel regions. `gather`: the full (N,C) rows of a stream tensor (a gather with sequence

@@ -2,18 +2,41 @@
 // GELU, GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 #include "tensor/math.hpp"
 #include "tensor/elementwise.hpp"
+#include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T gelu(T x) {
+  const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
+  return T(0.5) * x * (T(1) + km::tanhf_(u));
+}
 
 // out (n) = gelu(in (n));   flat over all elements; computed in T, out stored as S (T, bf16, fp16)
 template <class T, class S = T>
 void gelu_forward(Vec<S> out, CVec<T> in) {
   for_each_index(
-      "gelu_forward", int64_t(in.extent(0)), KOKKOS_LAMBDA(int64_t i) {
-        const T x = in(i);
-        const T u = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);
-        out(i) = S(T(0.5) * x * (T(1) + km::tanhf_(u)));
+      "gelu_forward", int64_t(in.extent(0)), KOKKOS_LAMBDA(int64_t i) { out(i) = S(gelu(in(i))); });
+}
+
+// The MLP's bias and activation in one pass over its pre-activation (the GEMM's output):
+// pre (N,OC) += b (OC);   out (N,OC) = gelu(pre), stored as S. The same values as the bias pass
+// (matmul.hpp's add_bias_residual) followed by gelu_forward.
+template <class T, class S = T>
+void bias_gelu_forward(Mat<T> pre, CVec<T> b, Mat<S> out) {
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int OC = pre.extent(1);
+  Kokkos::parallel_for(
+      "bias_gelu_forward", team_policy<ExecSpace>(pre.extent(0)), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        T* row = &pre(n, 0);
+        S* o = &out(n, 0);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, OC), [&](int c) {
+          const T x = row[c] + b(c);
+          row[c] = x;
+          o[c] = S(gelu(x));
+        });
       });
 }
 

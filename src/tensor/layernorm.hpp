@@ -9,35 +9,65 @@ namespace gpt2 {
 
 constexpr double kLayerNormEps = 1e-5;
 
+namespace detail {
+// One row's LayerNorm by a team: out (C) = (in - mean) * rstd * w + b; mean and rstd saved.
+template <class T, class S, class Member, class In>
+KOKKOS_INLINE_FUNCTION void layernorm_row(const Member& team, int n, const In& in, S* out, T* mean, T* rstd,
+                                          CVec<T> w, CVec<T> b, int C) {
+  T sum = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, C), [&](int c, T& acc) { acc += in(c); }, sum);
+  const T m = sum / C;
+  T var = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, C),
+      [&](int c, T& acc) {
+        const T d = in(c) - m;
+        acc += d * d;
+      },
+      var);
+  const T s = T(1) / km::sqrt(var / C + T(kLayerNormEps));
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) { out[c] = S((in(c) - m) * s * w(c) + b(c)); });
+  Kokkos::single(Kokkos::PerTeam(team), [&]() {
+    mean[n] = m;
+    rstd[n] = s;
+  });
+}
+}  // namespace detail
+
 // out (N,C) = (in - mean) * rstd * w (C) + b (C);   saves mean (N), rstd (N) for backward
 // Statistics in T; out may be stored in another type S (bf16 / fp16 under mixed precision).
 template <class T, class S = T>
 void layernorm_forward(Mat<S> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T> w, CVec<T> b) {
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = Policy::member_type;
-  const int N = in.extent(0), C = in.extent(1);
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int C = in.extent(1);
   Kokkos::parallel_for(
-      "layernorm_forward", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
+      "layernorm_forward", team_policy<ExecSpace>(in.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C), [&](int c, T& acc) { acc += in(n, c); }, sum);
-        const T m = sum / C;
-        T var = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, T& acc) {
-              const T d = in(n, c) - m;
-              acc += d * d;
-            },
-            var);
-        const T s = T(1) / km::sqrt(var / C + T(kLayerNormEps));
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C),
-                             [&](int c) { out(n, c) = S((in(n, c) - m) * s * w(c) + b(c)); });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          mean(n) = m;
-          rstd(n) = s;
-        });
+        const T* row = &in(n, 0);
+        detail::layernorm_row<T, S>(team, n, [&](int c) { return row[c]; }, &out(n, 0), mean.data(), rstd.data(), w, b,
+                                    C);
+      });
+}
+
+// The residual stream's add and the next LayerNorm in one pass over the row:
+//   x (N,C) += bias (C) + residual (N,C);   out = LayerNorm(x) as layernorm_forward
+// (x holds a projection's product on entry). The same values as matmul.hpp's add_bias_residual
+// followed by layernorm_forward.
+template <class T, class S = T>
+void residual_layernorm_forward(Mat<T> x, CVec<T> bias, CMat<T> residual, Mat<S> out, Vec<T> mean, Vec<T> rstd,
+                                CVec<T> w, CVec<T> b) {
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int C = x.extent(1);
+  Kokkos::parallel_for(
+      "residual_layernorm_forward", team_policy<ExecSpace>(x.extent(0)), KOKKOS_LAMBDA(const Member& team) {
+        const int n = team.league_rank();
+        T* row = &x(n, 0);
+        const T* r = &residual(n, 0);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) { row[c] += bias(c) + r[c]; });
+        team.team_barrier();  // the row is complete before any thread sums it
+        detail::layernorm_row<T, S>(team, n, [&](int c) { return row[c]; }, &out(n, 0), mean.data(), rstd.data(), w, b,
+                                    C);
       });
 }
 

@@ -509,6 +509,24 @@ void BM_AdamW_124M(benchmark::State& s) {
 }
 BENCHMARK(BM_AdamW_124M)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// STREAM's triad a = b + s*c over arrays far larger than the caches, on the Kokkos threads: the
+// memory bandwidth a memory-bound pass (AdamW) can reach. Bytes as STREAM counts them: 12 per element.
+void BM_Triad(benchmark::State& s) {
+  const int64_t n = int64_t(32) << 20;  // 3 x 128 MiB
+  auto b = random_buffer(size_t(n), 1), c = random_buffer(size_t(n), 2);
+  Buffer<float> a("a", size_t(n));
+  const float* pb = b.data();
+  const float* pc = c.data();
+  float* pa = a.data();
+  for (auto _ : s) {
+    for_each_index(
+        "triad", n, KOKKOS_LAMBDA(int64_t i) { pa[i] = pb[i] + 3.0f * pc[i]; });
+    Kokkos::fence();
+  }
+  s.counters["GB/s"] = benchmark::Counter(12.0 * double(n) * double(s.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Triad)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
 // GPT2_BENCH_B / _T / _TF32 / _MODEL / _MIN_TIME: one whole-step benchmark of that shape (see the top).
 int register_env_benchmark() {
   const char* eb = std::getenv("GPT2_BENCH_B");

@@ -105,6 +105,53 @@ TEST(Kernels, MatmulGradcheck) {
   EXPECT_NEAR(to_host(dw)[3], 1.5 * dw2[3], 1e-12);
 }
 
+// The fused forward passes give the values of the passes they replace, bit for bit: each output
+// element comes from the same operations in the same order (and in bf16 storage as well).
+TEST(Kernels, FusedBiasGeluAndResidualLayerNormEqualTheirParts) {
+  const int N = 7, C = 37;
+  auto x = random_buffer<D>(N * C, 1), bias = random_buffer<D>(C, 2), res = random_buffer<D>(N * C, 3);
+  auto w = random_buffer<D>(C, 4), b = random_buffer<D>(C, 5);
+  // bias + GELU
+  auto pre1 = random_buffer<D>(N * C, 1), pre2 = random_buffer<D>(N * C, 1);
+  Buffer<D> g1("g1", N * C), g2("g2", N * C);
+  add_bias_residual<D>(M(pre1, N, C), V(bias));
+  gelu_forward<D>(V(g1), V(pre1));
+  bias_gelu_forward<D>(M(pre2, N, C), V(bias), M(g2, N, C));
+  EXPECT_EQ(to_host(pre1), to_host(pre2));
+  EXPECT_EQ(to_host(g1), to_host(g2));
+  EXPECT_NE(to_host(pre2), to_host(x)) << "the bias was added";
+  // residual + LayerNorm
+  auto x1 = random_buffer<D>(N * C, 1), x2 = random_buffer<D>(N * C, 1);
+  Buffer<D> o1("o1", N * C), o2("o2", N * C), m1("m1", N), m2("m2", N), r1("r1", N), r2("r2", N);
+  add_bias_residual<D>(M(x1, N, C), V(bias), M(res, N, C));
+  layernorm_forward<D>(M(o1, N, C), V(m1), V(r1), M(x1, N, C), V(w), V(b));
+  residual_layernorm_forward<D>(M(x2, N, C), V(bias), M(res, N, C), M(o2, N, C), V(m2), V(r2), V(w), V(b));
+  EXPECT_EQ(to_host(x1), to_host(x2));
+  EXPECT_EQ(to_host(o1), to_host(o2));
+  EXPECT_EQ(to_host(m1), to_host(m2));
+  EXPECT_EQ(to_host(r1), to_host(r2));
+  // 16-bit outputs (mixed precision): the statistics in fp32, the output rounded once.
+  Buffer<float> f1("f1", N * C), f2("f2", N * C), fb("fb", C), fw("fw", C), fbb("fbb", C), fr("fr", N * C);
+  Kokkos::deep_copy(f1, 0.5f), Kokkos::deep_copy(f2, 0.5f), Kokkos::deep_copy(fb, 0.25f);
+  Kokkos::deep_copy(fw, 1.5f), Kokkos::deep_copy(fbb, -0.5f), Kokkos::deep_copy(fr, 0.125f);
+  Buffer<bf16> h1("h1", N * C), h2("h2", N * C);
+  Buffer<float> fm1("fm1", N), fm2("fm2", N), fs1("fs1", N), fs2("fs2", N);
+  using MF = Mat<float>;
+  using VF = Vec<float>;
+  add_bias_residual<float>(MF(f1.data(), N, C), VF(fb.data(), C), MF(fr.data(), N, C));
+  layernorm_forward<float>(Mat<bf16>(h1.data(), N, C), VF(fm1.data(), N), VF(fs1.data(), N), MF(f1.data(), N, C),
+                           VF(fw.data(), C), VF(fbb.data(), C));
+  residual_layernorm_forward<float>(MF(f2.data(), N, C), VF(fb.data(), C), MF(fr.data(), N, C), Mat<bf16>(h2.data(), N, C),
+                                    VF(fm2.data(), N), VF(fs2.data(), N), VF(fw.data(), C), VF(fbb.data(), C));
+  const auto bits = [](const Buffer<bf16>& v) {
+    std::vector<uint16_t> out;
+    for (bf16 x : to_host(v)) out.push_back(x.bits);
+    return out;
+  };
+  EXPECT_EQ(bits(h1), bits(h2));
+  EXPECT_EQ(to_host(f1), to_host(f2));
+}
+
 TEST(Kernels, GeluGradcheck) {
   const int n = 50;
   auto in = random_buffer<D>(n, 1, 3.0);

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""The host step against its own floor, in one run (GPT-2 124M, B 4, T 64, one rank, every core).
+
+floor = the step's GEMM FLOPs at the best measured rate at the LM head's shape (256 x 50304 x 768:
+the better of OpenBLAS sgemm and oneDNN f32 for fp32, oneDNN bf16 for bf16) + AdamW's 28 bytes a
+parameter (p, g, m, v read; p, m, v written) at the measured triad bandwidth of the same threads.
+
+Each round runs, in one process: the three GEMMs, the triad, the fp32 step and the bf16 step; the
+ratios are taken round by round (the box is shared: its rates move between minutes) and the median
+is reported. BLAS CPU detection is on (OPENBLAS_CORETYPE removed from the environment), as a user
+has it.
+
+  tests/bench/bench_roofline.py --bench build/bin/bench_train_step [--rounds 3] [--json out.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+# GPT-2 124M, B 4, T 64: the step's GEMMs (M, N, K) and how many of each; attention's batched
+# products at T = 64 (QK^T and A V forward, two each backward) per layer.
+N_TOKENS, C, V_PADDED, LAYERS, HEADS, T = 256, 768, 50304, 12, 12, 64
+BLOCK_OUT = [3 * C, C, 4 * C, C]  # qkv, attention projection, fc, projection: output widths
+BLOCK_IN = [C, C, C, 4 * C]
+PARAMS = 124_439_808  # GPT-2 124M (vocabulary 50257)
+ADAMW_BYTES_PER_PARAM = 28
+
+
+def step_gflop():
+    block = sum(2 * N_TOKENS * o * i for o, i in zip(BLOCK_OUT, BLOCK_IN)) * 3  # forward, dX, dW
+    head = 2 * N_TOKENS * V_PADDED * C * 3
+    hd = C // HEADS
+    attention = 2 * (N_TOKENS // T) * HEADS * T * T * hd * 2 * 3
+    return (LAYERS * (block + attention) + head) / 1e9
+
+
+FILTER = "StepGemm/12/[012]/|Triad|TrainStep_124M_B4_T64/|TrainStep_124M_B4_T64_bf16/"
+
+
+def run_round(bench, env):
+    out = subprocess.run([bench, f"--benchmark_filter={FILTER}", "--benchmark_format=json"], env=env,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"bench_roofline: {bench} failed ({out.returncode}):\n{out.stderr[-2000:]}")
+    rows = {b["name"]: b for b in json.loads(out.stdout)["benchmarks"] if "error_occurred" not in b}
+
+    def find(prefix):
+        for name, b in rows.items():
+            if name.startswith(prefix):
+                return b
+        sys.exit(f"bench_roofline: {prefix} missing from the benchmark's output")
+
+    ms = lambda b: b["real_time"] * {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b["time_unit"]]
+    return {
+        "sgemm_gflops": find("BM_StepGemm/12/0/")["GFLOP/s"],
+        "dnnl_f32_gflops": find("BM_StepGemm/12/1/")["GFLOP/s"],
+        "dnnl_bf16_gflops": find("BM_StepGemm/12/2/")["GFLOP/s"],
+        "triad_gbs": find("BM_Triad")["GB/s"],
+        "fp32_step_ms": ms(find("BM_TrainStep_124M_B4_T64/")),
+        "bf16_step_ms": ms(find("BM_TrainStep_124M_B4_T64_bf16/")),
+    }
+
+
+def floors(r, gflop):
+    adamw_ms = ADAMW_BYTES_PER_PARAM * PARAMS / (r["triad_gbs"] * 1e9) * 1e3
+    f32 = max(r["sgemm_gflops"], r["dnnl_f32_gflops"])
+    return {
+        "adamw_floor_ms": adamw_ms,
+        "fp32_floor_ms": gflop / f32 * 1e3 + adamw_ms,
+        "bf16_floor_ms": gflop / r["dnnl_bf16_gflops"] * 1e3 + adamw_ms,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default="build/bin/bench_train_step", help="the bench_train_step binary")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, each a fresh process (default 3)")
+    ap.add_argument("--json", help="write every round's figures here")
+    args = ap.parse_args()
+    if args.rounds < 1:
+        sys.exit("bench_roofline: --rounds must be at least 1")
+    if not os.access(args.bench, os.X_OK):
+        sys.exit(f"bench_roofline: {args.bench} is not an executable (build it: cmake --build build)")
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)  # BLAS CPU detection on, as a user has it
+    gflop = step_gflop()
+    print(f"GPT-2 124M, B 4 x T 64, one rank; step GEMMs {gflop:.1f} GFLOP, AdamW {ADAMW_BYTES_PER_PARAM} B x "
+          f"{PARAMS / 1e6:.1f} M parameters; BLAS CPU detection on")
+    hdr = (f"{'round':>5} {'sgemm':>6} {'dnnl32':>6} {'dnnl16':>6} {'triad':>6} | {'fp32':>7} {'floor':>7} {'ratio':>6}"
+           f" | {'bf16':>7} {'floor':>7} {'ratio':>6}")
+    print(f"{'':>5} {'GF/s':>6} {'GF/s':>6} {'GF/s':>6} {'GB/s':>6} | {'ms':>7} {'ms':>7} {'':>6} | {'ms':>7} {'ms':>7}")
+    print(hdr)
+    rounds = []
+    for i in range(args.rounds):
+        r = run_round(args.bench, env)
+        r.update(floors(r, gflop))
+        r["fp32_ratio"] = r["fp32_step_ms"] / r["fp32_floor_ms"]
+        r["bf16_ratio"] = r["bf16_step_ms"] / r["bf16_floor_ms"]
+        rounds.append(r)
+        print(f"{i + 1:>5} {r['sgemm_gflops']:6.0f} {r['dnnl_f32_gflops']:6.0f} {r['dnnl_bf16_gflops']:6.0f} "
+              f"{r['triad_gbs']:6.1f} | {r['fp32_step_ms']:7.0f} {r['fp32_floor_ms']:7.0f} {r['fp32_ratio']:6.3f} | "
+              f"{r['bf16_step_ms']:7.0f} {r['bf16_floor_ms']:7.0f} {r['bf16_ratio']:6.3f}", flush=True)
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    print(f"median: fp32 step {med['fp32_step_ms']:.0f} ms = {med['fp32_ratio']:.3f}x its floor (target 1.05x); "
+          f"bf16 step {med['bf16_step_ms']:.0f} ms = {med['bf16_ratio']:.3f}x its floor (target 1.15x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gflop": gflop, "params": PARAMS, "rounds": rounds, "median": med}, f, indent=1)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
