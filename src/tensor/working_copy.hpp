@@ -38,15 +38,19 @@ void with_copy_writer(const WorkingCopy& copy, F&& f) {
   else if (copy.precision == Precision::fp16) f(CopyTo<half_bits::Fp16Format>{copy.bits});
   else f(CopyTo<half_bits::Bf16Format>{copy.bits});
 }
+// A named function, not a lambda in with_copy_writer's: nvcc refuses a device lambda inside a
+// generic lambda.
+template <class Copy>
+void copy_pass(Copy write, CVec<float> values) {
+  for_each_index(
+      "working_copy", int64_t(values.extent(0)), KOKKOS_LAMBDA(int64_t i) { write(i, values(i)); });
+}
 }  // namespace detail
 
 // copy (n) = round(values (n)): a whole refresh, where the masters changed outside the optimizer
 // (initialisation, a checkpoint loaded, ZeRO's parameter all-gather).
 inline void write_working_copy(const WorkingCopy& copy, CVec<float> values) {
-  detail::with_copy_writer(copy, [&](auto write) {
-    for_each_index(
-        "working_copy", int64_t(copy.bits.extent(0)), KOKKOS_LAMBDA(int64_t i) { write(i, values(i)); });
-  });
+  detail::with_copy_writer(copy, [&](auto write) { detail::copy_pass(write, values); });
 }
 
 }  // namespace gpt2
