@@ -36,10 +36,16 @@ const uint16_t* Linear<T>::low_operand(int slot, const GemmInput<T>& x) {
 template <class T>
 GemmInput<T> Linear<T>::hold(int slot, CMat<T> x) {
   if (!mixed()) return x;
-  if (slot < 0 || slot >= kHoldSlots) fail("Linear::hold: slot ", slot, " of ", kHoldSlots);
-  const GemmInput<T> copy = GemmInput<T>::low_bits(scratch(2 + slot, x.size()), x.extent(0), x.extent(1));
+  const GemmInput<T> copy = hold_storage(slot, x.extent(0), x.extent(1));
   store(copy, x);
   return copy;
+}
+
+template <class T>
+GemmInput<T> Linear<T>::hold_storage(int slot, size_t rows, size_t cols) {
+  if (!mixed()) return {};
+  if (slot < 0 || slot >= kHoldSlots) fail("Linear::hold: slot ", slot, " of ", kHoldSlots);
+  return GemmInput<T>::low_bits(scratch(2 + slot, rows * cols), rows, cols);
 }
 
 template <class T>

@@ -58,6 +58,9 @@ class Linear {
   // 2 a block's output gradient (its input and weight gradients both read it).
   static constexpr int kHoldSlots = 3;
   GemmInput<T> hold(int slot, CMat<T> x);
+  // Hold slot `slot` as the storage of a rows x cols operand that a kernel writes in 16 bits itself
+  // (through write()); under fp32 there is none (an empty GemmInput: the kernel writes T).
+  GemmInput<T> hold_storage(int slot, size_t rows, size_t cols);
 
   // Fills x by running f on it as a Mat<S>: S = T, or the 16-bit type of the precision. Kernels
   // templated on their output's storage type write the 16-bit activations directly.

@@ -64,17 +64,21 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   if (!wte.is_low()) wte = lin_.hold(0, CMat<T>(pw, Vl, C));
   const GemmInput<T> lnf_rows = gather_input(lnf, a.B);  // the LM head needs every row
   lin_.forward(logits, lnf_rows, wte, Vec<T>());
+  GemmInput<T> dlogits = lin_.hold_storage(1, N, Vl);  // mixed precision: the loss writes it in 16 bits
   if (tp_->size() > 1) {
     parallel_loss(logits, a, losses, need_grad, dloss);
+    if (need_grad) dlogits = lin_.hold(1, logits);  // its dlogits are fp32: rounded once here
   } else if (!need_grad) {
     crossentropy_forward<T>(losses, Vec<T>(lse_.data(), N), logits, a.targets, c.vocab_size);
+  } else if (dlogits.is_low()) {
+    lin_.write(dlogits, [&](auto out) { crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss, out); });
   } else {
     crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
+    dlogits = GemmInput<T>(logits);
   }
   if (need_grad) {
     // d(lnf) = dlogits @ wte: a column-parallel input gradient over the vocabulary.
     Mat<T> din = sp_ ? partial_scratch(a.B) : a.dlnf;
-    const GemmInput<T> dlogits = lin_.hold(1, logits);
     lin_.backward_input(din, dlogits, wte);
     lin_.backward_weight(Mat<T>(store_->grads(wu), Vl, C), Vec<T>(), dlogits, lnf_rows);
     reduce_into(a.dlnf, din);

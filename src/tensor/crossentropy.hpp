@@ -46,10 +46,12 @@ void crossentropy_backward(Mat<T> logits, CVec<T> lse, Tokens targets, int V, T 
       });
 }
 
-// Both at once, for training: losses (N) as crossentropy_forward, and logits (N,Vp) replaced by
-// dlogits as crossentropy_backward -- one exponential per logit instead of two.
-template <class T>
-void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T dloss) {
+// Both at once, for training: losses (N) as crossentropy_forward, and dlogits (N,Vp) as
+// crossentropy_backward -- one exponential per logit instead of two. logits are overwritten (the
+// exponentials); dlogits may be logits itself (in place) or a 16-bit copy the LM head's GEMMs read
+// (S = bf16 / fp16 under mixed precision: no fp32 gradient written and rounded afterwards).
+template <class T, class S = T>
+void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T dloss, Mat<S> dlogits) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int Vp = logits.extent(1);
@@ -64,14 +66,18 @@ void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T d
           return e;
         });
         const T scale = dloss / sum;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int j) { logits(n, j) *= scale; });
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V, Vp), [&](int j) { logits(n, j) = T(0); });
-        team.team_barrier();
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          losses(n) = mx + km::log(sum) - target_logit;
-          logits(n, tgt) -= dloss;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int j) {
+          const T d = logits(n, j) * scale;
+          dlogits(n, j) = S(j == tgt ? d - dloss : d);
         });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V, Vp), [&](int j) { dlogits(n, j) = S(T(0)); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = mx + km::log(sum) - target_logit; });
       });
+}
+// In place: logits (N,Vp) become dlogits.
+template <class T>
+void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T dloss) {
+  crossentropy_fused<T, T>(losses, logits, targets, V, dloss, logits);
 }
 
 // ---- Vocabulary-parallel: each tensor-parallel rank holds the logits of a block of the vocabulary

@@ -333,6 +333,12 @@ TEST(Kernels, CrossEntropyGradcheckIgnoresPadding) {
   auto hl2 = to_host(fused_losses), g2 = to_host(logits);
   for (int n = 0; n < N; ++n) EXPECT_NEAR(hl2[n], hloss[n], 1e-13);
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g2[i], g[i], 1e-15);
+  // Its gradient written to another buffer (mixed precision: the LM head's 16-bit copy) is the same.
+  auto logits3 = from_host(hl);
+  Buffer<D> losses3("losses3", N), d3("d3", N * Vp);
+  crossentropy_fused<D>(V(losses3), M(logits3, N, Vp), tgt, nv, scale, M(d3, N, Vp));
+  EXPECT_EQ(to_host(losses3), hl2);
+  EXPECT_EQ(to_host(d3), g2);
 }
 
 TEST(Kernels, AdamWMatchesReference) {

@@ -8,6 +8,7 @@
 
 #include "model/linear.hpp"
 #include "tensor/convert.hpp"
+#include "tensor/crossentropy.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "tensor/layernorm.hpp"
@@ -175,6 +176,26 @@ TEST(Kernels, LayerNormAndGeluWrite16BitOutputs) {
   const std::vector<float> g32 = to_host(out32);
   auto hg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g16);
   for (int i = 0; i < N * C; ++i) ASSERT_EQ(hg(i).bits, fp16(g32[size_t(i)]).bits) << i;
+}
+
+// The fused loss writes the logits gradient in 16 bits directly: the fp32 gradient, rounded.
+TEST(Kernels, CrossEntropyWrites16BitGradients) {
+  const int N = 6, V = 50, Vp = 64;
+  const std::vector<float> logits = random_floats(size_t(N) * Vp, 7);
+  Buffer<float> l32 = from_host(logits), l16 = from_host(logits), loss32("loss32", N), loss16("loss16", N);
+  Buffer<bf16> d16("d16", size_t(N) * Vp);
+  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> targets("targets", N);
+  auto ht = Kokkos::create_mirror_view(targets);
+  for (int n = 0; n < N; ++n) ht(n) = (7 * n + 3) % V;
+  Kokkos::deep_copy(targets, ht);
+  crossentropy_fused<float>(Vec<float>(loss32.data(), N), Mat<float>(l32.data(), N, Vp), targets, V, 0.25f);
+  crossentropy_fused<float>(Vec<float>(loss16.data(), N), Mat<float>(l16.data(), N, Vp), targets, V, 0.25f,
+                            Mat<bf16>(d16.data(), N, Vp));
+  Kokkos::fence();
+  EXPECT_EQ(to_host(loss32), to_host(loss16));
+  const std::vector<float> g32 = to_host(l32);
+  auto h16 = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d16);
+  for (int i = 0; i < N * Vp; ++i) ASSERT_EQ(h16(i).bits, bf16(g32[size_t(i)]).bits) << i;
 }
 
 // Linear in bf16: the forward, input-gradient and weight-gradient GEMMs each see bf16-rounded

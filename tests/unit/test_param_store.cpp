@@ -13,9 +13,14 @@ using namespace gpt2;
 using namespace gpt2::test;
 
 namespace {
-void expect_norm_of_final_gradients(int microbatches) {
+ModelConfig tiny(int layers) {
   ModelConfig cfg;
-  cfg.n_layer = 3, cfg.n_head = 2, cfg.n_embd = 16, cfg.vocab_size = 50, cfg.block_size = 8;
+  cfg.n_layer = layers, cfg.n_head = 2, cfg.n_embd = 16, cfg.vocab_size = 50, cfg.block_size = 8;
+  return cfg;
+}
+
+void expect_norm_of_final_gradients(int microbatches) {
+  const ModelConfig cfg = tiny(3);
   const ParamLayout layout(cfg);
   const StageLayout sl(layout, 0, cfg.n_layer);
   SerialCommunicator dp;
@@ -66,8 +71,7 @@ std::vector<uint16_t> rounded(const std::vector<float>& x, Precision p) {
 }
 
 void expect_copy_trains_as_rounding_per_gemm(Precision precision, int zero) {
-  ModelConfig cfg;
-  cfg.n_layer = 2, cfg.n_head = 2, cfg.n_embd = 16, cfg.vocab_size = 50, cfg.block_size = 8;
+  const ModelConfig cfg = tiny(2);
   const ParamLayout layout(cfg);
   const StageLayout sl(layout, 0, cfg.n_layer);
   SerialCommunicator dp;
