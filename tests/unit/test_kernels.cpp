@@ -131,9 +131,8 @@ TEST(Kernels, FusedBiasGeluAndResidualLayerNormEqualTheirParts) {
   EXPECT_EQ(to_host(m1), to_host(m2));
   EXPECT_EQ(to_host(r1), to_host(r2));
   // 16-bit outputs (mixed precision): the statistics in fp32, the output rounded once.
-  Buffer<float> f1("f1", N * C), f2("f2", N * C), fb("fb", C), fw("fw", C), fbb("fbb", C), fr("fr", N * C);
-  Kokkos::deep_copy(f1, 0.5f), Kokkos::deep_copy(f2, 0.5f), Kokkos::deep_copy(fb, 0.25f);
-  Kokkos::deep_copy(fw, 1.5f), Kokkos::deep_copy(fbb, -0.5f), Kokkos::deep_copy(fr, 0.125f);
+  auto f1 = random_buffer<float>(N * C, 6), f2 = random_buffer<float>(N * C, 6), fr = random_buffer<float>(N * C, 7);
+  auto fb = random_buffer<float>(C, 8), fw = random_buffer<float>(C, 9), fbb = random_buffer<float>(C, 10);
   Buffer<bf16> h1("h1", N * C), h2("h2", N * C);
   Buffer<float> fm1("fm1", N), fm2("fm2", N), fs1("fs1", N), fs2("fs2", N);
   using MF = Mat<float>;
