@@ -5,7 +5,7 @@
 // rounding every weight at every GEMM of every microbatch.
 #include <cstdint>
 
-#include "tensor/elementwise.hpp"
+#include "tensor/convert.hpp"
 #include "tensor/half.hpp"
 #include "tensor/precision.hpp"
 #include "tensor/views.hpp"
@@ -38,19 +38,15 @@ void with_copy_writer(const WorkingCopy& copy, F&& f) {
   else if (copy.precision == Precision::fp16) f(CopyTo<half_bits::Fp16Format>{copy.bits});
   else f(CopyTo<half_bits::Bf16Format>{copy.bits});
 }
-// A named function, not a lambda in with_copy_writer's: nvcc refuses a device lambda inside a
-// generic lambda.
-template <class Copy>
-void copy_pass(Copy write, CVec<float> values) {
-  for_each_index(
-      "working_copy", int64_t(values.extent(0)), KOKKOS_LAMBDA(int64_t i) { write(i, values(i)); });
-}
 }  // namespace detail
 
 // copy (n) = round(values (n)): a whole refresh, where the masters changed outside the optimizer
 // (initialisation, a checkpoint loaded, ZeRO's parameter all-gather).
 inline void write_working_copy(const WorkingCopy& copy, CVec<float> values) {
-  detail::with_copy_writer(copy, [&](auto write) { detail::copy_pass(write, values); });
+  const size_t n = copy.bits.extent(0);
+  uint16_t* p = copy.bits.data();
+  if (copy.precision == Precision::fp16) convert<fp16, float>(Vec<fp16>(reinterpret_cast<fp16*>(p), n), values);
+  else convert<bf16, float>(Vec<bf16>(reinterpret_cast<bf16*>(p), n), values);
 }
 
 }  // namespace gpt2
