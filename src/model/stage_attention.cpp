@@ -6,13 +6,6 @@
 
 namespace gpt2 {
 
-namespace {
-template <class T>
-Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
-  return Mat<T>(b.data(), rows, cols);
-}
-}  // namespace
-
 // Context parallelism's ring attention: the rank's queries (its two chunks of each sequence) against
 // every rank's K/V block in turn -- its own first, then each received from the previous rank while
 // the next is on its way -- merged with an online softmax (tensor/ring_attention.hpp).
@@ -20,7 +13,7 @@ template <class T>
 void Stage<T>::ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B) {
   const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
   const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
-  Mat<T> kv[2] = {as_mat(ring_kv_[0], rows, 2 * C), as_mat(ring_kv_[1], rows, 2 * C)};
+  Mat<T> kv[2] = {mat(ring_kv_[0].data(), rows, 2 * C), mat(ring_kv_[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
   const Vec<T> m(ring_m_.data(), size_t(B) * nh * T_), l(ring_l_.data(), size_t(B) * nh * T_);
   const Mat<T> S(ring_s_.data(), size_t(nh) * L, L);
@@ -44,8 +37,8 @@ template <class T>
 void Stage<T>::ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B) {
   const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
   const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
-  Mat<T> kv[2] = {as_mat(ring_kv_[0], rows, 2 * C), as_mat(ring_kv_[1], rows, 2 * C)};
-  Mat<T> dkv[2] = {as_mat(ring_dkv_[0], rows, 2 * C), as_mat(ring_dkv_[1], rows, 2 * C)};
+  Mat<T> kv[2] = {mat(ring_kv_[0].data(), rows, 2 * C), mat(ring_kv_[1].data(), rows, 2 * C)};
+  Mat<T> dkv[2] = {mat(ring_dkv_[0].data(), rows, 2 * C), mat(ring_dkv_[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
   Kokkos::deep_copy(ExecSpace(), dkv[0], T(0));
   Kokkos::deep_copy(ExecSpace(), dqkv, T(0));
@@ -98,7 +91,7 @@ template <class T>
 void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_output) {
   const int nh = config().n_head / tp_->size();
   const size_t rows = size_t(B) * T_;
-  const Mat<T> scratch = as_mat(datty_, rows, s.atty.cols());
+  const Mat<T> scratch = mat(datty_.data(), rows, s.atty.cols());
   if (cp_->size() > 1) {
     const Vec<T> lse(s.att.data(), s.att.size());
     const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())

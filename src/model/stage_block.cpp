@@ -9,13 +9,6 @@
 
 namespace gpt2 {
 
-namespace {
-template <class T>
-Mat<T> as_mat(const Buffer<T>& b, size_t rows, size_t cols) {
-  return Mat<T>(b.data(), rows, cols);
-}
-}  // namespace
-
 template <class T>
 typename Stage<T>::BlockParams Stage<T>::block_view(const T* unit, int l) const {
   const size_t base = layout_.block(l).begin;
@@ -112,9 +105,11 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = config().n_embd, tp = size_t(tp_->size());
   Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit: stream rows
   Mat<T> d3 = keep ? s.d3 : d, d2 = keep ? s.d2 : d;
-  Mat<T> dfch = keep ? s.dfch : as_mat(dfch_, N, 4 * C / tp), dqkv = keep ? s.dqkv : as_mat(dqkv_, N, 3 * C / tp);
-  Mat<T> dln2 = keep ? s.dln2 : as_mat(dln_, R, C), dln1 = keep ? s.dln1 : as_mat(dln_, R, C);
-  Mat<T> datty = as_mat(datty_, N, C / tp), datt = as_mat(datt_, datt_.extent(0) ? s.att.extent(0) : 0, T_);
+  Mat<T> dfch = keep ? s.dfch : mat(dfch_.data(), N, 4 * C / tp);
+  Mat<T> dqkv = keep ? s.dqkv : mat(dqkv_.data(), N, 3 * C / tp);
+  Mat<T> dln2 = keep ? s.dln2 : mat(dln_.data(), R, C), dln1 = keep ? s.dln1 : mat(dln_.data(), R, C);
+  Mat<T> datty = mat(datty_.data(), N, C / tp);
+  Mat<T> datt = mat(datt_.data(), datt_.extent(0) ? s.att.extent(0) : 0, T_);
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
   auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, const GemmInput<T>& w, Mat<T> dw,
