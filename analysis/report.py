@@ -57,7 +57,8 @@ def summarize(trace, peak_tflops, skip):
         # Data-parallel volume per step in units of the stage's parameter bytes, against theory.
         "zero": trace.zero,
         "dp_volume_per_rank": {str(r): v for r, v in tracelib.dp_volume(trace, skip).items()},
-        "dp_volume_theory": tracelib.theoretical_dp_volume(trace.zero, trace.microbatches, trace.dp),
+        "dp_volume_theory": tracelib.theoretical_dp_volume(trace.zero, trace.microbatches, trace.dp,
+                                                           tracelib.gather_fraction(trace)),
         "memory_per_rank": {str(r): m for r, m in tracelib.memory_per_rank(trace).items()},
         # Without a pipeline there is no bubble to speak of: nan (null in JSON).
         "bubble_measured": tracelib.mean_bubble(trace, skip) if trace.pp > 1 else float("nan"),

@@ -389,12 +389,22 @@ def dp_volume(trace, skip=1):
     return out
 
 
-def theoretical_dp_volume(zero, microbatches, dp):
-    """The textbook data-parallel volume per step in units of Psi (see dp_volume); 0 without dp."""
+def theoretical_dp_volume(zero, microbatches, dp, gather=1.0):
+    """The textbook data-parallel volume per step in units of Psi (see dp_volume); 0 without dp.
+    gather: one parameter all-gather's bytes in units of Psi (below 1 where ZeRO gathers the weight
+    matrices as 16-bit values; see gather_fraction)."""
     if dp <= 1:
         return 0.0
-    m = microbatches
-    return {0: 2.0, 1: 2.0, 2: 1.0 + m, 3: 3.0 * m}.get(int(zero), float("nan"))
+    m, g = microbatches, gather
+    return {0: 2.0, 1: 1.0 + g, 2: m + g, 3: m + 2.0 * m * g}.get(int(zero), float("nan"))
+
+
+def gather_fraction(trace):
+    """One ZeRO parameter all-gather's bytes in units of the stage's parameter bytes, as the trace
+    records them (param_gather_bytes); 1.0 for traces without the attribute or without sharding."""
+    g = [float(x) for x in as_list(trace.meta.get("param_gather_bytes", []))]
+    psi = [float(x) for x in as_list(trace.meta.get("stage_param_bytes", []))]
+    return sum(g) / sum(psi) if g and psi and sum(g) > 0 and sum(psi) > 0 else 1.0
 
 
 def memory_per_rank(trace):

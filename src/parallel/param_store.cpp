@@ -14,7 +14,7 @@ Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 
 ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
                        const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire,
-                       Precision working)
+                       Precision working, bool gather16)
     : layout_(layout),
       dp_(dp),
       policy_(policy),
@@ -32,6 +32,11 @@ ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy 
   if (working != Precision::fp32 && !policy_.params) {
     copy_buf_ = Buffer<uint16_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "params16"), n);
     copy_ = WorkingCopy{Vec<uint16_t>(copy_buf_.data(), n), working};
+  }
+  if (working != Precision::fp32 && policy_.optimizer && gather16) {
+    mixed_ = MixedGather(layout_, shards_);
+    shard_copy_buf_ = Buffer<uint16_t>("param_shard16", s);  // (zeroed: the gaps between tensors too)
+    shard_copy_ = WorkingCopy{Vec<uint16_t>(shard_copy_buf_.data(), s), working};
   }
   const size_t units = layout_.units().size();
   gathered_.resize(units);
@@ -82,51 +87,92 @@ ParamStore::~ParamStore() = default;
 
 // ---- workspaces ------------------------------------------------------------------------------
 
-Buffer<float> ParamStore::take(size_t n) {
-  auto& free = pool_[n];
+template <>
+std::map<size_t, std::vector<Buffer<float>>>& ParamStore::pool<float>() {
+  return pool_;
+}
+template <>
+std::map<size_t, std::vector<Buffer<uint16_t>>>& ParamStore::pool<uint16_t>() {
+  return pool16_;
+}
+
+template <class T>
+Buffer<T> ParamStore::take(size_t n) {
+  auto& free = pool<T>()[n];
   if (!free.empty()) {
-    Buffer<float> b = std::move(free.back());
+    Buffer<T> b = std::move(free.back());
     free.pop_back();
     return b;
   }
-  workspace_ += n * sizeof(float);
+  workspace_ += n * sizeof(T);
   peak_workspace_ = std::max(peak_workspace_, workspace_);
-  return Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "unit_workspace"), n);
+  return Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "unit_workspace"), n);
 }
 
-void ParamStore::give(Buffer<float> b) {
-  if (b.extent(0)) pool_[b.extent(0)].push_back(std::move(b));
+template <class T>
+void ParamStore::give(Buffer<T> b) {
+  if (b.extent(0)) pool<T>()[b.extent(0)].push_back(std::move(b));
 }
 
 // ---- parameters -----------------------------------------------------------------------------
 
+const WorkingCopy& ParamStore::shard_copy() {
+  if (shard_copy_stale_) {
+    write_working_copy(shard_copy_, vec(param_shard_.data(), shards_.shard_size()));
+    shard_copy_stale_ = false;
+  }
+  return shard_copy_;
+}
+
+void ParamStore::gather_bucket(int id, float* whole, uint16_t* whole16, std::vector<Request>& pending) {
+  const Bucket& b = shards_.buckets()[size_t(id)];
+  const uint16_t* shard16 = whole16 ? shard_copy().bits.data() : nullptr;
+  const double t0 = tracer_.now();
+  size_t bytes = b.range.size() * sizeof(float);
+  if (whole16) bytes = mixed_.start(id, dp_, shard16, param_shard_.data(), whole16, pending);
+  else pending.push_back(dp_.iall_gather(param_shard_.data() + b.shard_offset, whole, b.piece.size(), DType::f32));
+  tracer_.record(EventKind::all_gather_issue, step_, id, t0, tracer_.now(), int64_t(bytes));
+}
+
 void ParamStore::start_gather(int u) {
   Gathered& g = gathered_[size_t(u)];
   const Unit& un = unit(u);
-  g.buf = take(un.range.size());
+  const bool low = mixed_.sixteen_bit(u);
+  g.buf = take<float>(un.range.size());
+  if (low) g.low = take<uint16_t>(un.range.size());
   for (int id : shards_.buckets_of(u)) {
-    const Bucket& b = shards_.buckets()[size_t(id)];
-    const double t0 = tracer_.now();
-    g.pending.push_back(dp_.iall_gather(param_shard_.data() + b.shard_offset, g.buf.data() + (b.range.begin - un.range.begin),
-                                        b.piece.size(), DType::f32));
-    tracer_.record(EventKind::all_gather_issue, step_, id, t0, tracer_.now(), int64_t(b.range.size() * sizeof(float)));
+    const size_t at = shards_.buckets()[size_t(id)].range.begin - un.range.begin;
+    gather_bucket(id, g.buf.data() + at, low ? g.low.data() + at : nullptr, g.pending);
   }
 }
 
-const float* ParamStore::params(int u) {
-  if (!policy_.params) return params_.data() + unit(u).range.begin;
+void ParamStore::wait_gather(int u) {
   Gathered& g = gathered_[size_t(u)];
   if (!g.buf.extent(0)) start_gather(u);
-  if (!g.pending.empty()) {
+  if (g.pending.empty()) return;
+  {
     Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, u);
     for (Request& r : g.pending) dp_.wait(r);
     g.pending.clear();
   }
-  ++g.refs;
-  return g.buf.data();
+  if (g.low.extent(0))
+    for (int id : shards_.buckets_of(u))
+      mixed_.finish(id, g.buf.data() + (shards_.buckets()[size_t(id)].range.begin - unit(u).range.begin));
+}
+
+const float* ParamStore::params(int u) {
+  if (!policy_.params) return params_.data() + unit(u).range.begin;
+  wait_gather(u);
+  ++gathered_[size_t(u)].refs;
+  return gathered_[size_t(u)].buf.data();
 }
 
 const uint16_t* ParamStore::low_params(int u) {
+  if (policy_.params) {  // valid while the stage holds params(u)
+    if (!mixed_.sixteen_bit(u)) return nullptr;
+    wait_gather(u);
+    return gathered_[size_t(u)].low.data();
+  }
   if (copy_.empty()) return nullptr;
   if (copy_stale_) {
     write_working_copy(copy_, vec(params_.data(), params_.extent(0)));
@@ -144,7 +190,9 @@ void ParamStore::release_params(int u) {
   Gathered& g = gathered_[size_t(u)];
   if (--g.refs > 0) return;
   give(std::move(g.buf));
+  give(std::move(g.low));
   g.buf = Buffer<float>();
+  g.low = Buffer<uint16_t>();
   g.refs = 0;
 }
 
@@ -154,7 +202,7 @@ float* ParamStore::grads(int u) {
   if (!policy_.grads) return grads_.data() + unit(u).range.begin;
   Buffer<float>& ws = grad_ws_[size_t(u)];
   if (!ws.extent(0)) {
-    ws = take(unit(u).range.size());
+    ws = take<float>(unit(u).range.size());
     Kokkos::deep_copy(ExecSpace(), ws, 0.0f);
   }
   return ws.data();
@@ -266,30 +314,45 @@ void ParamStore::sync_replicated(Communicator& tp) {
 
 void ParamStore::optimizer_step(double lr, GradScale scale) {
   const bool accumulates = !policy_.optimizer || policy_.grads;  // see begin_step
-  // ZeRO-0: the update writes the working copy with the masters; ZeRO-1/2 refresh it after the gather.
+  // The update writes the working copy with the masters: ZeRO-0 the whole one, sharding the shard's.
   opt_->step(vec(param_shard_.data(), shards_.shard_size()), vec(grad_shard_.data(), shards_.shard_size()), lr, scale,
-             accumulates, policy_.optimizer ? WorkingCopy{} : copy_);
+             accumulates, policy_.optimizer ? shard_copy_ : copy_);
   grads_zeroed_ = accumulates;
-  copy_stale_ = policy_.optimizer;
+  shard_copy_stale_ = false;
+  if (!policy_.optimizer) copy_stale_ = false;
   if (!policy_.optimizer || policy_.params) return;
-  // ZeRO-1/2: every rank's updated pieces back into the whole parameters.
+  // ZeRO-1/2: every rank's updated pieces back into the whole parameters (a block's matrices into
+  // the working copy alone when mixed_ is active).
+  auto each_bucket = [&](auto f) {
+    for (size_t i = 0; i < shards_.buckets().size(); ++i) f(int(i), shards_.buckets()[i]);
+  };
   std::vector<Request> pending;
-  for (size_t i = 0; i < shards_.buckets().size(); ++i) {
-    const Bucket& b = shards_.buckets()[i];
-    const double t0 = tracer_.now();
-    pending.push_back(dp_.iall_gather(param_shard_.data() + b.shard_offset, params_.data() + b.range.begin,
-                                      b.piece.size(), DType::f32));
-    tracer_.record(EventKind::all_gather_issue, step_, int(i), t0, tracer_.now(), int64_t(b.range.size() * sizeof(float)));
+  each_bucket([&](int id, const Bucket& b) {
+    gather_bucket(id, params_.data() + b.range.begin,
+                  mixed_.sixteen_bit(b.unit) ? copy_.bits.data() + b.range.begin : nullptr, pending);
+  });
+  {
+    Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, -1);
+    for (Request& r : pending) dp_.wait(r);
   }
-  Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, -1);
-  for (Request& r : pending) dp_.wait(r);
+  copy_stale_ = !mixed_.active();  // fp32 gathered: the copy is rounded at its next use
+  if (!mixed_.active()) return;
+  each_bucket([&](int id, const Bucket& b) {
+    if (mixed_.sixteen_bit(b.unit)) mixed_.finish(id, params_.data() + b.range.begin);
+  });
+  // A unit gathered in fp32 whose weights a GEMM reads: wte, for the LM head of a one-stage model.
+  const int head = layout_.has_head() ? layout_.head_wte_unit() : -1;
+  if (head >= 0 && !mixed_.sixteen_bit(head)) {
+    const Range r = unit(head).range;
+    write_working_copy(copy_.slice(r.begin, r.size()), vec(params_.data() + r.begin, r.size()));
+  }
 }
 
 // ---- state ------------------------------------------------------------------------------------
 
 void ParamStore::init(uint64_t seed) {
   const ParamLayout& g = layout_.global();
-  copy_stale_ = true;
+  copy_stale_ = shard_copy_stale_ = true;
   if (!policy_.params) {
     init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(params_.data(), params_.extent(0)));
     if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
@@ -329,7 +392,7 @@ Vec<float> ParamStore::state_buffer(const std::string& section) {
 std::vector<float> ParamStore::local_values(const std::string& section) {
   const size_t n = layout_.local_size();
   Buffer<float> whole;
-  if (section == "params") whole = policy_.params ? gather_whole(param_shard_.data()) : params_;
+  if (section == "params") whole = params_sharded() ? gather_whole(param_shard_.data()) : params_;
   else whole = policy_.optimizer ? gather_whole(state_buffer(section).data()) : Buffer<float>(state_buffer(section).data(), n);
   std::vector<float> out(n);
   Kokkos::deep_copy(ExecSpace(), HostFloats(out.data(), n), vec(whole.data(), n));
@@ -345,7 +408,7 @@ size_t ParamStore::Owned::size() const {
 
 ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
   Owned out;
-  out.sharded = section == "params" ? policy_.params : policy_.optimizer;
+  out.sharded = section == "params" ? params_sharded() : policy_.optimizer;
   if (out.sharded) {
     size_t at = 0;
     for (const Bucket& b : shards_.buckets()) {  // the shard is the pieces in local order
@@ -360,7 +423,7 @@ ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
 }
 
 void ParamStore::copy_owned(const std::string& section, size_t begin, size_t n, float* dst) {
-  const bool sharded = section == "params" ? policy_.params : policy_.optimizer;
+  const bool sharded = section == "params" ? params_sharded() : policy_.optimizer;
   float* src = section == "params" ? (sharded ? param_shard_.data() : params_.data()) : state_buffer(section).data();
   const size_t size = sharded ? shards_.shard_size() : layout_.local_size();
   if (begin + n > size) fail("ParamStore: values [", begin, ", ", begin + n, ") of ", section, " past its ", size);
@@ -383,7 +446,7 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
   struct Done {  // `values` may go once this returns: the copies from it must be complete
     ~Done() { device_sync("a checkpoint's values from the host"); }
   } done;
-  if (section == "params") copy_stale_ = true;
+  if (section == "params") copy_stale_ = shard_copy_stale_ = true;
   if (section == "params" && !policy_.params) {
     Kokkos::deep_copy(ExecSpace(), vec(params_.data(), n), host);
     if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
@@ -399,10 +462,21 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
   scatter_pieces(whole.data(), shard);
 }
 
+size_t ParamStore::gather_bytes() const {
+  if (!policy_.optimizer || shards_.ranks() == 1) return 0;
+  size_t n = 0;
+  for (size_t id = 0; id < shards_.buckets().size(); ++id) {
+    const Bucket& b = shards_.buckets()[id];
+    n += mixed_.sixteen_bit(b.unit) ? mixed_.bytes(int(id)) : b.range.size() * sizeof(float);
+  }
+  return n;
+}
+
 MemoryUse ParamStore::memory() const {
   const size_t f = sizeof(float), s = policy_.optimizer ? shards_.shard_size() : 0;
   MemoryUse m;
-  m.params = (params_.extent(0) + s) * f + copy_buf_.extent(0) * sizeof(uint16_t);
+  m.params = (params_.extent(0) + s) * f + (copy_buf_.extent(0) + shard_copy_buf_.extent(0)) * sizeof(uint16_t) +
+             mixed_.memory();
   m.grads = (grads_.extent(0) + s) * f;
   for (auto& st : const_cast<Optimizer&>(*opt_).state()) m.optimizer += st.second.extent(0) * f;
   return m;

@@ -8,7 +8,8 @@
 //   ZeRO-3        shard; a unit gathered   per-unit workspace -> shard    shard
 //                 for each use, then freed
 // The shard (ShardLayout: this rank's piece of every bucket) is where clipping, weight decay and the
-// update happen; ZeRO-1/2 all-gather the updated shards into the whole parameters. Workspaces are
+// update happen; ZeRO-1/2 all-gather the updated shards into the whole parameters (under mixed
+// precision a block's matrices into the whole 16-bit working copy only: the shard keeps the masters). Workspaces are
 // pooled and recycled as soon as their reduction completes: at rest (between steps) only the
 // table's buffers exist.
 #include <map>
@@ -18,6 +19,7 @@
 
 #include "model/unit_store.hpp"
 #include "parallel/gradient_reducer.hpp"
+#include "parallel/mixed_gather.hpp"
 #include "parallel/shard_layout.hpp"
 #include "runtime/optimizer.hpp"
 #include "parallel/zero.hpp"
@@ -33,12 +35,14 @@ struct MemoryUse {
 class ParamStore final : public UnitStore<float> {
  public:
   // grad_wire: the data-parallel gradient reduction's type on the wire (f32, or bf16).
-  // working: the run's precision; bf16 / fp16 keep a 16-bit working copy of the whole parameters
-  // for the GEMMs where the store keeps them whole (ZeRO 0-2; ZeRO-3 gathers fp32 units and the
-  // stage rounds them per GEMM).
+  // working: the run's precision. Under bf16 / fp16 the GEMMs read a 16-bit working copy of the
+  // weights: of the whole parameters where the store keeps them whole (ZeRO 0-2), of a gathered
+  // unit's under ZeRO-3. With sharding the optimizer writes the shard's copy, and the parameter
+  // all-gather moves the matrices as 16-bit values (parallel/mixed_gather.hpp); gather16 = false
+  // gathers fp32 as at fp32 and rounds after (ZeRO-3: per GEMM), the same values (tests compare).
   ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
              const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire = DType::f32,
-             Precision working = Precision::fp32);
+             Precision working = Precision::fp32, bool gather16 = true);
   ~ParamStore() override;
 
   // ---- UnitStore ----
@@ -91,12 +95,25 @@ class ParamStore final : public UnitStore<float> {
   void owned_values(const std::string& section, Owned& into);
 
   MemoryUse memory() const;
+  // Bytes one all-gather of the whole parameters delivers to a rank (ZeRO 1-3; 0 without sharding).
+  size_t gather_bytes() const;
   size_t peak_workspace_bytes() const { return peak_workspace_; }
 
  private:
-  Buffer<float> take(size_t n);  // a workspace from the pool
-  void give(Buffer<float> b);
+  template <class T>
+  Buffer<T> take(size_t n);  // a workspace from the pool
+  template <class T>
+  void give(Buffer<T> b);
+  template <class T>
+  std::map<size_t, std::vector<Buffer<T>>>& pool();
   void start_gather(int u);
+  void wait_gather(int u);
+  // Bucket id's all-gather into the whole parameters from their first value: `whole` (fp32) or,
+  // when whole16 is set, whole16 (16-bit matrices) with `whole`'s fp32 tensors (finish_bucket after).
+  void gather_bucket(int id, float* whole, uint16_t* whole16, std::vector<Request>& pending);
+  // The parameters exist complete only in the shard (ZeRO-3; ZeRO-1/2 gathering 16-bit matrices).
+  bool params_sharded() const { return policy_.params || mixed_.active(); }
+  const WorkingCopy& shard_copy();  // the shard's 16-bit copy, refreshed if stale
   Buffer<float> gather_whole(const float* shard);  // every bucket's pieces -> the local layout
   void scatter_pieces(const float* whole, float* shard) const;
   Vec<float> state_buffer(const std::string& section);
@@ -118,9 +135,15 @@ class ParamStore final : public UnitStore<float> {
   WorkingCopy copy_;
   Buffer<uint16_t> copy_buf_;
   bool copy_stale_ = true;
+  // Sharded and mixed, gathering 16-bit matrices: the shard's copy, written by the optimizer's pass.
+  MixedGather mixed_;
+  WorkingCopy shard_copy_;
+  Buffer<uint16_t> shard_copy_buf_;
+  bool shard_copy_stale_ = true;
   bool grads_zeroed_ = false;               // the last update left the accumulating gradients 0
   struct Gathered {
     Buffer<float> buf;
+    Buffer<uint16_t> low;  // a sixteen_bit unit's matrices (buf then holds its fp32 tensors only)
     std::vector<Request> pending;
     int refs = 0;
   };
@@ -134,6 +157,7 @@ class ParamStore final : public UnitStore<float> {
   std::vector<std::pair<size_t, size_t>> replicated_;  // shard ranges of tp-replicated tensors
   Buffer<float> replicated_buf_;
   std::map<size_t, std::vector<Buffer<float>>> pool_;
+  std::map<size_t, std::vector<Buffer<uint16_t>>> pool16_;
   size_t workspace_ = 0, peak_workspace_ = 0;
   int step_ = 0, microbatches_ = 1;
 };

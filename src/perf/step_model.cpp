@@ -68,6 +68,7 @@ struct ChunkPlan {
 struct RankPlan {
   std::vector<ChunkPlan> chunks;
   double local_params = 0, shard_params = 0, replicated_elems = 0, wte_elems = 0;
+  double gather_bytes = 0;  // ZeRO-1/2's all-gather of the updated parameters
 };
 
 struct Detail {
@@ -111,10 +112,11 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
   auto reduce = [&](double elems) {
     return bucketed(elems * grad_bytes, policy.optimizer ? &CostModel::reduce_scatter : &CostModel::all_reduce);
   };
-  // ... and ZeRO-3's gather of its parameters before each use.
-  auto gather = [&](double elems) {
-    return policy.params ? bucketed(elems * l.bytes_per_value(), &CostModel::all_gather) : 0.0;
-  };
+  // ... and ZeRO-3's gather of its parameters before each use (bytes). Under mixed precision a
+  // block's matrices and the LM head's tied wte travel as 16-bit values, the rest in fp32
+  // (parallel/mixed_gather); sixteen_bit() is a unit's bytes a value.
+  auto gather = [&](double bytes) { return policy.params ? bucketed(bytes, &CostModel::all_gather) : 0.0; };
+  auto sixteen_bit = [&](UnitKind k) { return k == UnitKind::block || k == UnitKind::tied_wte ? l.bytes_per_value() : 4.0; };
 
   std::vector<RankPlan> plans(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) {
@@ -131,6 +133,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     if (policy.optimizer) rp.wte_elems /= replicas;
     for (const TensorInfo& t : sl.tensors())
       if (t.replicated && l.tp > 1) rp.replicated_elems += double(t.range.size());
+    for (const Unit& u : sl.units()) rp.gather_bytes += sixteen_bit(u.kind) * double(u.range.size());
     Recompute recompute = Recompute::none;
     parse_recompute(l.recompute, recompute);
     // Attention (scores, softmax, their product with v) in a block's forward FLOPs: 2TC of 24C^2 + 2TC
@@ -146,25 +149,26 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
       if (emb) {
         const UnitTime t = unit(0);
         cp.forward.push_back({data + t.forward + cm.tp_forward(0, b, l),
-                              gather(unit_elems(UnitKind::wte) + unit_elems(UnitKind::wpe)), {}});
+                              gather(4 * (unit_elems(UnitKind::wte) + unit_elems(UnitKind::wpe))), {}});
       }
       for (int layer = c.first; layer < c.end; ++layer) {
         const UnitTime t = unit(1 + layer);
         cp.forward.push_back({t.forward + cm.tp_forward(1 + layer, b, l) + cm.cp_forward(b, l),
-                              gather(unit_elems(UnitKind::block, layer)), {}});
+                              gather(sixteen_bit(UnitKind::block) * unit_elems(UnitKind::block, layer)), {}});
       }
       if (head) {
         const UnitTime t = unit(L + 1);
         const int wu = sl.head_wte_unit();
         const double head_wte = double(sl.units()[size_t(wu)].range.size()), norm = unit_elems(UnitKind::final_norm);
-        Segment seg{(emb ? 0.0 : data) + t.forward + cm.tp_forward(L + 1, b, l), gather(norm + head_wte), {}};
+        Segment seg{(emb ? 0.0 : data) + t.forward + cm.tp_forward(L + 1, b, l),
+                    gather(4 * norm + sixteen_bit(sl.units()[size_t(wu)].kind) * head_wte), {}};
         // The LM head's copy of wte (another rank has the embedding) has its whole gradient after
         // the head's forward.
         if (sl.units()[size_t(wu)].grads_final_in_forward()) seg.reductions.push_back(reduce(head_wte));
         cp.forward.push_back(seg);
         const double tp_b = cm.tp_backward(L + 1, b, l);
-        cp.backward.push_back({t.backward() + tp_b, gather(norm), {reduce(norm)}});
-        cp.input.push_back({t.backward_input + tp_b, gather(norm), {}});
+        cp.backward.push_back({t.backward() + tp_b, gather(4 * norm), {reduce(norm)}});
+        cp.input.push_back({t.backward_input + tp_b, gather(4 * norm), {}});
         cp.weight.push_back({t.backward_weight, 0, {reduce(norm)}});
       }
       for (int layer = c.end - 1; layer >= c.first; --layer) {
@@ -179,8 +183,8 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
           again = recompute == Recompute::full ? fwd : fwd * attention_share;
           again_split = recompute == Recompute::full ? fwd * split_share : again;
         }
-        cp.backward.push_back({again + t.backward() + tp_b, gather(e), {reduce(e)}});
-        cp.input.push_back({again_split + t.backward_input + tp_b, gather(e), {}});  // B: the collectives, the params
+        cp.backward.push_back({again + t.backward() + tp_b, gather(sixteen_bit(UnitKind::block) * e), {reduce(e)}});
+        cp.input.push_back({again_split + t.backward_input + tp_b, gather(sixteen_bit(UnitKind::block) * e), {}});  // B: the collectives, the params
         cp.weight.push_back({t.backward_weight, 0, {reduce(e)}});                    // W: completes the gradient
       }
       if (emb) {  // only weights: all of it in W
@@ -291,7 +295,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     const RankPlan& rp = plans[size_t(r)];
     post[size_t(r)] = ready[size_t(r)] + slow * cm.gradient_pass(rp.local_params);  // the norm
     own[size_t(r)] = post[size_t(r)] + slow * cm.optimizer(rp.shard_params) +
-                     (policy.optimizer && !policy.params ? bucketed(rp.local_params * 4, &CostModel::all_gather) : 0.0);
+                     (policy.optimizer && !policy.params ? bucketed(rp.gather_bytes, &CostModel::all_gather) : 0.0);
   }
   // The loss and norm all-reduces: every rank's contribution, then each rank's optimizer is done.
   const double scalars = cm.all_reduce(16, replicas, dp_stride) + cm.all_reduce(8, l.tp, 1) + cm.all_reduce(16, p, l.tp);
@@ -353,11 +357,12 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
     double largest = 0;
     for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
     // As ParamStore::memory() counts it: the trainer keeps fp32 masters and gradients in every
-    // precision, and under bf16 / fp16 a 16-bit working copy of the whole parameters where it keeps
-    // them whole (ZeRO 0-2; ZeRO-3 rounds a gathered unit's weights per GEMM).
-    const bool copy = l.precision != "fp32" && !policy.params;
+    // precision, and under bf16 / fp16 16-bit working copies: of the whole parameters where it keeps
+    // them whole (ZeRO 0-2), and of the shard (ZeRO 1-3; the gather's small tables left out).
+    const bool mixed = l.precision != "fp32";
     RankMemory m;
-    m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) + (copy ? 2 * psi : 0);
+    m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) +
+               (mixed ? 2 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) : 0);
     m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
     m.optimizer = 8 * shard;
     // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.
@@ -368,8 +373,9 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
       slot = std::max(slot, per_mb), scratch += s, shared += sh;
     }
     m.activations = slot * in_flight[size_t(r)] + shared;
-    // ZeRO's pooled workspaces: about two units' gradients (2, 3) and two gathered units (3).
-    m.workspace = scratch + largest * 4 * ((policy.grads ? 2 : 0) + (policy.params ? 2 : 0));
+    // ZeRO's pooled workspaces: about two units' gradients (2, 3) and two gathered units (3; with
+    // their 16-bit matrices under mixed precision).
+    m.workspace = scratch + largest * ((policy.grads ? 8 : 0) + (policy.params ? (mixed ? 12 : 8) : 0));
     out.push_back(m);
   }
   return out;

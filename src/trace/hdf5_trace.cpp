@@ -112,6 +112,7 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
   attr_per_rank(g, "grad_bytes", meta.grad_bytes, comm);
   attr_per_rank(g, "stage_param_bytes", meta.stage_param_bytes, comm);
+  attr_per_rank(g, "param_gather_bytes", meta.param_gather_bytes, comm);
   attr_per_rank(g, "optimizer_bytes", meta.optimizer_bytes, comm);
   attr_per_rank(g, "peak_workspace_bytes", meta.workspace_bytes, comm);
   attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);

@@ -12,7 +12,9 @@
 //             timeline draws the kind -- row, lane, step, unit, detail -- and its colour);
 //             per rank (arrays of length world_size): dp_rank, pp_rank, cp_rank, tp_rank, clock_error (s),
 //             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
-//             parameters of the rank's stage, unsharded: the Psi of ZeRO), peak_activation_bytes,
+//             parameters of the rank's stage, unsharded: the Psi of ZeRO), param_gather_bytes (what
+//             one ZeRO all-gather of those delivers: 16-bit matrices under mixed precision; 0 without
+//             sharding), peak_activation_bytes,
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces),
 //             device_syncs_per_step (the most whole-device waits one training step made);
 //             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
@@ -50,6 +52,7 @@ struct TraceMeta {
   std::vector<int> stage_layers;
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest
   double stage_param_bytes = 0;                                 // its stage's, unsharded
+  double param_gather_bytes = 0;  // one ZeRO all-gather of its stage's parameters delivers (0: none)
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
   double device_syncs_per_step = 0;  // this rank's most whole-device syncs in one training step
   std::string event_timing;          // what event times mean on a device (fenced or issue times)

@@ -71,6 +71,8 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.host_threads", &parallel.host_threads, "Kokkos host threads per rank (0: the rank's share of the cores)"},
       {"parallel.blas_threads", &parallel.blas_threads, "host BLAS threads per rank (0: the rank's share of the cores)"},
       {"parallel.grad_reduce_dtype", &parallel.grad_reduce_dtype, "data-parallel gradient reduction on the wire: fp32 | bf16"},
+      {"parallel.param_gather_dtype", &parallel.param_gather_dtype,
+       "ZeRO's parameter all-gather: auto (the weight matrices as 16-bit values under bf16 / fp16) | fp32"},
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
@@ -176,6 +178,8 @@ void RunConfig::validate(int world_size) const {
                train.loss_scale_window);
   if (parallel.grad_reduce_dtype != "fp32" && parallel.grad_reduce_dtype != "bf16")
     fail_input("parallel.grad_reduce_dtype", "expected fp32 or bf16, got \"", parallel.grad_reduce_dtype, "\"");
+  if (parallel.param_gather_dtype != "auto" && parallel.param_gather_dtype != "fp32")
+    fail_input("parallel.param_gather_dtype", "expected auto or fp32, got \"", parallel.param_gather_dtype, "\"");
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 

@@ -72,6 +72,7 @@ struct ParallelConfig {
   int host_threads = 0;           // Kokkos host threads per rank; 0: cores on the node / ranks on it
   int blas_threads = 0;           // host BLAS threads per rank; 0: cores on the node / ranks on it
   std::string grad_reduce_dtype = "fp32";  // gradients on the wire between dp ranks: fp32 | bf16
+  std::string param_gather_dtype = "auto";  // ZeRO's parameter all-gather: auto (16-bit matrices when mixed) | fp32
 };
 
 struct CheckpointConfig {

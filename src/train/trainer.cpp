@@ -74,7 +74,8 @@ void Trainer::setup_model() {
   parse_precision(cfg_.train.precision, precision);
   store_ = std::make_unique<ParamStore>(stage_layout, groups_->replicas(), zero_policy(p.zero), bucket,
                                         cfg_.train.optimizer, oc, tracer_,
-                                        p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32, precision);
+                                        p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32, precision,
+                                        p.param_gather_dtype == "auto");
   tp_group_ = std::make_unique<CommTpGroup>(*groups_->tp, tracer_);
   cp_ring_ = std::make_unique<CommCpRing>(*groups_->cp, tracer_);
   StageOptions<float> so;

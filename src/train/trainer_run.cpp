@@ -45,6 +45,7 @@ void Trainer::write_trace() {
   meta.workspace_bytes = double(store_->peak_workspace_bytes());
   meta.zero = cfg_.parallel.zero;
   meta.stage_param_bytes = double(stage_layout().local_size() * sizeof(float));
+  meta.param_gather_bytes = double(store_->gather_bytes());
   meta.activation_bytes = double(activation_bytes());
   meta.device_syncs_per_step = double(step_syncs_);
   meta.event_timing = cfg_.trace.sync ? "fenced per event" : cfg_.trace.units ? "fenced per unit" : "host issue times";

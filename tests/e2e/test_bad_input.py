@@ -201,6 +201,8 @@ def main():
          "train.loss_scale_window: must be at least 1"),
         ("unknown grad_reduce_dtype", train(deck("mp6", parallel__grad_reduce_dtype="fp16")), 2,
          'parallel.grad_reduce_dtype: expected fp32 or bf16, got "fp16"'),
+        ("unknown param_gather_dtype", train(deck("mp7", parallel__param_gather_dtype="bf16")), 2,
+         'parallel.param_gather_dtype: expected auto or fp32, got "bf16"'),
         ("base is a folder", train(P("base_dot.toml")), 2, "base: " + w + "/. is a folder, expected another deck"),
         ("base is the deck itself", train(P("base_self.toml")), 2, "base_self.toml is this deck itself"),
         # A shape read from a checkpoint is checked against the file before anything is allocated.

@@ -4,6 +4,7 @@
 // move between a ZeRO-3 layout and one rank both ways.
 #include <cstdio>
 
+#include "../common/store_training.hpp"
 #include "equivalence.hpp"
 
 using namespace gpt2;
@@ -75,4 +76,61 @@ TEST(Zero, MemoryAtRestShrinksWithTheGroup) {
 
 TEST(Zero, CheckpointsMoveBetweenZero3AndOneRank) {
   expect_checkpoints_move(zero_config(3, 2), zero_config(0, 1), kSteps, "zero 3 dp 2", "zero-ckpt");
+}
+
+// Mixed precision: the parameter all-gather moves a block's matrices as their 16-bit working copy
+// (half the bytes) and the LayerNorms and biases beside them in fp32, packed rank by rank. Trained
+// through a ParamStore on groups of 2 and 4 ranks, bit for bit as a store that gathers fp32 and
+// rounds per GEMM; the blocks' gathers deliver half the fp32 bytes plus the packed fp32 values.
+namespace {
+void expect_sixteen_bit_gathers_train_as_fp32(Precision precision, int zero, int dp) {
+  RunConfig c = tiny_config(data_dir());
+  const ParamLayout layout(c.model);
+  const StageLayout sl(layout, 0, c.model.n_layer);
+  MPI_Comm g;
+  MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / dp, 0, &g);
+  const std::string what = std::string(precision_name(precision)) + ", zero " + std::to_string(zero) + ", dp " +
+                           std::to_string(dp) + ", rank " + std::to_string(rank_of(g));
+  {
+    auto comm = make_communicator(test_comm(), g);
+    OptimizerConfig oc;
+    oc.weight_decay = 0.1;
+    Tracer with_trace, without_trace;
+    with_trace.configure(true, 1 << 20, false, 0);
+    without_trace.configure(true, 1 << 20, false, 0);
+    ParamStore with(sl, *comm, zero_policy(zero), 100, "adamw", oc, with_trace, DType::f32, precision);
+    ParamStore without(sl, *comm, zero_policy(zero), 100, "adamw", oc, without_trace, DType::f32, precision, false);
+    const uint64_t seed = 11 + uint64_t(rank_of(g));  // each rank its own tokens
+    const std::vector<float> got = train_through_store(with, sl, precision, seed, 4);
+    const std::vector<float> ref = train_through_store(without, sl, precision, seed, 4);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], ref[i]) << what << ", loss " << i;
+    const std::vector<float> pw = with.local_values("params"), pr = without.local_values("params");
+    for (size_t i = 0; i < pw.size(); ++i) ASSERT_EQ(pw[i], pr[i]) << what << ", parameter " << i;
+    // The blocks' gathers: 2 bytes a matrix value, and at most D x 4 bytes a LayerNorm or bias value.
+    auto block_bytes = [&](const ParamStore& s, const Tracer& t) {
+      double bytes = 0;
+      for (const Event& e : t.events())
+        if (e.kind == int32_t(EventKind::all_gather_issue) &&
+            sl.units()[size_t(s.shards().buckets()[size_t(e.microbatch)].unit)].kind == UnitKind::block)
+          bytes += double(e.bytes);
+      return bytes;
+    };
+    size_t block_values = 0, small = 0;
+    for (const TensorInfo& t : sl.tensors())
+      if (t.layer >= 0) block_values += t.range.size(), small += t.shape.size() == 1 ? t.range.size() : 0;
+    const double b16 = block_bytes(with, with_trace), b32 = block_bytes(without, without_trace);
+    const double times = b32 / (4.0 * double(block_values));  // the blocks' gathers (ZeRO-3: several a step)
+    ASSERT_GE(times, 4.0) << what;
+    EXPECT_LE(b16, 0.5 * b32 + times * 4.0 * dp * double(small)) << what << ", fp32 " << b32 << " bytes";
+  }
+  MPI_Comm_free(&g);
+}
+}  // namespace
+
+TEST(Zero, SixteenBitGathersTrainAsFp32GathersRoundedPerGemm) {
+  for (int dp = 2; dp <= std::min(4, world_size()); dp *= 2)
+    for (int zero : {1, 3})
+      for (Precision p : {Precision::bf16, Precision::fp16}) expect_sixteen_bit_gathers_train_as_fp32(p, zero, dp);
+  expect_sixteen_bit_gathers_train_as_fp32(Precision::bf16, 2, 2);
 }

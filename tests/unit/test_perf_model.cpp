@@ -299,6 +299,11 @@ TEST(StepModel, MemoryFollowsTheZeroTable) {
     EXPECT_DOUBLE_EQ(r.grads, 4 * ((zero >= 2 ? 0 : psi) + (zero ? shard : 0))) << zero;
     EXPECT_DOUBLE_EQ(r.params, 4 * ((zero == 3 ? 0 : psi) + (zero ? shard : 0))) << zero;
     EXPECT_EQ(p.memory_per_rank().size(), 8u);
+    // bf16: the 16-bit working copies beside the masters, of what is kept whole and of the shard.
+    l.precision = "bf16";
+    const StepPrediction mixed = predict_step(cm, l);
+    ASSERT_TRUE(mixed.valid()) << mixed.problem;
+    EXPECT_DOUBLE_EQ(mixed.stage_memory[0].params, 6 * ((zero == 3 ? 0 : psi) + (zero ? shard : 0))) << zero;
   }
 }
 

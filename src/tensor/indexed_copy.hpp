@@ -1,0 +1,43 @@
+#pragma once
+// Copies between one packed buffer and scattered positions of another, for a collective over many
+// small ranges of a buffer (ZeRO's fp32 gather of the LayerNorms and biases beside the 16-bit
+// matrices): one kernel over an index table instead of a copy per range.
+#include <cstdint>
+
+#include "tensor/elementwise.hpp"
+
+namespace gpt2 {
+
+namespace detail {
+template <class T>
+struct PackAt {
+  Vec<T> dst;
+  CVec<T> src;
+  CVec<int32_t> at;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t i) const { dst(i) = src(at(i)); }
+};
+template <class T>
+struct UnpackTo {
+  Vec<T> dst;
+  CVec<T> src;
+  CVec<int32_t> to;
+  KOKKOS_INLINE_FUNCTION void operator()(int64_t i) const {
+    if (to(i) >= 0) dst(to(i)) = src(i);
+  }
+};
+}  // namespace detail
+
+// packed (n) = src(at(i)) for i < n.
+template <class T>
+void pack_at(Vec<T> packed, CVec<T> src, CVec<int32_t> at) {
+  for_each_index("pack_at", int64_t(at.extent(0)), detail::PackAt<T>{packed, src, at});
+}
+
+// dst(to(i)) = packed(i) for i < n where to(i) >= 0 (a negative entry is padding). The targets
+// differ from each other, so the writes are independent.
+template <class T>
+void unpack_to(Vec<T> dst, CVec<T> packed, CVec<int32_t> to) {
+  for_each_index("unpack_to", int64_t(to.extent(0)), detail::UnpackTo<T>{dst, packed, to});
+}
+
+}  // namespace gpt2
