@@ -1,14 +1,13 @@
+// ParamStore (parallel/param_store.hpp): its layout, the parameters served unit by unit (gathered
+// under ZeRO-3), the gradients reduced as units complete, the norm and the update. Its state as a
+// whole -- initialisation, checkpoint sections, memory -- is in param_store_state.cpp.
 #include "parallel/param_store.hpp"
 
-#include "runtime/device_sync.hpp"
-
 #include "core/error.hpp"
-#include "model/param_init.hpp"
 
 namespace gpt2 {
 
 namespace {
-using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
 Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 }  // namespace
 
@@ -346,140 +345,6 @@ void ParamStore::optimizer_step(double lr, GradScale scale) {
     const Range r = unit(head).range;
     write_working_copy(copy_.slice(r.begin, r.size()), vec(params_.data() + r.begin, r.size()));
   }
-}
-
-// ---- state ------------------------------------------------------------------------------------
-
-void ParamStore::init(uint64_t seed) {
-  const ParamLayout& g = layout_.global();
-  copy_stale_ = shard_copy_stale_ = true;
-  if (!policy_.params) {
-    init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(params_.data(), params_.extent(0)));
-    if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
-    return;
-  }
-  for (const Bucket& b : shards_.buckets())  // deferred initialisation: only this rank's pieces
-    init_params<float>(g, layout_.tensors(), seed, b.piece, vec(param_shard_.data() + b.shard_offset, b.piece.size()));
-}
-
-void ParamStore::scatter_pieces(const float* whole, float* shard) const {
-  for (const Bucket& b : shards_.buckets())
-    Kokkos::deep_copy(ExecSpace(), vec(shard + b.shard_offset, b.piece.size()),
-                      vec(const_cast<float*>(whole) + b.piece.begin, b.piece.size()));
-}
-
-Buffer<float> ParamStore::gather_whole(const float* shard) {
-  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gathered"), layout_.local_size());
-  std::vector<Request> pending;
-  for (const Bucket& b : shards_.buckets())
-    pending.push_back(dp_.iall_gather(shard + b.shard_offset, whole.data() + b.range.begin, b.piece.size(), DType::f32));
-  for (Request& r : pending) dp_.wait(r);
-  return whole;
-}
-
-std::vector<std::string> ParamStore::sections() const {
-  std::vector<std::string> out = {"params"};
-  for (auto& s : opt_->state()) out.push_back("opt." + s.first);
-  return out;
-}
-
-Vec<float> ParamStore::state_buffer(const std::string& section) {
-  for (auto& s : opt_->state())
-    if ("opt." + s.first == section) return s.second;
-  fail("ParamStore: no state section ", section);
-}
-
-std::vector<float> ParamStore::local_values(const std::string& section) {
-  const size_t n = layout_.local_size();
-  Buffer<float> whole;
-  if (section == "params") whole = params_sharded() ? gather_whole(param_shard_.data()) : params_;
-  else whole = policy_.optimizer ? gather_whole(state_buffer(section).data()) : Buffer<float>(state_buffer(section).data(), n);
-  std::vector<float> out(n);
-  Kokkos::deep_copy(ExecSpace(), HostFloats(out.data(), n), vec(whole.data(), n));
-  device_sync("a checkpoint's values to the host");  // (between steps: checkpoints, tests)
-  return out;
-}
-
-size_t ParamStore::Owned::size() const {
-  size_t n = 0;
-  for (const Range& r : ranges) n += r.size();
-  return n;
-}
-
-ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
-  Owned out;
-  out.sharded = section == "params" ? params_sharded() : policy_.optimizer;
-  if (out.sharded) {
-    size_t at = 0;
-    for (const Bucket& b : shards_.buckets()) {  // the shard is the pieces in local order
-      if (b.shard_offset != at) fail("ParamStore: the shard's pieces are not in local order");
-      out.ranges.push_back(b.piece);
-      at += b.piece.size();
-    }
-  } else {
-    out.ranges.push_back({0, layout_.local_size()});
-  }
-  return out;
-}
-
-void ParamStore::copy_owned(const std::string& section, size_t begin, size_t n, float* dst) {
-  const bool sharded = section == "params" ? params_sharded() : policy_.optimizer;
-  float* src = section == "params" ? (sharded ? param_shard_.data() : params_.data()) : state_buffer(section).data();
-  const size_t size = sharded ? shards_.shard_size() : layout_.local_size();
-  if (begin + n > size) fail("ParamStore: values [", begin, ", ", begin + n, ") of ", section, " past its ", size);
-  Kokkos::deep_copy(ExecSpace(), HostFloats(dst, n), vec(src + begin, n));
-  device_sync("a checkpoint's values to the host");  // (between steps)
-}
-
-void ParamStore::owned_values(const std::string& section, Owned& into) {
-  std::vector<float> keep = std::move(into.values);
-  into = owned_ranges(section);
-  into.values = std::move(keep);
-  into.values.resize(into.size());
-  copy_owned(section, 0, into.values.size(), into.values.data());
-}
-
-void ParamStore::set_local_values(const std::string& section, const std::vector<float>& values) {
-  const size_t n = layout_.local_size();
-  if (values.size() != n) fail("ParamStore: ", section, " has ", values.size(), " values for a layout of ", n);
-  const HostFloats host(const_cast<float*>(values.data()), n);
-  struct Done {  // `values` may go once this returns: the copies from it must be complete
-    ~Done() { device_sync("a checkpoint's values from the host"); }
-  } done;
-  if (section == "params") copy_stale_ = shard_copy_stale_ = true;
-  if (section == "params" && !policy_.params) {
-    Kokkos::deep_copy(ExecSpace(), vec(params_.data(), n), host);
-    if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
-    return;
-  }
-  float* shard = section == "params" ? param_shard_.data() : state_buffer(section).data();
-  if (!policy_.optimizer) {
-    Kokkos::deep_copy(ExecSpace(), vec(shard, n), host);
-    return;
-  }
-  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "whole"), n);
-  Kokkos::deep_copy(ExecSpace(), whole, host);
-  scatter_pieces(whole.data(), shard);
-}
-
-size_t ParamStore::gather_bytes() const {
-  if (!policy_.optimizer || shards_.ranks() == 1) return 0;
-  size_t n = 0;
-  for (size_t id = 0; id < shards_.buckets().size(); ++id) {
-    const Bucket& b = shards_.buckets()[id];
-    n += mixed_.sixteen_bit(b.unit) ? mixed_.bytes(int(id)) : b.range.size() * sizeof(float);
-  }
-  return n;
-}
-
-MemoryUse ParamStore::memory() const {
-  const size_t f = sizeof(float), s = policy_.optimizer ? shards_.shard_size() : 0;
-  MemoryUse m;
-  m.params = (params_.extent(0) + s) * f + (copy_buf_.extent(0) + shard_copy_buf_.extent(0)) * sizeof(uint16_t) +
-             mixed_.memory();
-  m.grads = (grads_.extent(0) + s) * f;
-  for (auto& st : const_cast<Optimizer&>(*opt_).state()) m.optimizer += st.second.extent(0) * f;
-  return m;
 }
 
 }  // namespace gpt2

@@ -17,8 +17,10 @@ same run (the box is shared and noisy; runs are interleaved and repeated, median
   zero   dp 2, one core per rank, the dp config: parallel.zero 0/1/2/3 interleaved; tokens/s against
          zero 0 (target: ZeRO-1 within 5%), data-parallel volume per step against theory, time blocked
          in data-parallel collectives per step (exposed), memory at rest per rank
+  zero16 the same at bf16, ZeRO-1 and ZeRO-3: parameter all-gathers of 16-bit matrices
+         (param_gather_dtype auto) against fp32 gathers: tokens/s, volume per step, exposed time
 
-Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,frontier,trace,zero,tp,all}
+Usage: bench_parallel.py --gpt2 build/bin/gpt2 [--workdir DIR] [--repeats N] {dp,pp,frontier,trace,zero,zero16,tp,all}
 Writes a JSON summary to DIR/bench_parallel.json and prints a table.
 """
 import argparse
@@ -38,11 +40,11 @@ import tracelib  # noqa: E402
 ARGS = None
 
 
-def deck(name, model, seq_len, batch, steps, **parallel):
+def deck(name, model, seq_len, batch, steps, train=None, **parallel):
     d = {
         "model": dict(dict(vocab_size=256, block_size=seq_len), **model),
         "data": {"train": os.path.join(ARGS.workdir, "train.bin"), "seq_len": seq_len},
-        "train": {"batch_size": batch, "steps": steps, "lr": 1e-4, "log_every": 1000},
+        "train": dict({"batch_size": batch, "steps": steps, "lr": 1e-4, "log_every": 1000}, **(train or {})),
         "parallel": dict(dict(blas_threads=1, host_threads=1), **parallel),  # one core per rank unless asked
     }
     path = os.path.join(ARGS.workdir, name + ".toml")
@@ -189,6 +191,27 @@ def bench_zero(out):
               f"{'/'.join(f'{m:.1f}' for m in r['mib_params_grads_optimizer'])} MiB (+{r['workspace_mib']:.1f} workspace)")
 
 
+def bench_zero16(out):
+    model = {"n_layer": 6, "n_head": 6, "n_embd": 384}
+    cfgs = {f"zero{z}_{g}": deck(f"zero16_{z}_{g}", model, 256, 16, 8, train={"precision": "bf16"}, dp=2, zero=z,
+                                 param_gather_dtype=g)
+            for z in (1, 3) for g in ("auto", "fp32")}
+    tok, traces = measure(cfgs, 2, "zero16")
+    res = {}
+    for k, t in traces.items():
+        psi = float(tracelib.as_list(t.meta["stage_param_bytes"])[0])
+        base = k.replace("auto", "fp32")
+        res[k] = {"tokens_per_s": statistics.median(tok[k]),
+                  "vs_fp32_gathers": statistics.median(a / b for a, b in zip(tok[k], tok[base])),
+                  "dp_volume_mb": statistics.mean(tracelib.dp_volume(t, 2).values()) * psi / 1e6,
+                  "gather_fraction": tracelib.gather_fraction(t), "exposed_ms": exposed_ms(t)}
+    out["zero16"] = res
+    print("ZeRO at dp 2, bf16 (6 layers, 384 channels, T 256, batch 16; one core per rank): 16-bit gathers vs fp32")
+    for k, r in res.items():
+        print(f"  {k:11s} {r['tokens_per_s']:7.0f} tok/s  {r['vs_fp32_gathers']:.3f}x fp32 gathers  volume "
+              f"{r['dp_volume_mb']:.1f} MB/step (one gather {r['gather_fraction']:.2f} Psi)  exposed {r['exposed_ms']:.1f} ms/step")
+
+
 def bench_tp(out):
     """Tensor parallelism on GPT-2 124M (B 4, T 64): tp 2 (1 core per rank) against one rank with both
     cores, with and without sequence parallelism; time in tp collectives, memory per rank."""
@@ -238,7 +261,7 @@ def bench_trace(out):
 def main():
     global ARGS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["dp", "pp", "frontier", "trace", "zero", "tp", "all"])
+    ap.add_argument("what", choices=["dp", "pp", "frontier", "trace", "zero", "zero16", "tp", "all"])
     ap.add_argument("--gpt2", required=True)
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", default="/tmp/gpt2-bench")
@@ -248,7 +271,7 @@ def main():
     gpt2test.write_shard(os.path.join(ARGS.workdir, "train.bin"), gpt2test.learnable_tokens(2_000_000, 256))
     out = {}
     for what, fn in (("dp", bench_dp), ("pp", bench_pp), ("frontier", bench_frontier), ("trace", bench_trace),
-                     ("zero", bench_zero), ("tp", bench_tp)):
+                     ("zero", bench_zero), ("zero16", bench_zero16), ("tp", bench_tp)):
         if ARGS.what in (what, "all"):
             fn(out)
     summary = os.path.join(ARGS.workdir, "bench_parallel.json")

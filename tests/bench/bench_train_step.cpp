@@ -35,6 +35,8 @@
 #include "tensor/gelu.hpp"
 #include "tensor/gemm_lowp.hpp"
 #if defined(GPT2_HAVE_ONEDNN)
+#include <dnnl.hpp>
+
 #include "tensor/gemm_dnnl.hpp"
 #endif
 #include "tensor/layernorm.hpp"
@@ -329,7 +331,8 @@ BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Us
 
 // Every GEMM shape of a GPT-2 124M step (B 4, T 64), as the step calls it, through one library:
 // arg 1 = 0 OpenBLAS sgemm, 1 oneDNN f32, 2 oneDNN bf16 (fp32 output), 3 oneDNN bf16 with a transposed
-// A stored as op(A) (a weight gradient's dY^T copied out transposed). The step's GEMMs are 12 of
+// A stored as op(A) (a weight gradient's dY^T copied out transposed), 4 fp32 through gemm<float> as
+// the step calls it (its per-shape library, the LM head's input gradient in slices). The step's GEMMs are 12 of
 // each block shape and one of each head shape; this says which library wins each shape.
 struct StepGemmShape {
   const char* name;
@@ -357,14 +360,15 @@ void BM_StepGemm(benchmark::State& s) {
   auto a = random_buffer(na, 1), b = random_buffer(nb, 2), c = random_buffer(size_t(g.M) * g.N, 3);
   Buffer<bf16> a16("a16", na), b16("b16", nb);
   const float beta = g.a == Op::T ? 1.0f : 0.0f;  // weight gradients accumulate
-  s.SetLabel(std::string(g.name) + (lib == 0 ? " OpenBLAS" : lib == 1 ? " oneDNN-f32" : lib == 2 ? " oneDNN-bf16" : " oneDNN-bf16, A stored op(A)"));
+  const char* libs[] = {" OpenBLAS", " oneDNN-f32", " oneDNN-bf16", " oneDNN-bf16, A stored op(A)", " fp32 as the step calls it"};
+  s.SetLabel(std::string(g.name) + libs[lib]);
   if (lib == 3 && g.a == Op::N) return s.SkipWithError("A is not transposed");
 #if !defined(GPT2_HAVE_ONEDNN)
-  if (lib > 0) return s.SkipWithError("built without oneDNN");
+  if (lib > 0 && lib < 4) return s.SkipWithError("built without oneDNN");
 #endif
-  gemm_set_host_f32(HostGemm::openblas);
+  gemm_set_host_f32(lib == 4 ? HostGemm::automatic : HostGemm::openblas);
   for (auto _ : s) {
-    if (lib == 0) gemm<float>(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
+    if (lib == 0 || lib == 4) gemm<float>(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
 #if defined(GPT2_HAVE_ONEDNN)
     if (lib == 1) dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
     if (lib == 2) dnnl_bf16_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a16.data(), lda, b16.data(), ldb, beta, c.data(), g.N);
@@ -379,7 +383,85 @@ void BM_StepGemm(benchmark::State& s) {
                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_StepGemm)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3, 4}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+#if defined(GPT2_HAVE_ONEDNN)
+// Packing reuse, fp32: a GEMM that reads weights (x*w^T or dY*W), with the weights in the blocked
+// layout oneDNN picks for itself -- reordered once per optimizer update and reused by every call
+// until the next -- against the row-major weights the step passes. arg 0: a kStepGemms shape that
+// reads weights; arg 1: 0 row-major weights, 1 packed weights (the GEMM alone), 2 the reorder into
+// the packed layout (one per weight and orientation per update). Measured, not kept: see the bench
+// notebook.
+void BM_PackedWeightsF32(benchmark::State& s) {
+  const StepGemmShape& g = kStepGemms[s.range(0)];
+  const int mode = int(s.range(1));
+  if (g.a != Op::N) return s.SkipWithError("a weight gradient: no weights read");
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(eng);
+  const int ldb = g.b == Op::N ? g.N : g.K;
+  const dnnl::memory::desc a({g.M, g.K}, dt::f32, dims{g.K, 1});
+  const dnnl::memory::desc rows({g.K, g.N}, dt::f32, g.b == Op::N ? dims{ldb, 1} : dims{1, ldb});
+  const dnnl::memory::desc any({g.K, g.N}, dt::f32, dnnl::memory::format_tag::any);
+  const dnnl::memory::desc c({g.M, g.N}, dt::f32, dims{g.N, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, mode == 0 ? rows : any, c), eng);
+  auto A = random_buffer(size_t(g.M) * g.K, 1), B = random_buffer(size_t(g.K) * g.N, 2),
+       C = random_buffer(size_t(g.M) * g.N, 3);
+  dnnl::memory ma(a, eng, A.data()), mb(rows, eng, B.data()), mc(c, eng, C.data());
+  dnnl::memory packed(pd.weights_desc(), eng);
+  dnnl::reorder pack(mb, packed);
+  pack.execute(st, mb, packed);
+  st.wait();
+  const dnnl::matmul mm(pd);
+  s.SetLabel(std::string(g.name) + (mode == 0 ? " row-major W" : mode == 1 ? " packed W" : " reorder W"));
+  for (auto _ : s) {
+    if (mode == 2) pack.execute(st, mb, packed);
+    else mm.execute(st, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mode == 0 ? mb : packed}, {DNNL_ARG_DST, mc}});
+    st.wait();
+  }
+  if (mode < 2) report(s, 2.0 * g.M * g.N * g.K);
+  s.counters["s_of_step"] = benchmark::Counter(double(s.iterations()) / g.per_step,
+                                                benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_PackedWeightsF32)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 12, 13}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+#endif
+
+// Call order, fp32: a Linear's two backward GEMMs -- dX = dY*W and dW += dY^T*X -- in either order,
+// as the step calls them (gemm<float>, its per-shape library), after a 64 MiB pass has pushed the
+// operands out of the caches as the rest of a step does. arg 0: the block's Linear (0 qkv, 1 attproj,
+// 2 fc, 3 proj); arg 1: 0 dX first (the step's order), 1 dW first.
+void BM_BackwardCallOrder(benchmark::State& s) {
+  const int outs[] = {3 * kC, kC, 4 * kC, kC}, ins[] = {kC, kC, kC, 4 * kC};
+  const int O = outs[s.range(0)], I = ins[s.range(0)];
+  const bool dw_first = s.range(1) == 1;
+  auto dy = random_buffer(size_t(kN) * O, 1), w = random_buffer(size_t(O) * I, 2), x = random_buffer(size_t(kN) * I, 3);
+  auto dx = random_buffer(size_t(kN) * I, 4), dw = random_buffer(size_t(O) * I, 5);
+  const int64_t n = int64_t(16) << 20;
+  auto evict = random_buffer(size_t(n), 6);
+  float* pe = evict.data();
+  s.SetLabel(std::string(s.range(0) == 0 ? "qkv" : s.range(0) == 1 ? "attproj" : s.range(0) == 2 ? "fc" : "proj") +
+             (dw_first ? ", dW first" : ", dX first"));
+  auto dX = [&] { gemm<float>(Op::N, Op::N, kN, I, O, 1.0f, dy.data(), O, w.data(), I, 0.0f, dx.data(), I); };
+  auto dW = [&] { gemm<float>(Op::T, Op::N, O, I, kN, 1.0f, dy.data(), O, x.data(), I, 1.0f, dw.data(), I); };
+  for (auto _ : s) {
+    s.PauseTiming();
+    for_each_index("evict", n, KOKKOS_LAMBDA(int64_t i) { pe[i] = pe[i] * 0.5f + 1.0f; });
+    Kokkos::fence();
+    s.ResumeTiming();
+    if (dw_first) dW(), dX();
+    else dX(), dW();
+    Kokkos::fence();
+  }
+  report(s, 4.0 * kN * O * I);
+}
+BENCHMARK(BM_BackwardCallOrder)
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -69,8 +69,12 @@ TEST(Zero, MemoryAtRestShrinksWithTheGroup) {
     if (rank_of(MPI_COMM_WORLD) == 0)
       std::printf("zero %d, dp 4: params %zu grads %zu optimizer %zu bytes; one rank %zu %zu %zu\n", zero, m.params,
                   m.grads, m.optimizer, one.params, one.grads, one.optimizer);
-    if (zero == 1) EXPECT_LE(double(m.optimizer), 0.3 * double(one.optimizer));
-    if (zero == 3) EXPECT_LE(total, 0.35 * whole);
+    if (zero == 1) {
+      EXPECT_LE(double(m.optimizer), 0.3 * double(one.optimizer));
+    }
+    if (zero == 3) {
+      EXPECT_LE(total, 0.35 * whole);
+    }
   }
 }
 
