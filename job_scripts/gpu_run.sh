@@ -23,8 +23,9 @@
 #               mpi-ordered); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
 #     sanitize: one tiny training step under compute-sanitizer memcheck, then racecheck (skipped,
 #               saying so, where compute-sanitizer is not installed)
-#     bench:    tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32 and TF32,
-#               ours against PyTorch eager, MFU, per-phase and per-kernel times
+#     bench:    tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32, TF32 and
+#               bf16, ours against PyTorch eager (then torch.compile and SDPA as time allows), MFU,
+#               per-phase and per-kernel times
 #     unit:     the unit test suite on the GPU
 # Environment: GPT2_GPU_RUN_BUDGET (seconds for the phases of this call, default 540 for one phase,
 #   1440 for several), PYTHON (python3), GPT2_CUDA_LIBS (folders holding libcublas.so.13 /
@@ -224,8 +225,9 @@ if has_phase bench; then
     log "benchmark (up to ${left}s)"
     t0=$SECONDS
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+    # --budget: the script stops starting runs in time to write its report before the timeout.
     timeout -k 10 "$left" "$PY" "$REPO_ROOT/tests/bench/bench_gpu.py" --bench "$B/bench_train_step" \
-      --out "$OUT/bench.json" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+      --out "$OUT/bench.json" --budget $((left - 45)) ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
     rc=$?
     what=PASS
     ((rc == 0)) || { what=FAIL; FAILED=1; }

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """GPT-2 124M training throughput on one GPU: ours (bench_train_step, CUDA build) against a PyTorch
-eager GPT-2 of the same shapes (tests/bench/torch_gpt2.py) on the same device, fp32 and TF32.
+eager GPT-2 of the same shapes (tests/bench/torch_gpt2.py) on the same device, fp32, TF32 and bf16.
 
 For each precision: our step at T=1024 and the largest batch that fits (--batches, tried in order,
-default 16, 8, 4), then PyTorch at the same batch (smaller if it does not fit), with attention
-materialised as ours ("torch eager") and, for reference, PyTorch's fused SDPA ("torch sdpa").
-Reports step time, tokens/s, achieved model TFLOP/s and MFU (6N + 12*L*C*T FLOPs per token, N = our
-parameter count, against --peak-fp32 / --peak-tf32; defaults for an H100/H200 SXM: 67 fp32 and
-495 dense TF32 TFLOP/s, H100 PCIe 51 / 378), our/PyTorch ratio, where our step's time goes (the
+default 16, 8, 4), then PyTorch at the same batch (smaller if it does not fit): first with attention
+materialised as ours ("torch eager") in every precision, then the same model under torch.compile
+("torch compile"), then PyTorch's fused SDPA ("torch sdpa"), as far as --budget allows. bf16 is mixed
+precision on both sides: fp32 weights and optimizer, 16-bit matrix products (ours: train.precision =
+"bf16"; PyTorch: torch.autocast). Reports step time, tokens/s, achieved model TFLOP/s and MFU
+(6N + 12*L*C*T FLOPs per token, N = our parameter count, against --peak-fp32 / --peak-tf32 /
+--peak-bf16; defaults for an H100/H200 SXM: 67 fp32, 495 dense TF32 and 989 dense bf16 TFLOP/s,
+H100 PCIe 51 / 378 / 756), our/PyTorch ratio, where our step's time goes (the
 benchmark's fenced phases, and a per-kernel table from Kokkos Tools callbacks: each Kokkos kernel's
 time per step and the time between kernels, i.e. cuBLAS GEMMs + copies + host work) and PyTorch's
 top CUDA kernels (torch.profiler).
@@ -16,7 +19,8 @@ Runs where python3 has a CUDA-enabled torch. --bench may be a wrapper script tha
 library path (job_scripts/gpu_run.sh passes gpu-bundle/bin/bench_train_step).
 
 Usage: bench_gpu.py --bench PATH [--out results.json] [--batches 16,8,4] [--seq 1024]
-                    [--precisions fp32,tf32] [--torch-attention naive,sdpa] [--min-time 2]
+                    [--precisions fp32,tf32,bf16] [--torch-attention naive,compile,sdpa] [--min-time 2]
+                    [--budget SECONDS]
 """
 import argparse
 import json
@@ -39,20 +43,21 @@ def log(msg):
 
 
 def peaks_for(name):
-    """(fp32, dense TF32) peak TFLOP/s for the device name, and what they assume."""
+    """(fp32, dense TF32, dense bf16) peak TFLOP/s for the device name, and what they assume."""
     n = name.upper()
     if "H100" in n and "PCIE" in n:
-        return 51.0, 378.0, "H100 PCIe"
+        return 51.0, 378.0, 756.0, "H100 PCIe"
     if "H100" in n or "H200" in n or "GH200" in n:
-        return 67.0, 495.0, "H100/H200 SXM"
+        return 67.0, 495.0, 989.0, "H100/H200 SXM"
     if "A100" in n:
-        return 19.5, 156.0, "A100"
-    return 67.0, 495.0, "unknown device: H100 SXM figures"
+        return 19.5, 156.0, 312.0, "A100"
+    return 67.0, 495.0, 989.0, "unknown device: H100 SXM figures"
 
 
-def run_ours(bench, model, B, T, tf32, min_time, table_path, timeout):
+def run_ours(bench, model, B, T, precision, min_time, table_path, timeout):
     env = dict(os.environ, GPT2_BENCH_MODEL=model, GPT2_BENCH_B=str(B), GPT2_BENCH_T=str(T),
-               GPT2_BENCH_TF32="1" if tf32 else "0",
+               GPT2_BENCH_TF32="1" if precision == "tf32" else "0",
+               GPT2_BENCH_PRECISION=precision if precision in ("bf16", "fp16") else "fp32",
                GPT2_BENCH_MIN_TIME=str(min_time), GPT2_BENCH_KERNEL_TABLE=table_path or "")
     cmd = [bench, "--benchmark_filter=TrainStepEnv", "--benchmark_format=json"]
     t0 = time.time()
@@ -87,25 +92,33 @@ def sync(torch, dev):
         torch.cuda.synchronize()
 
 
-def run_torch(torch, dev, B, T, tf32, attention, steps, warmup, profile):
+def run_torch(torch, dev, B, T, precision, attention, steps, warmup, profile):
+    """attention: naive (materialised, as ours), sdpa (PyTorch's fused kernel), or compile (naive
+    under torch.compile; the compilation happens in the warm-up steps, untimed)."""
     import torch_gpt2
 
+    tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     oom_error = getattr(torch.cuda, "OutOfMemoryError", MemoryError)
     res = {"ok": False, "attention": attention}
     model = opt = idx = None
     try:
         torch.manual_seed(0)
-        model = torch_gpt2.GPT2(L, NH, C, V, MAXT, attention=attention).to(dev)
+        model = torch_gpt2.GPT2(L, NH, C, V, MAXT, attention="sdpa" if attention == "sdpa" else "naive").to(dev)
         opt = torch_gpt2.adamw(model)
+        if attention == "compile":
+            model = torch.compile(model)
         idx = torch.randint(0, V, (B, T), device=dev)
+        t0 = time.perf_counter()
         for _ in range(warmup):
-            torch_gpt2.train_step(model, opt, idx)
+            torch_gpt2.train_step(model, opt, idx, autocast)
         sync(torch, dev)
+        res["warmup_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         for _ in range(steps):
-            torch_gpt2.train_step(model, opt, idx)
+            torch_gpt2.train_step(model, opt, idx, autocast)
         sync(torch, dev)
         step = (time.perf_counter() - t0) / steps
         res.update(ok=True, step_ms=1e3 * step, tokens_per_s=B * T / step, steps=steps,
@@ -113,7 +126,7 @@ def run_torch(torch, dev, B, T, tf32, attention, steps, warmup, profile):
         if dev.type == "cuda":
             res["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
         if profile:
-            res["top_kernels"] = torch_profile(torch, dev, torch_gpt2, model, opt, idx)
+            res["top_kernels"] = torch_profile(torch, dev, torch_gpt2, model, opt, idx, autocast)
     except oom_error as e:
         res.update(error=f"out of memory: {str(e)[:300]}", oom=True)
     except Exception as e:  # noqa: BLE001 - report and go on with the next configuration
@@ -126,7 +139,7 @@ def run_torch(torch, dev, B, T, tf32, attention, steps, warmup, profile):
     return res
 
 
-def torch_profile(torch, dev, torch_gpt2, model, opt, idx, steps=2, top=15):
+def torch_profile(torch, dev, torch_gpt2, model, opt, idx, autocast, steps=2, top=15):
     """Top CUDA kernels of `steps` steps: name, ms per step, calls per step."""
     if dev.type != "cuda":
         return []
@@ -134,7 +147,7 @@ def torch_profile(torch, dev, torch_gpt2, model, opt, idx, steps=2, top=15):
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):
-                torch_gpt2.train_step(model, opt, idx)
+                torch_gpt2.train_step(model, opt, idx, autocast)
             torch.cuda.synchronize()
         rows = []
         for e in prof.key_averages():
@@ -167,13 +180,19 @@ def main():
     ap.add_argument("--out", help="write every result here (JSON)")
     ap.add_argument("--batches", default="16,8,4")
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--precisions", default="fp32,tf32")
-    ap.add_argument("--torch-attention", default="naive,sdpa", help="naive (as ours), sdpa, or both")
+    ap.add_argument("--precisions", default="fp32,tf32,bf16", help="fp32, tf32, bf16, fp16 (comma-separated)")
+    ap.add_argument("--torch-attention", default="naive,compile,sdpa",
+                    help="PyTorch variants, in this order: naive (eager, attention as ours), compile (naive under "
+                         "torch.compile), sdpa (fused attention)")
+    ap.add_argument("--budget", type=float, default=0,
+                    help="seconds for the whole script (0: no limit): runs that would start later are skipped, "
+                         "saying so, and the report is still written")
     ap.add_argument("--min-time", type=float, default=2.0, help="seconds of timed steps per run of ours")
     ap.add_argument("--torch-steps", type=int, default=10)
     ap.add_argument("--torch-warmup", type=int, default=3)
     ap.add_argument("--peak-fp32", type=float, default=0, help="TFLOP/s (default: from the device name)")
     ap.add_argument("--peak-tf32", type=float, default=0, help="dense TFLOP/s (default: from the device name)")
+    ap.add_argument("--peak-bf16", type=float, default=0, help="dense TFLOP/s (default: from the device name)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-ours", action="store_true")
     ap.add_argument("--timeout", type=float, default=300, help="per run of ours")
@@ -189,18 +208,29 @@ def main():
         return 2
     dev = torch.device(args.device)
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    p32, ptf, basis = peaks_for(device)
+    p32, ptf, pbf, basis = peaks_for(device)
     p32 = args.peak_fp32 or p32
     ptf = args.peak_tf32 or ptf
-    peaks = {"fp32": p32, "tf32": ptf}
+    pbf = args.peak_bf16 or pbf
+    peaks = {"fp32": p32, "tf32": ptf, "bf16": pbf, "fp16": pbf}
     batches = [int(b) for b in args.batches.split(",") if b]
     precisions = [p for p in args.precisions.split(",") if p]
     attentions = [a for a in args.torch_attention.split(",") if a]
     T = args.seq
     out = {"device": device, "torch": torch.__version__, "model": args.model, "T": T, "peaks_tflops": peaks,
-           "peak_basis": args.peak_fp32 and args.peak_tf32 and "given" or basis, "results": []}
+           "peak_basis": args.peak_fp32 and args.peak_tf32 and args.peak_bf16 and "given" or basis, "results": [],
+           "skipped": []}
     log(f"bench_gpu: {device}, torch {torch.__version__}, GPT-2 {args.model}, T={T}, batches tried {batches}")
-    log(f"peaks used for MFU: fp32 {p32:g} TFLOP/s, TF32 (dense) {ptf:g} TFLOP/s ({out['peak_basis']})")
+    log(f"peaks used for MFU: fp32 {p32:g}, TF32 {ptf:g}, bf16 {pbf:g} TFLOP/s (dense; {out['peak_basis']})")
+    started = time.time()
+
+    def out_of_time(what):
+        if args.budget and time.time() - started > args.budget:
+            log(f"{what}: skipped, the --budget of {args.budget:g} s is spent")
+            out["skipped"].append(what)
+            return True
+        return False
+
     def save():  # after every run, so a run cut short still leaves what it measured
         if args.out:
             with open(args.out, "w") as f:
@@ -212,9 +242,11 @@ def main():
     fits = batches  # a batch that did not fit in one precision does not fit in the next
     for prec in precisions if not args.no_ours else []:
         for B in fits:
+            if out_of_time(f"ours {prec} B={B}"):
+                break
             table = os.path.join(scratch, f"kernel_table_{prec}_B{B}.json")
             log(f"ours  {prec} B={B} T={T} ...")
-            r = run_ours(args.bench, args.model, B, T, prec == "tf32", args.min_time, table, args.timeout)
+            r = run_ours(args.bench, args.model, B, T, prec, args.min_time, table, args.timeout)
             if os.path.isfile(table):
                 os.remove(table)
             r.update(impl="ours (Kokkos)", precision=prec, B=B)
@@ -229,12 +261,15 @@ def main():
     shutil.rmtree(scratch, ignore_errors=True)
     n_params = next((r["params"] for r in ours.values()), None)
 
-    for prec in precisions if not args.no_torch else []:
-        start = ours[prec]["B"] if prec in ours else batches[0]
-        for attention in attentions:
+    # Eager in every precision first (the comparison that matters), then compile, then sdpa.
+    for attention in attentions if not args.no_torch else []:
+        for prec in precisions:
+            start = ours[prec]["B"] if prec in ours else batches[0]
             for B in [b for b in batches if b <= start] or [start]:
+                if out_of_time(f"torch {prec} {attention} B={B}"):
+                    break
                 log(f"torch {prec} {attention} B={B} T={T} ...")
-                r = run_torch(torch, dev, B, T, prec == "tf32", attention, args.torch_steps, args.torch_warmup,
+                r = run_torch(torch, dev, B, T, prec, attention, args.torch_steps, args.torch_warmup,
                               profile=(attention == "naive"))
                 r.update(impl=f"torch {'eager' if attention == 'naive' else attention}", precision=prec, B=B)
                 out["results"].append(r)
@@ -253,7 +288,7 @@ def main():
     lines = []
     lines.append(f"GPT-2 {args.model} training step on {device} (torch {torch.__version__}), T={T}")
     lines.append(f"FLOPs/token = 6N + 12*L*C*T = 6*{n_params / 1e6:.2f}M + 12*{L}*{C}*{T} = {fpt / 1e9:.3f} GFLOP;"
-                 f" peaks: fp32 {p32:g}, TF32 {ptf:g} TFLOP/s ({out['peak_basis']})")
+                 f" peaks: fp32 {p32:g}, TF32 {ptf:g}, bf16 {pbf:g} TFLOP/s ({out['peak_basis']})")
     lines.append(f"{'precision':9} {'implementation':15} {'B':>3} {'ms/step':>9} {'tokens/s':>10} {'TFLOP/s':>8}"
                  f" {'MFU':>6} {'ours/this':>9}")
     for r in out["results"]:
@@ -270,6 +305,8 @@ def main():
     for r in out["results"]:
         if not r.get("ok"):
             lines.append(f"  (failed: {r['precision']} {r['impl']} B={r['B']}: {str(r.get('error', ''))[:160]})")
+    for what in out["skipped"]:
+        lines.append(f"  (skipped for time: {what})")
     for prec, o in ours.items():
         ph = o["phases_ms"]
         total = sum(ph.values())

@@ -4,9 +4,10 @@
 // Model flops per token for forward+backward: 6 * parameters + 12 * n_layer * n_embd * T (attention).
 //
 // A step of any shape, set from the environment (tests/bench/bench_gpu.py uses it on a GPU):
-//   GPT2_BENCH_B=16 GPT2_BENCH_T=1024 [GPT2_BENCH_TF32=1] [GPT2_BENCH_MODEL=124M|small]
-//   [GPT2_BENCH_MIN_TIME=3] bench_train_step --benchmark_filter=TrainStepEnv
-// registers TrainStepEnv_<model>_B<B>_T<T>_<fp32|tf32> (TF32: cuBLAS tensor-core GEMMs). With
+//   GPT2_BENCH_B=16 GPT2_BENCH_T=1024 [GPT2_BENCH_TF32=1] [GPT2_BENCH_PRECISION=fp32|bf16|fp16]
+//   [GPT2_BENCH_MODEL=124M|small] [GPT2_BENCH_MIN_TIME=3] bench_train_step --benchmark_filter=TrainStepEnv
+// registers TrainStepEnv_<model>_B<B>_T<T>_<fp32|tf32|bf16|fp16> (TF32: cuBLAS tensor-core GEMMs; bf16
+// and fp16: train.precision's mixed precision, fp32 masters and the 16-bit working copy). With
 // GPT2_BENCH_KERNEL_TABLE=FILE it also times GPT2_BENCH_PROFILE_STEPS (default 3) more steps kernel by
 // kernel (Kokkos Tools callbacks, which fence around every Kokkos kernel) and writes FILE (JSON): time
 // per step of each Kokkos kernel, and the time between kernels (cuBLAS GEMMs, copies, host work).
@@ -621,6 +622,12 @@ int register_env_benchmark() {
   const int B = eb && *eb ? std::atoi(eb) : 4, T = et && *et ? std::atoi(et) : 64;
   const char* etf = std::getenv("GPT2_BENCH_TF32");
   const bool tf32 = etf && *etf && std::string(etf) != "0";
+  const char* ep = std::getenv("GPT2_BENCH_PRECISION");
+  Precision precision = Precision::fp32;
+  if (ep && *ep && !parse_precision(ep, precision)) {
+    std::fprintf(stderr, "bench_train_step: GPT2_BENCH_PRECISION must be fp32, bf16 or fp16, got '%s'\n", ep);
+    return 2;
+  }
   const char* em = std::getenv("GPT2_BENCH_MODEL");
   const std::string model = em && *em ? em : "124M";
   const char* emt = std::getenv("GPT2_BENCH_MIN_TIME");
@@ -636,17 +643,19 @@ int register_env_benchmark() {
     return 2;
   }
   const std::string name = "TrainStepEnv_" + model + "_B" + std::to_string(B) + "_T" + std::to_string(T) +
-                           (tf32 ? "_tf32" : "_fp32");
+                           (precision != Precision::fp32 ? "_" + std::string(precision_name(precision))
+                                                         : tf32 ? "_tf32" : "_fp32");
   benchmark::RegisterBenchmark(name.c_str(),
-                               [cfg, B, T, tf32](benchmark::State& s) {
+                               [cfg, B, T, tf32, precision](benchmark::State& s) {
                                  gemm_set_tf32(tf32);
-                                 train_step(s, cfg, B, T);
+                                 train_step(s, cfg, B, T, precision);
                                  gemm_set_tf32(false);
                                })
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime()
       ->MinTime(min_time);
   benchmark::AddCustomContext("tf32", tf32 ? "on" : "off");
+  benchmark::AddCustomContext("precision", precision_name(precision));
   return 0;
 }
 

@@ -54,9 +54,15 @@ def adamw(model, lr=1e-4, weight_decay=0.1):
                               {"params": other, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95), eps=1e-8)
 
 
-def train_step(model, opt, idx):
-    """One step as ours: zero grads, forward + backward, clip to 1.0, AdamW."""
+def train_step(model, opt, idx, autocast=None):
+    """One step as ours: zero grads, forward + backward, clip to 1.0, AdamW. autocast: a 16-bit dtype
+    for the forward's matrix products (torch.autocast: fp32 weights and optimizer, as ours)."""
     opt.zero_grad(set_to_none=True)
-    model(idx, idx).backward()
+    if autocast is None:
+        loss = model(idx, idx)
+    else:
+        with torch.autocast(device_type=idx.device.type, dtype=autocast):
+            loss = model(idx, idx)
+    loss.backward()
     nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
