@@ -16,7 +16,8 @@
 #             bash job_scripts/gpu_run.sh gpu-bundle gpu-results bench
 #             bash job_scripts/gpu_run.sh gpu-bundle gpu-results unit
 #           (summary.txt keeps the lines of earlier calls into the same OUTDIR.)
-#     checks:   kernel_check against the CPU reference in fp32 (1e-5) and TF32 (2e-3 for GEMMs); tiny
+#     checks:   kernel_check against the CPU reference in fp32 (1e-5), TF32 (2e-3 for GEMMs) and the
+#               mixed-precision kernels (1e-3; roundings, copies and the working copy exact); tiny
 #               training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank whose
 #               deck names nccl (one rank makes no NCCL call), 2 ranks on the one GPU through MPI's
 #               host-staged path (dp=2 with an HDF5 trace; pp=2; pp=2 under NCCL's ordering,

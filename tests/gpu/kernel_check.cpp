@@ -8,7 +8,11 @@
 // --compare prints one row per output (relative L2 error ||x - ref|| / ||ref||, largest absolute
 // difference, tolerance) and exits 1 if any output is over its tolerance: 1e-5 in fp32; with --tf32
 // (cuBLAS TF32 tensor-core GEMMs, gemm_set_tf32(true)) 2e-3 for the outputs that go through a GEMM
-// (matmul, LM head, attention), 1e-5 for the rest. Exit 2: bad arguments or an unreadable reference.
+// (matmul, LM head, attention), 1e-5 for the rest. The mixed-precision kernels (16-bit GEMM
+// inputs, the loss writing a 16-bit gradient) are held to 1e-3 (--tol-lowp: the same rounded inputs
+// on both sides, so only the fp32 accumulation order and a rare rounding at a 16-bit boundary
+// differ); copies and self-consistency counts (a working copy equal to its masters rounded) exactly.
+// Exit 2: bad arguments or an unreadable reference.
 // --perturb REL scales this run's outputs by (1 +- REL) before comparing: a self-check that the
 // comparison notices a difference of that size.
 //
@@ -16,9 +20,9 @@
 // stays valid while the rest of the code changes; the file records a hash of the inputs and
 // --compare refuses a reference made from other inputs.
 //
-// File format (little-endian): "GPT2KCHK", u32 version (1), u32 records, u64 input hash, u32 length
+// File format (little-endian): "GPT2KCHK", u32 version (2), u32 records, u64 input hash, u32 length
 // + bytes of the writer's description; per record: u32 length + name, u8 type (0 f32, 1 f64),
-// u8 through-GEMM flag, u64 count, the values.
+// u8 tolerance class (Tol), u64 count, the values.
 //
 // No device lambdas here: every kernel is called through its src/tensor function.
 #include <Kokkos_Core.hpp>
@@ -35,13 +39,17 @@
 
 #include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
+#include "tensor/convert.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/gemm.hpp"
+#include "tensor/gemm_lowp.hpp"
+#include "tensor/indexed_copy.hpp"
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
 #include "tensor/reduce.hpp"
+#include "tensor/working_copy.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
@@ -54,7 +62,7 @@ namespace {
 // ---- shapes -----------------------------------------------------------------------------------
 constexpr int kB = 2, kT = 64, kC = 128, kNH = 4, kV = 1000, kVp = 1024, kMaxT = 128;
 constexpr int kN = kB * kT;
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'K', 'C', 'H', 'K'};
 
 // ---- deterministic inputs -----------------------------------------------------------------------
@@ -112,19 +120,28 @@ Mat<float> M(const Buffer<float>& b, size_t r, size_t c) { return Mat<float>(b.d
 Vec<float> V(const Buffer<float>& b) { return Vec<float>(b.data(), b.extent(0)); }
 
 // ---- outputs ------------------------------------------------------------------------------------
+// Each output's tolerance class.
+enum Tol : uint8_t {
+  kPlain = 0,  // fp32 arithmetic: --tol
+  kGemm = 1,   // through a GEMM: --tol-tf32 under --tf32, else --tol
+  kLowp = 2,   // 16-bit inputs or outputs: --tol-lowp
+  kExact = 3,  // copies and counts: equal
+};
+
 struct Record {
   std::string name;
-  uint8_t type = 0;      // 0: fp32 values, 1: fp64 values
-  uint8_t gemm = 0;      // computed through a GEMM (looser tolerance under TF32)
+  uint8_t type = 0;  // 0: fp32 values, 1: fp64 values
+  uint8_t tol = kPlain;
   std::vector<double> values;
 };
 
 struct Outputs {
   std::vector<Record> records;
   void add(const std::string& name, const Buffer<float>& b, bool gemm) {
-    records.push_back({name, 0, uint8_t(gemm), host(b)});
+    records.push_back({name, 0, uint8_t(gemm ? kGemm : kPlain), host(b)});
   }
-  void add_scalar(const std::string& name, double x) { records.push_back({name, 1, 0, {x}}); }
+  void add_class(const std::string& name, const Buffer<float>& b, Tol tol) { records.push_back({name, 0, tol, host(b)}); }
+  void add_scalar(const std::string& name, double x, Tol tol = kPlain) { records.push_back({name, 1, tol, {x}}); }
 };
 
 // ---- the kernels ---------------------------------------------------------------------------------
@@ -262,6 +279,104 @@ void check_reductions(Outputs& out) {
   out.add_scalar("sum_of", sum_of<float>(V(g)));
 }
 
+// The fused passes of the block's forward: bias + GELU, bias + residual + LayerNorm.
+void check_fused(Outputs& out) {
+  const int OC = 4 * kC;
+  auto pre = dev(uniform(size_t(kN) * OC, 90, 3.0f)), b = dev(uniform(OC, 91, 0.5f));
+  auto y = zeros(size_t(kN) * OC);
+  bias_gelu_forward<float>(M(pre, kN, OC), V(b), M(y, kN, OC));
+  out.add("bias_gelu.fwd.pre", pre, false);
+  out.add("bias_gelu.fwd.out", y, false);
+  auto x = dev(uniform(size_t(kN) * kC, 92, 1.0f)), bias = dev(uniform(kC, 93, 0.2f));
+  auto res = dev(uniform(size_t(kN) * kC, 94, 1.0f));
+  auto w = dev(uniform(kC, 95, 0.5f, 1.0f)), lb = dev(uniform(kC, 96, 0.2f));
+  auto ln = zeros(size_t(kN) * kC), mean = zeros(kN), rstd = zeros(kN);
+  residual_layernorm_forward<float>(M(x, kN, kC), V(bias), M(res, kN, kC), M(ln, kN, kC), V(mean), V(rstd), V(w), V(lb));
+  out.add("residual_layernorm.fwd.x", x, false);
+  out.add("residual_layernorm.fwd.out", ln, false);
+  out.add("residual_layernorm.fwd.rstd", rstd, false);
+}
+
+// Mixed precision: rounding to bf16 / fp16, GEMMs of 16-bit inputs, the loss writing its gradient in
+// 16 bits, AdamW writing the working copy, and the index copies of ZeRO's packed gathers.
+Buffer<float> widen(const Buffer<uint16_t>& bits, bool fp16) {
+  std::vector<uint16_t> h(bits.extent(0));
+  Kokkos::deep_copy(Kokkos::View<uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), h.size()), bits);
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = fp16 ? half_bits::fp16_to_float(h[i]) : half_bits::bf16_to_float(h[i]);
+  Buffer<float> b(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kernel_check_widened"), f.size());
+  Kokkos::deep_copy(b, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(f.data(), f.size()));
+  return b;
+}
+template <class H>
+Buffer<uint16_t> rounded(const Buffer<float>& x) {
+  Buffer<uint16_t> bits(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kernel_check_bits"), x.extent(0));
+  convert<H, float>(Vec<H>(reinterpret_cast<H*>(bits.data()), x.extent(0)), Vec<const float>(x.data(), x.extent(0)));
+  return bits;
+}
+
+void check_sixteen_bit(Outputs& out) {
+  const int OC = 4 * kC;
+  auto x = dev(uniform(size_t(kN) * kC, 100, 1.0f)), w = dev(uniform(size_t(OC) * kC, 101, 0.2f));
+  const Buffer<uint16_t> xb = rounded<bf16>(x), wb = rounded<bf16>(w), xh = rounded<fp16>(x), wh = rounded<fp16>(w);
+  out.add_class("convert.bf16", widen(xb, false), kExact);
+  out.add_class("convert.fp16", widen(xh, true), kExact);
+  auto y = zeros(size_t(kN) * OC), yh = zeros(size_t(kN) * OC);
+  gemm_lowp<bf16>(Op::N, Op::T, kN, OC, kC, 1.0f, reinterpret_cast<const bf16*>(xb.data()), kC,
+                  reinterpret_cast<const bf16*>(wb.data()), kC, 0.0f, y.data(), OC);
+  gemm_lowp<fp16>(Op::N, Op::T, kN, OC, kC, 1.0f, reinterpret_cast<const fp16*>(xh.data()), kC,
+                  reinterpret_cast<const fp16*>(wh.data()), kC, 0.0f, yh.data(), OC);
+  out.add_class("gemm.bf16.x_wT", y, kLowp);
+  out.add_class("gemm.fp16.x_wT", yh, kLowp);
+  auto dy = dev(uniform(size_t(kN) * OC, 102, 1.0f));
+  const Buffer<uint16_t> dyb = rounded<bf16>(dy);
+  auto dw = dev(uniform(size_t(OC) * kC, 103, 0.1f));  // a weight gradient accumulates
+  gemm_lowp<bf16>(Op::T, Op::N, OC, kC, kN, 1.0f, reinterpret_cast<const bf16*>(dyb.data()), OC,
+                  reinterpret_cast<const bf16*>(xb.data()), kC, 1.0f, dw.data(), kC);
+  out.add_class("gemm.bf16.dyT_x", dw, kLowp);
+
+  auto h = uniform(size_t(kN) * kVp, 104, 4.0f);
+  auto logits = dev(h), losses = zeros(kN);
+  Buffer<uint16_t> dlogits(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kernel_check_dlogits"), size_t(kN) * kVp);
+  crossentropy_fused<float, bf16>(V(losses), M(logits, kN, kVp), dev_ints(ints(kN, 105, kV)), kV, 1.0f / kN,
+                                  Mat<bf16>(reinterpret_cast<bf16*>(dlogits.data()), kN, kVp));
+  out.add("crossentropy.fused16.losses", losses, false);
+  out.add_class("crossentropy.fused16.dlogits", widen(dlogits, false), kLowp);
+
+  // AdamW writes the copy in its pass: on any device the copy is exactly the new masters rounded.
+  for (const bool fp16 : {false, true}) {
+    const size_t n = 65537;
+    auto p = dev(uniform(n, 106, 1.0f)), g = dev(uniform(n, 107, 1.0f)), m = zeros(n), v = zeros(n);
+    Buffer<uint16_t> copy("kernel_check_copy", n);
+    AdamWStep st;
+    st.lr = 1e-3, st.weight_decay = 0.1, st.step = 1;
+    adamw_update<float>(V(p), V(g), V(m), V(v), st,
+                        WorkingCopy{Vec<uint16_t>(copy.data(), n), fp16 ? Precision::fp16 : Precision::bf16});
+    const std::vector<double> masters = host(p), got = host(widen(copy, fp16));
+    double mismatches = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float want = fp16 ? half_bits::fp16_to_float(half_bits::fp16_from_float(float(masters[i])))
+                              : half_bits::bf16_to_float(half_bits::bf16_from_float(float(masters[i])));
+      mismatches += double(float(got[i]) != want);
+    }
+    out.add(fp16 ? "adamw.fp16.p" : "adamw.bf16.p", p, false);
+    out.add_scalar(fp16 ? "adamw.fp16.copy_mismatches" : "adamw.bf16.copy_mismatches", mismatches, kExact);
+  }
+
+  // ZeRO's packed gathers: values from scattered positions into one buffer and back.
+  std::vector<int> at = ints(4096, 108, int(kN) * kC);
+  std::vector<int> seen(size_t(kN) * kC, 0), to(at.size());
+  for (size_t i = 0; i < at.size(); ++i) to[i] = seen[size_t(at[i])]++ ? -1 : at[i];  // targets distinct, -1 padding
+  auto at32 = dev_ints(at), to32 = dev_ints(to);
+  auto packed = zeros(at.size()), scattered = zeros(size_t(kN) * kC);
+  pack_at<float>(V(packed), Vec<const float>(x.data(), x.extent(0)),
+                 CVec<int32_t>(reinterpret_cast<const int32_t*>(at32.data()), at.size()));
+  unpack_to<float>(V(scattered), Vec<const float>(packed.data(), at.size()),
+                   CVec<int32_t>(reinterpret_cast<const int32_t*>(to32.data()), to.size()));
+  out.add_class("pack_at", packed, kExact);
+  out.add_class("unpack_to", scattered, kExact);
+}
+
 Outputs run_all() {
   Outputs out;
   check_embedding(out);
@@ -272,6 +387,8 @@ Outputs run_all() {
   check_crossentropy(out);
   check_adamw(out);
   check_reductions(out);
+  check_fused(out);
+  check_sixteen_bit(out);
   Kokkos::fence();
   return out;
 }
@@ -313,7 +430,7 @@ bool write_file(const std::string& path, const Outputs& out, const std::string& 
   for (const Record& r : out.records) {
     put_string(f, r.name);
     put(f, r.type);
-    put(f, r.gemm);
+    put(f, r.tol);
     put(f, uint64_t(r.values.size()));
     for (double x : r.values) {
       if (r.type == 0)
@@ -338,7 +455,7 @@ std::string read_file(const std::string& path, Reference& ref) {
   for (uint32_t i = 0; i < count; ++i) {
     Record r;
     uint64_t n = 0;
-    if (!get_string(f, r.name) || !get(f, r.type) || !get(f, r.gemm) || !get(f, n) || n > (1ull << 32))
+    if (!get_string(f, r.name) || !get(f, r.type) || !get(f, r.tol) || !get(f, n) || n > (1ull << 32))
       return path + ": truncated record " + std::to_string(i);
     r.values.resize(n);
     for (auto& x : r.values) {
@@ -371,12 +488,14 @@ std::string describe_backend() {
 
 void usage(FILE* to) {
   std::fprintf(to,
-               "usage: kernel_check (--write FILE | --compare FILE) [--tf32] [--tol X] [--tol-tf32 X] [--perturb REL]\n"
+               "usage: kernel_check (--write FILE | --compare FILE) [--tf32] [--tol X] [--tol-tf32 X] [--tol-lowp X]\n"
+               "                    [--perturb REL]\n"
                "  --write FILE     run every src/tensor kernel forward and backward and write the outputs\n"
                "  --compare FILE   run them and compare with FILE (relative L2 error per output)\n"
                "  --tf32           TF32 tensor-core GEMMs (gemm_set_tf32(true); CUDA only)\n"
                "  --tol X          tolerance for fp32 outputs (default 1e-5)\n"
                "  --tol-tf32 X     tolerance for outputs through a GEMM under --tf32 (default 2e-3)\n"
+               "  --tol-lowp X     tolerance for the mixed-precision outputs (default 1e-3; copies: exact)\n"
                "  --perturb REL    scale this run's outputs by 1 +- REL first (checks the checker)\n"
                "exit status: 0 all within tolerance, 1 a mismatch, 2 bad arguments or reference\n");
 }
@@ -384,7 +503,7 @@ void usage(FILE* to) {
 int real_main(int argc, char** argv) {
   std::string write_path, compare_path;
   bool tf32 = false;
-  double tol = 1e-5, tol_tf32 = 2e-3, perturb = 0;
+  double tol = 1e-5, tol_tf32 = 2e-3, tol_lowp = 1e-3, perturb = 0;
   bool missing = false;
   for (int i = 1; i < argc && !missing; ++i) {
     const std::string a = argv[i];
@@ -401,6 +520,7 @@ int real_main(int argc, char** argv) {
     else if (a == "--tf32") tf32 = true;
     else if (a == "--tol") tol = std::atof(value("--tol").c_str());
     else if (a == "--tol-tf32") tol_tf32 = std::atof(value("--tol-tf32").c_str());
+    else if (a == "--tol-lowp") tol_lowp = std::atof(value("--tol-lowp").c_str());
     else if (a == "--perturb") perturb = std::atof(value("--perturb").c_str());
     else if (a == "-h" || a == "--help") {
       usage(stdout);
@@ -459,7 +579,7 @@ int real_main(int argc, char** argv) {
   for (Record& r : out.records) {
     if (perturb != 0)
       for (size_t i = 0; i < r.values.size(); ++i) r.values[i] *= 1.0 + (i % 2 ? perturb : -perturb);
-    const double t = tf32 && r.gemm ? tol_tf32 : tol;
+    const double t = r.tol == kExact ? 0.0 : r.tol == kLowp ? tol_lowp : tf32 && r.tol == kGemm ? tol_tf32 : tol;
     auto it = ref.records.find(r.name);
     if (it == ref.records.end() || it->second.values.size() != r.values.size()) {
       std::printf("%-28s %9zu %11s %12s %12s %9.1e  FAIL (%s)\n", r.name.c_str(), r.values.size(), "-", "-", "-", t,
