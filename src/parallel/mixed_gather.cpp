@@ -31,7 +31,7 @@ MixedGather::MixedGather(const StageLayout& layout, const ShardLayout& shards) :
   const auto& units = layout.units();
   sixteen_bit_.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u)
-    sixteen_bit_[u] = units[u].kind == UnitKind::block || units[u].kind == UnitKind::tied_wte;
+    sixteen_bit_[u] = gathered_in_16_bits(units[u].kind);
   const size_t D = size_t(shards.ranks());
   std::vector<int32_t> pack, unpack;
   plans_.resize(shards.buckets().size());
@@ -63,17 +63,16 @@ MixedGather::MixedGather(const StageLayout& layout, const ShardLayout& shards) :
   recv_ = Buffer<float>("gather_recv", unpack.size());
 }
 
-size_t MixedGather::start(int id, Communicator& dp, const uint16_t* shard16, const float* shard32, uint16_t* whole16,
-                          std::vector<Request>& pending) {
+void MixedGather::start(int id, Communicator& dp, const uint16_t* shard16, const float* shard32, uint16_t* whole16,
+                        std::vector<Request>& pending) {
   const Plan& p = plans_[size_t(id)];
   // bf16 names the 2-byte element: fp16 bits travel alike (an all-gather only moves them).
   pending.push_back(dp.iall_gather(shard16 + p.shard_offset, whole16, p.piece, DType::bf16));
-  if (!p.count) return bytes(id);
+  if (!p.count) return;
   const Vec<float> send(send_.data() + p.pack, p.count);
   pack_at<float>(send, CVec<float>(shard32 + p.shard_offset, p.piece),
                  CVec<int32_t>(pack_at_.data() + p.pack, p.count));
   pending.push_back(dp.iall_gather(send.data(), recv_.data() + p.unpack, p.count, DType::f32));
-  return bytes(id);
 }
 
 size_t MixedGather::bytes(int id) const {

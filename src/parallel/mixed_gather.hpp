@@ -16,6 +16,10 @@
 
 namespace gpt2 {
 
+// The units whose matrices travel as 16-bit values: a block, and the LM head's tied wte (the rest
+// -- wte and wpe, which the embedding reads, and the final LayerNorm -- are gathered in fp32).
+inline bool gathered_in_16_bits(UnitKind k) { return k == UnitKind::block || k == UnitKind::tied_wte; }
+
 class MixedGather {
  public:
   MixedGather() = default;  // inactive: every unit gathers in fp32
@@ -25,9 +29,8 @@ class MixedGather {
   bool sixteen_bit(int unit) const { return active() && sixteen_bit_[size_t(unit)]; }
   // Issues bucket b's all-gathers (its unit sixteen_bit): the pieces of `shard16`, the shard's 16-bit
   // copy, into whole16 (the bucket's first value), and this rank's fp32 values of `shard32` packed.
-  // Returns the bytes the gathers deliver to each rank.
-  size_t start(int b, Communicator& dp, const uint16_t* shard16, const float* shard32, uint16_t* whole16,
-               std::vector<Request>& pending);
+  void start(int b, Communicator& dp, const uint16_t* shard16, const float* shard32, uint16_t* whole16,
+             std::vector<Request>& pending);
   size_t bytes(int b) const;  // what start(b)'s gathers deliver to each rank
   // Once start(b)'s requests are complete: every rank's fp32 values into whole32 (the bucket's first value).
   void finish(int b, float* whole32);

@@ -123,14 +123,18 @@ const WorkingCopy& ParamStore::shard_copy() {
   return shard_copy_;
 }
 
+size_t ParamStore::bucket_gather_bytes(int id) const {
+  const Bucket& b = shards_.buckets()[size_t(id)];
+  return mixed_.sixteen_bit(b.unit) ? mixed_.bytes(id) : b.range.size() * sizeof(float);
+}
+
 void ParamStore::gather_bucket(int id, float* whole, uint16_t* whole16, std::vector<Request>& pending) {
   const Bucket& b = shards_.buckets()[size_t(id)];
   const uint16_t* shard16 = whole16 ? shard_copy().bits.data() : nullptr;
   const double t0 = tracer_.now();
-  size_t bytes = b.range.size() * sizeof(float);
-  if (whole16) bytes = mixed_.start(id, dp_, shard16, param_shard_.data(), whole16, pending);
+  if (whole16) mixed_.start(id, dp_, shard16, param_shard_.data(), whole16, pending);
   else pending.push_back(dp_.iall_gather(param_shard_.data() + b.shard_offset, whole, b.piece.size(), DType::f32));
-  tracer_.record(EventKind::all_gather_issue, step_, id, t0, tracer_.now(), int64_t(bytes));
+  tracer_.record(EventKind::all_gather_issue, step_, id, t0, tracer_.now(), int64_t(bucket_gather_bytes(id)));
 }
 
 void ParamStore::start_gather(int u) {

@@ -111,6 +111,7 @@ class ParamStore final : public UnitStore<float> {
   // Bucket id's all-gather into the whole parameters from their first value: `whole` (fp32) or,
   // when whole16 is set, whole16 (16-bit matrices) with `whole`'s fp32 tensors (finish_bucket after).
   void gather_bucket(int id, float* whole, uint16_t* whole16, std::vector<Request>& pending);
+  size_t bucket_gather_bytes(int id) const;  // what bucket id's gathers deliver to each rank
   // The parameters exist complete only in the shard (ZeRO-3; ZeRO-1/2 gathering 16-bit matrices).
   bool params_sharded() const { return policy_.params || mixed_.active(); }
   const WorkingCopy& shard_copy();  // the shard's 16-bit copy, refreshed if stale

@@ -129,10 +129,7 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
 size_t ParamStore::gather_bytes() const {
   if (!policy_.optimizer || shards_.ranks() == 1) return 0;
   size_t n = 0;
-  for (size_t id = 0; id < shards_.buckets().size(); ++id) {
-    const Bucket& b = shards_.buckets()[id];
-    n += mixed_.sixteen_bit(b.unit) ? mixed_.bytes(int(id)) : b.range.size() * sizeof(float);
-  }
+  for (size_t id = 0; id < shards_.buckets().size(); ++id) n += bucket_gather_bytes(int(id));
   return n;
 }
 

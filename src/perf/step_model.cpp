@@ -11,6 +11,7 @@
 
 #include "model/param_layout.hpp"
 #include "model/stage_layout.hpp"
+#include "parallel/mixed_gather.hpp"
 #include "parallel/stage_partition.hpp"
 #include "perf/rank_pipeline.hpp"
 #include "pipeline/simulator.hpp"
@@ -99,9 +100,9 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
   };
   // ... and ZeRO-3's gather of its parameters before each use (bytes). Under mixed precision a
   // block's matrices and the LM head's tied wte travel as 16-bit values, the rest in fp32
-  // (parallel/mixed_gather); sixteen_bit() is a unit's bytes a value.
+  // (parallel/mixed_gather); gather_value_bytes() is a unit's bytes a value.
   auto gather = [&](double bytes) { return policy.params ? bucketed(bytes, &CostModel::all_gather) : 0.0; };
-  auto sixteen_bit = [&](UnitKind k) { return k == UnitKind::block || k == UnitKind::tied_wte ? l.bytes_per_value() : 4.0; };
+  auto gather_value_bytes = [&](UnitKind k) { return gathered_in_16_bits(k) ? l.bytes_per_value() : 4.0; };
 
   std::vector<RankPlan> plans(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) {
@@ -118,7 +119,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     if (policy.optimizer) rp.wte_elems /= replicas;
     for (const TensorInfo& t : sl.tensors())
       if (t.replicated && l.tp > 1) rp.replicated_elems += double(t.range.size());
-    for (const Unit& u : sl.units()) rp.gather_bytes += sixteen_bit(u.kind) * double(u.range.size());
+    for (const Unit& u : sl.units()) rp.gather_bytes += gather_value_bytes(u.kind) * double(u.range.size());
     Recompute recompute = Recompute::none;
     parse_recompute(l.recompute, recompute);
     // Attention (scores, softmax, their product with v) in a block's forward FLOPs: 2TC of 24C^2 + 2TC
@@ -139,14 +140,14 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
       for (int layer = c.first; layer < c.end; ++layer) {
         const UnitTime t = unit(1 + layer);
         cp.forward.push_back({t.forward + cm.tp_forward(1 + layer, b, l) + cm.cp_forward(b, l),
-                              gather(sixteen_bit(UnitKind::block) * unit_elems(UnitKind::block, layer)), {}});
+                              gather(gather_value_bytes(UnitKind::block) * unit_elems(UnitKind::block, layer)), {}});
       }
       if (head) {
         const UnitTime t = unit(L + 1);
         const int wu = sl.head_wte_unit();
         const double head_wte = double(sl.units()[size_t(wu)].range.size()), norm = unit_elems(UnitKind::final_norm);
         Segment seg{(emb ? 0.0 : data) + t.forward + cm.tp_forward(L + 1, b, l),
-                    gather(4 * norm + sixteen_bit(sl.units()[size_t(wu)].kind) * head_wte), {}};
+                    gather(4 * norm + gather_value_bytes(sl.units()[size_t(wu)].kind) * head_wte), {}};
         // The LM head's copy of wte (another rank has the embedding) has its whole gradient after
         // the head's forward.
         if (sl.units()[size_t(wu)].grads_final_in_forward()) seg.reductions.push_back(reduce(head_wte));
@@ -168,8 +169,8 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
           again = recompute == Recompute::full ? fwd : fwd * attention_share;
           again_split = recompute == Recompute::full ? fwd * split_share : again;
         }
-        cp.backward.push_back({again + t.backward() + tp_b, gather(sixteen_bit(UnitKind::block) * e), {reduce(e)}});
-        cp.input.push_back({again_split + t.backward_input + tp_b, gather(sixteen_bit(UnitKind::block) * e), {}});  // B: the collectives, the params
+        cp.backward.push_back({again + t.backward() + tp_b, gather(gather_value_bytes(UnitKind::block) * e), {reduce(e)}});
+        cp.input.push_back({again_split + t.backward_input + tp_b, gather(gather_value_bytes(UnitKind::block) * e), {}});  // B: the collectives, the params
         cp.weight.push_back({t.backward_weight, 0, {reduce(e)}});                    // W: completes the gradient
       }
       if (emb) {  // only weights: all of it in W
