@@ -34,12 +34,16 @@ Run add_train(CLI::App& app) {
       ->check(positive_count());
   c->footer("Ranks: parallel.dp * parallel.tp * parallel.pp must equal the number of MPI ranks.\n"
             "See `gpt2 info --keys` for every configuration key.\n"
-            "SIGTERM, SIGINT or SIGUSR1 (to any rank, or to mpiexec / srun, which pass them on): every rank\n"
-            "finishes its step, a checkpoint is written (checkpoint.dir), the trace and metrics are flushed;\n"
-            "a second signal ends the run at once.\n"
+            "SIGTERM, SIGINT or SIGUSR1 (to any rank, to mpiexec, which passes them on, or scancel --signal;\n"
+            "srun passes on only SIGUSR1, it kills the ranks on SIGTERM): every rank finishes its step, a\n"
+            "checkpoint is written (checkpoint.dir), the trace and metrics are flushed; a second signal ends\n"
+            "the run at once.\n"
             "Exit status: 0 done, 1 failure, 2 bad input, 3 a rank hung (watchdog), 4 stopped by a signal\n"
             "(resume with checkpoint.resume = \"auto\"), 5 a non-finite loss or gradient norm (train.nonfinite).");
   return [a]() -> int {
+    // Under MPICH's mpiexec a child keeps this rank's exit status visible to the launcher (4 after
+    // a stop signal passed on by mpiexec; see stop_signals.hpp). First: before MPI and Kokkos.
+    start_exit_witness();
     // From here on a stop signal only sets a flag (MPI and Kokkos start up below; a run asked to
     // stop by then ends before its first step).
     StopSignals stop_signals;

@@ -26,4 +26,19 @@ class StopSignals {
   static const char* name(int sig);
 };
 
+// Under MPICH's mpiexec (this process's parent is Hydra's hydra_pmi_proxy), starts the rank's exit
+// witness: a small child that holds the rank's stdout and stderr until the proxy has collected the
+// rank's exit status, so that `mpiexec` reports it (4 after a stop) also when it passed a signal on.
+// Why: once the proxy has forwarded a signal (SIGTERM, SIGINT, SIGUSR1 to mpiexec), it counts every
+// rank it reaps after all its ranks' output pipes have closed as exit status 0 (Hydra 4.0's
+// `forced_cleanup`), and it reaps a rank early only when an event on a pipe still open wakes it after
+// the rank has exited. A rank's pipes close as it exits, so whether mpiexec said 4 or 0 was a race;
+// with the last rank of a proxy, 0 every time. The witness closes stdout only once the rank has
+// exited (keeping stderr: the proxy wakes, sees a pipe still open and reaps the rank with its
+// status), waits (at most 1 s) until the rank is reaped, then closes stderr and ends. It ignores
+// the stop signals (the proxy signals the rank's whole process group), closes every other file and
+// shows as `gpt2-witness` in ps. Call it first, before MPI and Kokkos start. Returns whether a
+// witness runs (never under srun, where the status arrives by other means, nor without a launcher).
+bool start_exit_witness();
+
 }  // namespace gpt2

@@ -29,6 +29,14 @@ def proc_cmdline(pid):
         return ""
 
 
+def proc_comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def proc_rank(pid):
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
@@ -80,7 +88,7 @@ class Job:
                 st = proc_stat(pid)
                 if st:
                     parent[pid] = st[1]
-            found = {}
+            candidates = {}
             for pid in parent:
                 p, depth = parent.get(pid), 0
                 while p and p != self.proc.pid and depth < 16:
@@ -88,7 +96,11 @@ class Job:
                 if p == self.proc.pid and self.workdir in proc_cmdline(pid) and "hydra_pmi_proxy" not in proc_cmdline(pid):
                     rank = proc_rank(pid)
                     if rank is not None:
-                        found[rank] = pid
+                        candidates[pid] = rank
+            # A rank's exit witness under mpiexec (its child, with its command line and environment)
+            # is not a rank: named gpt2-witness, and its parent is one.
+            found = {rank: pid for pid, rank in candidates.items()
+                     if parent.get(pid) not in candidates and proc_comm(pid) != "gpt2-witness"}
             if len(found) == n:
                 self.ranks = found
                 return found
