@@ -13,6 +13,7 @@
 #     config.effective.toml    the resolved configuration, every --set applied (gpt2 info)
 #     info.json                `gpt2 info --json` of it: grid, stage split, model, every key
 #     job.txt                  what ran where: job, nodes, ranks, dp x pp, command, site, exit status
+#                              (and the launcher's own: launcher_exit_code)
 #     stdout.log               everything the job printed (also in Slurm's output file)
 #     metrics.jsonl            one JSON object per step (--metrics-jsonl)
 #     trace.h5                 HDF5 trace (trace.file)
@@ -202,8 +203,8 @@ gpt2_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 # shell can pass signals on (bash runs a trap only between commands, never during a foreground
 # one). SIGUSR1 goes to the launcher (Slurm's `--signal=B:USR1@N` reaches only the batch shell);
 # outside Slurm SIGTERM does too. In a job Slurm signals the job steps itself (scancel, time limit),
-# so passing SIGTERM on there would reach each rank twice. SIGINT from a terminal reaches the
-# launcher directly. Returns the launcher's exit status.
+# and srun answers a SIGTERM of its own by SIGKILL to every rank: not passed on there. SIGINT from
+# a terminal reaches the launcher directly. Returns the launcher's exit status.
 gpt2_launch() {
   local in_slurm=$1 pid rc
   shift
@@ -428,16 +429,18 @@ gpt2_job() {
   gpt2_log "run folder: $run_dir"
   gpt2_log "$mode on $ntasks tasks (${SLURM_JOB_NUM_NODES:-1} node(s)): parallel.dp=$eff_dp parallel.pp=$eff_pp, site $(basename "$GPT2_SITE_FILE"), launcher $launcher"
   gpt2_log "${cmd[*]}"
-  local rc=0 t0=$SECONDS log_at stopped_by="" i
+  local rc=0 t0=$SECONDS log_at stopped_by="" i launcher_rc=""
   log_at=$(($(stat -c %s "$run_dir/stdout.log" 2>/dev/null || echo 0) + 1))
   if [[ $GPT2_STOP_SIGNAL == USR1 ]]; then
     gpt2_log "SIGUSR1 came before the launch: nothing ran"
     rc=4 stopped_by=SIGUSR1
   else
     gpt2_launch "$in_slurm" "${cmd[@]}" || rc=$?
+    launcher_rc=$rc
     # How a stop ended, from the run's own last line (rank 0: "gpt2 train: stopped by SIGxxx ...";
-    # the tee may still be writing it). MPICH's mpiexec (hydra 4.0) reports 0 for ranks that exit
-    # after it passed a signal on to them (its proxy counts them as cleaned up): that line decides.
+    # the tee may still be writing it). srun and MPICH's mpiexec report the ranks' 4 themselves (under
+    # mpiexec thanks to each rank's exit witness, see README "Reliability"); a launcher that says 0
+    # for a run that printed that line (another MPI's, an older gpt2) is overruled, with a warning.
     for i in $(seq 20); do
       stopped_by=$(tail -c "+$log_at" "$run_dir/stdout.log" 2>/dev/null |
         sed -n 's/^gpt2 train: stopped by \(SIG[A-Z0-9]*\).*/\1/p' | tail -n1)
@@ -445,12 +448,16 @@ gpt2_job() {
       ((rc == 4)) || [[ -n $GPT2_STOP_SIGNAL ]] || break  # only a stopped run has that line
       sleep 0.1
     done
-    if ((rc == 0)) && [[ -n $stopped_by ]]; then rc=4; fi
+    if ((rc == 0)) && [[ -n $stopped_by ]]; then
+      rc=4
+      gpt2_warn "$launcher said 0 for a run stopped by $stopped_by: status 4 (from the run's last line)"
+    fi
   fi
   echo "$rc" >"$run_dir/exit_code"
   {
     echo "end=$(date -Is)"
     echo "seconds=$((SECONDS - t0))"
+    echo "launcher_exit_code=$launcher_rc"
     echo "exit_code=$rc"
   } >>"$run_dir/job.txt"
   if ((rc == 0)); then

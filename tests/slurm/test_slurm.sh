@@ -12,6 +12,10 @@
 #   sbatch -n 2 dp.slurm ... --set parallel.dp=4       -> FAILED, "asks for 4 ranks ... only 2 tasks"
 #   sbatch -n 2 hybrid.slurm with PP=4                 -> FAILED, "PP=4 ... need at least 4 ranks"
 #   sbatch -n 64 dp.slurm                              -> refused by sbatch (more CPUs than the node)
+#   sbatch -n 2 dp.slurm (a long run), then scancel --signal=TERM, --signal=INT (to the job's steps:
+#   the ranks) or a plain scancel once it has logged 20 steps -> FAILED 4:0 (the plain scancel:
+#   CANCELLED): srun's own status 4 (job.txt launcher_exit_code), the script's 4 (exit_code), one
+#   "stopped by SIGxxx after step N" line, checkpoints/latest of step N, metrics steps 1..N
 # and checks each job's state and exit code (scontrol show job; no accounting database needed),
 # its output file and its run folder. Plots are required only for the analysis/*.py scripts present.
 # Then a job whose time runs out: dp.slurm with --time=1 --signal=B:USR1@45 (the warning comes at
@@ -279,6 +283,28 @@ pp = 1
 microbatches = 2
 EOF
 
+# Stop jobs: a run far longer than the test, stopped by scancel (no requeue: GPT2_REQUEUE=0,
+# in case the time-limit warning came first); checkpoints go to the run folder.
+STOP_DECK=$D/work/stop.toml
+STOP_AFTER=20
+cat >"$STOP_DECK" <<EOF
+# Stop deck of tests/slurm/test_slurm.sh: the tiny model, stopped by scancel mid-run
+$MODEL_SECTION
+[data]
+train = "$D/data/train_000.bin"
+seq_len = 16
+shuffle = true
+
+[train]
+batch_size = 8
+steps = 1000000
+lr = 1e-3
+log_every = 1000
+
+[parallel]
+microbatches = 2
+EOF
+
 # ---- submitting -----------------------------------------------------------------------------------------
 # From a folder outside the repository, by the scripts' absolute paths: the scripts must find the
 # repository themselves. Run folders go to $D/runs, output files to $D/out.
@@ -298,7 +324,14 @@ JOB_BAD_DP=$(submit "$EXPORT" -N 1 -n 2 -J bad-dp "$SRC/job_scripts/dp.slurm" "$
   die "sbatch of the over-asking dp job failed"
 JOB_BAD_PP=$(submit "$EXPORT,PP=4" -N 1 -n 2 --ntasks-per-node=2 --gpus-per-node=2 -J bad-hybrid "$SRC/job_scripts/hybrid.slurm" "$CONFIG") ||
   die "sbatch of the over-asking hybrid job failed"
-say "submitted dp=$JOB_DP pp=$JOB_PP hybrid=$JOB_HY bad-dp=$JOB_BAD_DP bad-hybrid=$JOB_BAD_PP"
+STOP_JOBS=() # JOB:SIGNAL:HOW, HOW = steps (scancel --signal=SIGNAL) or cancel (scancel: SIGTERM)
+for how in TERM:steps INT:steps TERM:cancel; do
+  j=$(submit "$EXPORT,GPT2_PLOTS=0,GPT2_REQUEUE=0" -N 1 -n 2 -J "stop-${how/:/-}" --time=5 "$SRC/job_scripts/dp.slurm" "$STOP_DECK") ||
+    die "sbatch of the stop job ($how) failed"
+  STOP_JOBS+=("$j:$how")
+done
+declare -A STOP_SENT=()
+say "submitted dp=$JOB_DP pp=$JOB_PP hybrid=$JOB_HY bad-dp=$JOB_BAD_DP bad-hybrid=$JOB_BAD_PP stop: ${STOP_JOBS[*]}"
 
 # A small sweep: dp at 1 and 2 ranks, pp at 2, and the analysis job that depends on them.
 SWEEP=$D/sweep
@@ -322,7 +355,9 @@ else
 fi
 
 # ---- waiting ------------------------------------------------------------------------------------------------
-ALL_JOBS=("$JOB_DP" "$JOB_PP" "$JOB_HY" "$JOB_BAD_DP" "$JOB_BAD_PP" "${SWEEP_JOBS[@]}")
+ALL_JOBS=("$JOB_DP" "$JOB_PP" "$JOB_HY" "$JOB_BAD_DP" "$JOB_BAD_PP" "${SWEEP_JOBS[@]}" "${STOP_JOBS[@]%%:*}")
+# logged_steps FILE: lines with a training loss in a metrics file (0 when there is none yet)
+logged_steps() { grep -c '"loss"' "$1" 2>/dev/null || true; }
 # Bounded well inside ctest's TIMEOUT (600 s), so that the EXIT trap always gets to stop the daemons.
 deadline=$((SECONDS + TIMEOUT))
 ((deadline > T_START + 360)) && deadline=$((T_START + 360))
@@ -333,6 +368,19 @@ while :; do
       COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED | BOOT_FAIL | DEADLINE) ;;
       *) pending=1 ;;
     esac
+  done
+  # A stop job that has logged STOP_AFTER steps gets its signal (scancel --signal: to the job's
+  # steps, i.e. the ranks, not the batch shell; a plain scancel: SIGTERM to all, then the job ends).
+  for js in "${STOP_JOBS[@]}"; do
+    IFS=: read -r j sig how <<<"$js"
+    [[ -n ${STOP_SENT[$j]:-} ]] && continue
+    m=$(ls "$D/runs/"*-"$j"/metrics.jsonl 2>/dev/null | head -n1)
+    if [[ -n $m ]] && (($(logged_steps "$m") >= STOP_AFTER)); then
+      if [[ $how == cancel ]]; then sc=(scancel "$j"); else sc=(scancel --signal="$sig" "$j"); fi
+      sl "${sc[@]}" || fail "${sc[*]} failed"
+      STOP_SENT[$j]=1
+      say "${sc[*]} (it had logged $(logged_steps "$m") steps)"
+    fi
   done
   ((pending)) || break
   if ((SECONDS > deadline)); then
@@ -412,11 +460,53 @@ check_bad() {
   ok "over-asking job $j: FAILED 2:0: $(grep ERROR "$f" | head -n1)"
 }
 
+# check_stopped JOB SIG HOW: scancel (--signal=SIG) stopped it after step N: FAILED 4:0 (a plain
+# scancel: CANCELLED), srun's own status 4, one "stopped by SIGxxx after step N" line,
+# checkpoints/latest of step N, metrics steps 1..N.
+check_stopped() {
+  local j=$1 sig=$2 how=$3 st ec f run n latest what=scancel
+  st=$(job_field "$j" JobState)
+  ec=$(job_field "$j" ExitCode)
+  f=$(out_file "$j")
+  run=$(ls -d "$D/runs/"*-"$j" 2>/dev/null | head -n1)
+  [[ $how == steps ]] && what="scancel --signal=$sig"
+  if [[ $how == steps && ($st != FAILED || $ec != 4:0) || $how == cancel && $st != CANCELLED ]]; then
+    fail "stop job $j ($what): $st, exit code $ec (expected $([[ $how == steps ]] && echo "FAILED 4:0" || echo CANCELLED))"
+    show_job "$j"
+    return
+  fi
+  if (($(grep -c "^gpt2 train: stopped by" "$f") != 1)); then
+    fail "stop job $j: expected one 'gpt2 train: stopped by SIG$sig' line: $(grep "stopped by" "$f" | paste -sd';')"
+    show_job "$j"
+    return
+  fi
+  n=$(sed -n "s/^gpt2 train: stopped by SIG$sig after step \([0-9]*\):.*/\1/p" "$f")
+  [[ -n $n ]] || { fail "stop job $j: not stopped by SIG$sig: $(grep "stopped by" "$f")"; return; }
+  grep -qx "launcher_exit_code=4" "$run/job.txt" ||
+    fail "stop job $j: srun's own exit status was not 4: $(grep launcher_exit_code "$run/job.txt")"
+  [[ $(cat "$run/exit_code" 2>/dev/null) == 4 ]] || fail "stop job $j: exit_code file is not 4"
+  latest=$(cat "$run/checkpoints/latest" 2>/dev/null)
+  [[ $latest == "$(printf 'ckpt_%08d.h5' "$n")" && -s $run/checkpoints/$latest ]] ||
+    fail "stop job $j: checkpoints/latest is '$latest', expected the checkpoint of step $n"
+  python3 - "$run/metrics.jsonl" "$n" <<'PYEOF' || fail "stop job $j: metrics.jsonl does not hold steps 1..$n"
+import json, sys
+steps = [m["step"] for m in map(json.loads, filter(str.strip, open(sys.argv[1]))) if "loss" in m]
+sys.exit(0 if steps == list(range(1, int(sys.argv[2]) + 1)) else f"metrics steps {steps[:3]}..{steps[-3:]}")
+PYEOF
+  [[ $(job_field "$j" Restarts) == 0 ]] || fail "stop job $j was requeued"
+  ok "stop job $j: $what after step $n: $st $ec, srun and the script said 4, checkpoint of step $n"
+}
+
 check_good "$JOB_DP" 2 1
 check_good "$JOB_PP" 1 2
 check_good "$JOB_HY" 2 2
 check_bad "$JOB_BAD_DP" "asks for 4 ranks" "the allocation gives only 2"
 check_bad "$JOB_BAD_PP" "PP=4" "at least 4 ranks"
+for js in "${STOP_JOBS[@]}"; do
+  IFS=: read -r j sig how <<<"$js"
+  [[ -n ${STOP_SENT[$j]:-} ]] || fail "stop job $j never logged $STOP_AFTER steps, so it got no signal"
+  check_stopped "$j" "$sig" "$how"
+done
 
 # The sweep: every job COMPLETED, a summary of the 3 runs, scaling plots if plot_scaling.py exists.
 for j in "${SWEEP_JOBS[@]}"; do
@@ -514,6 +604,7 @@ if [[ $st != COMPLETED || $(job_field "$JOB_RQ" ExitCode) != 0:0 ]] || ((restart
 else
   ok "requeue job $JOB_RQ: COMPLETED 0:0 after $restarts restart(s); stopped: $(grep "^gpt2 train: stopped by" "$f" | cut -c1-60 | paste -sd';')"
   grep -q "requeueing job $JOB_RQ" "$f" || fail "requeue job $JOB_RQ: its output does not say it requeued itself"
+  grep -q "said 0 for a run stopped" "$f" && fail "requeue job $JOB_RQ: srun said 0 for the stopped run (not 4)"
   if ((stops == 0)); then
     echo "[slurm-test] note: the warning came before the training started (nothing to save); the requeued run did every step"
   else
