@@ -12,9 +12,10 @@
 # The source is Kokkos 3.4.01 as shipped inside Debian bookworm's `trilinos` source package. It is
 # fetched with apt through a private configuration (nothing under /etc/apt is touched); the mirror
 # is the one this machine's apt already uses. The tarball is cached and shared by all backends, so
-# it is downloaded once. Patches (cmake/patches/): cuda applies kokkos-3.4.01-cuda13.patch (CUDA 13,
-# a HOPPER90 arch), threads kokkos-3.4.01-threads-tsan.patch (synchronization TSan can see); the
-# openmp build is Debian's source as it is.
+# it is downloaded once. Patches (cmake/patches/): every backend applies kokkos-3.4.01-fence-hooks.patch
+# (fence events for the tools interface, so the trainer counts every whole-device wait); cuda also
+# kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch), threads kokkos-3.4.01-threads-tsan.patch
+# (synchronization TSan can see).
 # An install is reused while its stamp (version, backend, options, patch checksum) matches; one
 # build runs at a time per cache folder (a second caller waits, then finds the install ready).
 #
@@ -70,7 +71,7 @@ KOKKOS_OPTIONS=(
   -DKokkos_ENABLE_TESTS=OFF
   -DKokkos_ENABLE_EXAMPLES=OFF
 )
-PATCH_FILE=""
+PATCHES=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-fence-hooks.patch")
 case $BACKEND in
   openmp)
     PREFIX=${KOKKOS_OPENMP_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-openmp}
@@ -86,12 +87,12 @@ case $BACKEND in
     DEVICE=PTHREAD
     # Its threads synchronize through volatile flags and fences, which TSan cannot see; the patch
     # makes them acquire/release atomics.
-    PATCH_FILE=$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-threads-tsan.patch
+    PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-threads-tsan.patch")
     ;;
   cuda)
     PREFIX=${KOKKOS_CUDA_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-cuda-sm90}
     DESCRIPTION="Serial + Cuda, HOPPER90, C++17"
-    PATCH_FILE=$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda13.patch
+    PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda13.patch")
     KOKKOS_OPTIONS+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_HOPPER90=ON)
     DEVICE=CUDA
     ;;
@@ -101,10 +102,10 @@ STAMP=$PREFIX/.gpt2-kokkos-stamp
 
 # The stamp records the backend, the options and the patch: changing any of them triggers a rebuild.
 want_stamp="kokkos $KOKKOS_VERSION $BACKEND $(printf '%s\n' "${KOKKOS_OPTIONS[@]}" | sha256sum | cut -c1-16)"
-if [[ -n $PATCH_FILE ]]; then
-  [[ -f $PATCH_FILE ]] || die "patch not found: $PATCH_FILE"
-  want_stamp+=" patch $(sha256sum "$PATCH_FILE" | cut -d' ' -f1)"
-fi
+for patch_file in "${PATCHES[@]}"; do
+  [[ -f $patch_file ]] || die "patch not found: $patch_file"
+  want_stamp+=" patch $(sha256sum "$patch_file" | cut -d' ' -f1)"
+done
 installed() {
   [[ -f $STAMP && $(cat "$STAMP") == "$want_stamp" ]] &&
     compgen -G "$PREFIX/lib*/cmake/Kokkos/KokkosConfig.cmake" >/dev/null
@@ -264,10 +265,10 @@ found_version=$(sed -n 's/^set(Kokkos_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)
   paste -sd.)
 [[ $found_version == "$KOKKOS_VERSION" ]] ||
   die "expected Kokkos $KOKKOS_VERSION in $(basename "$TARBALL"), found '$found_version'"
-if [[ -n $PATCH_FILE ]]; then
-  log "applying $(basename "$PATCH_FILE")"
-  patch -p1 -s -d "$SRC" <"$PATCH_FILE" || die "the patch does not apply to the Kokkos source"
-fi
+for patch_file in "${PATCHES[@]}"; do
+  log "applying $(basename "$patch_file")"
+  patch -p1 -s -d "$SRC" <"$patch_file" || die "$(basename "$patch_file") does not apply to the Kokkos source"
+done
 t_extract=$(($(now) - t0))
 
 # ---- configure, build, install ------------------------------------------------------------------
