@@ -4,14 +4,14 @@
 
 namespace gpt2 {
 
-StepSums::StepSums(const CommGroups& groups) : groups_(groups), sums_("step_sums", 2) {}
+StepSums::StepSums(const CommGroups& groups)
+    : groups_(groups), sums_("step_sums", 2), host_(Kokkos::create_mirror_view(sums_)) {}
 
 void StepSums::reduce(bool holds_loss, bool with_squares, bool grads_sharded) {
   auto queue = [&](Communicator& c, size_t first, size_t count) {
     if (c.size() == 1) return;
     Request r = c.iallreduce(sums_.data() + first, count, DType::f64, ReduceOp::sum);
     c.order_after(r);
-    pending_.emplace_back(&c, r);
   };
   if (with_squares && grads_sharded) queue(groups_.replicas(), 0, 2);
   else if (holds_loss) queue(groups_.replicas(), 0, 1);
@@ -19,19 +19,12 @@ void StepSums::reduce(bool holds_loss, bool with_squares, bool grads_sharded) {
   queue(*groups_.pipe, 0, with_squares ? 2 : 1);
 }
 
-void StepSums::wait() {
-  for (auto& [comm, request] : pending_) comm->wait(request);
-  pending_.clear();
-}
-
 StepSums::Values StepSums::read() {
-  wait();
   // Everything queued so far (the optimizer too, unless it waits for these values) is done when
   // the host has them.
-  auto h = Kokkos::create_mirror_view(Kokkos::HostSpace(), sums_);
-  Kokkos::deep_copy(ExecSpace(), h, sums_);
+  Kokkos::deep_copy(ExecSpace(), host_, sums_);
   device_sync("the step's loss and gradient norm");
-  return {h(0), h(1)};
+  return {host_(0), host_(1)};
 }
 
 }  // namespace gpt2

@@ -3,12 +3,9 @@
 // gradients -- reduced over the grid where their parts live: the loss over the dp replicas (only
 // the head stage has token losses; tp ranks each hold all of it), the squares over dp when the
 // gradient is sharded (whole gradients are averaged already) and over tp (each holds part of the
-// gradient), both over the pipeline's stages. Each all-reduce is ordered after the one before on
-// the device, so later kernels (clipping) read the global values without the host; read() is the
-// host's one wait for them.
-#include <utility>
-#include <vector>
-
+// gradient), both over the pipeline's stages. Each all-reduce is ordered before the kernels after
+// it on the device (order_after), so later kernels (clipping) read the global values without the
+// host; read() is the host's one wait for them: the step's one whole-device wait.
 #include "runtime/comm_groups.hpp"
 #include "tensor/views.hpp"
 
@@ -21,16 +18,15 @@ class StepSums {
   double* squares() { return sums_.data() + 1; }    // device
   // Queues the reductions of what this rank put there (holds_loss: its stage has token losses).
   void reduce(bool holds_loss, bool with_squares, bool grads_sharded);
-  void wait();  // the queued reductions, complete (the host may read)
   struct Values {
     double loss_sum, squares;
   };
-  Values read();  // wait() and copy to the host: a whole-device sync (the step's one)
+  Values read();  // copied to the host: a whole-device wait (the step's one)
 
  private:
   const CommGroups& groups_;
   Buffer<double> sums_;
-  std::vector<std::pair<Communicator*, Request>> pending_;
+  Buffer<double>::HostMirror host_;  // made once: a step allocates nothing
 };
 
 }  // namespace gpt2

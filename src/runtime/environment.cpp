@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "runtime/device_counters.hpp"
 #include "tensor/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -69,6 +70,7 @@ void Environment::start_kokkos(int host_threads) {
   Kokkos::initialize(args);
 #endif
   host_threads_ = Kokkos::DefaultHostExecutionSpace::concurrency();
+  install_device_counters();  // every fence, allocation and copy counted from here on
 }
 
 int Environment::cores_per_rank() const {

@@ -16,7 +16,11 @@
 //             one ZeRO all-gather of those delivers: 16-bit matrices under mixed precision; 0 without
 //             sharding), peak_activation_bytes,
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces),
-//             device_syncs_per_step (the most whole-device waits one training step made);
+//             what the device did in a steady-state training step (the most of any step from the
+//             second on; runtime/device_counters; -1 when a Kokkos tools library holds the
+//             callbacks): device_waits_per_step (whole-device fences, the ones Kokkos inserts
+//             included), allocations_per_step (allocations + frees), host_waits_per_step (the host
+//             blocked on a communication), stream_waits_per_step (an execution space's own fence);
 //             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
 //             "host issue times" (device work runs behind the host: an event ends when its work
 //             was queued, not done)
@@ -54,7 +58,8 @@ struct TraceMeta {
   double stage_param_bytes = 0;                                 // its stage's, unsharded
   double param_gather_bytes = 0;  // one ZeRO all-gather of its stage's parameters delivers (0: none)
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
-  double device_syncs_per_step = 0;  // this rank's most whole-device syncs in one training step
+  // This rank's most in one steady-state training step (runtime/device_counters; -1: not counted).
+  double device_waits_per_step = -1, allocations_per_step = -1, host_waits_per_step = -1, stream_waits_per_step = -1;
   std::string event_timing;          // what event times mean on a device (fenced or issue times)
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;

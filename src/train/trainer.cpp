@@ -164,10 +164,24 @@ void Trainer::load_microbatch(DataLoader& loader, int64_t batch, int mb, Activat
   a.load(host_inputs_.data(), host_targets_.data());
 }
 
+void Trainer::record_steady_counts(const DeviceCounters& c) {
+  DeviceCounters& m = step_counts_;
+  if (c.allocations > 0 && step_allocations_.empty()) {  // the step's own: the newest c.allocations
+    step_allocations_ = recent_allocations();
+    if (step_allocations_.size() > c.allocations) step_allocations_.erase(step_allocations_.begin(), step_allocations_.end() - long(c.allocations));
+  }
+  m.device_waits = std::max(m.device_waits, c.device_waits);
+  m.stream_waits = std::max(m.stream_waits, c.stream_waits);
+  m.host_waits = std::max(m.host_waits, c.host_waits);
+  m.allocations = std::max(m.allocations, c.allocations);
+  m.frees = std::max(m.frees, c.frees);
+  m.deep_copies = std::max(m.deep_copies, c.deep_copies);
+}
+
 StepMetrics Trainer::train_step() {
   Tracer::Scope scope(tracer_, EventKind::step, int(step_));
   const WaitContext context([this] { return "training step " + std::to_string(step_ + 1); });
-  const uint64_t syncs0 = device_sync_count();
+  const DeviceCounters counts0 = device_counters();
   const double t0 = tracer_.now();
   const int T = cfg_.data.seq_len;
   store_->begin_step(int(step_), cfg_.parallel.microbatches);
@@ -223,7 +237,8 @@ StepMetrics Trainer::train_step() {
   m.loss = sums.loss;
   m.grad_norm = sums.grad_norm;
   ++step_;
-  step_syncs_ = std::max(step_syncs_, device_sync_count() - syncs0);
+  // Steady state: every step but this process's first (which sizes the workspaces).
+  if (steps_run_++ > 0) record_steady_counts(device_counters() - counts0);
   const double dt = tracer_.now() - t0;
   m.step_ms = dt * 1e3;
   m.tokens_per_s = double(cfg_.train.batch_size) * T / dt;
@@ -242,11 +257,11 @@ void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
 }
 
 Trainer::StepValues Trainer::read_step_sums(int microbatches_run) {
+  StepSums::Values v;
   {
     Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
-    step_sums_->wait();
+    v = step_sums_->read();
   }
-  const StepSums::Values v = step_sums_->read();
   StepValues s;
   s.loss = v.loss_sum / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
   s.grad_norm = std::sqrt(v.squares);

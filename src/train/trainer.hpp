@@ -26,6 +26,7 @@
 #include "parallel/cp_comm.hpp"
 #include "parallel/tp_comm.hpp"
 #include "runtime/comm_groups.hpp"
+#include "runtime/device_counters.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/optimizer.hpp"
 #include "runtime/topology.hpp"
@@ -92,11 +93,15 @@ class Trainer {
     for (const auto& s : stages_) shared += s->recompute_bytes();
     return size_t(exec_->peak_slots()) * exec_->slot_bytes() + shared;
   }
-  // The most whole-device synchronisations one training step made on this rank (runtime/device_sync).
-  uint64_t device_syncs_per_step() const { return step_syncs_; }
+  // The most of each count one steady-state training step (from the second on) made on this rank:
+  // whole-device waits, host waits for communication, allocations, frees (runtime/device_counters).
+  const DeviceCounters& steady_step_counts() const { return step_counts_; }
+  // The labels of the latest allocations of the first steady-state step that allocated (empty: none).
+  const std::vector<std::string>& steady_step_allocations() const { return step_allocations_; }
 
  private:
   void setup_data();
+  void record_steady_counts(const DeviceCounters& step);  // the most of each, kept
   void setup_model();
   void prepare_outputs();  // collective: every file and folder the run writes checked, made, locked
   void load_initial_state();
@@ -158,7 +163,9 @@ class Trainer {
   std::unique_ptr<BackgroundCheckpoint> in_flight_;  // checkpoint.async: the write under way
   std::vector<ParamStore::Owned> staging_;           // and the copy it writes, kept for the next
   int64_t skipped_ = 0;                          // updates skipped (non-finite, or fp16 overflows)
-  uint64_t step_syncs_ = 0;                      // the most whole-device syncs a step made
+  DeviceCounters step_counts_;                   // the most of each count a steady-state step made
+  int64_t steps_run_ = 0;                        // training steps this process ran
+  std::vector<std::string> step_allocations_;    // what the first steady step that allocated made
   LossScale loss_scale_;                         // fp16's dynamic loss scale (1 otherwise)
   std::string end_message_;
 };

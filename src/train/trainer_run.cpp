@@ -47,7 +47,12 @@ void Trainer::write_trace() {
   meta.stage_param_bytes = double(stage_layout().local_size() * sizeof(float));
   meta.param_gather_bytes = double(store_->gather_bytes());
   meta.activation_bytes = double(activation_bytes());
-  meta.device_syncs_per_step = double(step_syncs_);
+  if (device_counters_installed()) {
+    meta.device_waits_per_step = double(step_counts_.device_waits);
+    meta.allocations_per_step = double(step_counts_.allocations + step_counts_.frees);
+    meta.host_waits_per_step = double(step_counts_.host_waits);
+    meta.stream_waits_per_step = double(step_counts_.stream_waits);
+  }
   meta.event_timing = cfg_.trace.sync ? "fenced per event" : cfg_.trace.units ? "fenced per unit" : "host issue times";
   meta.steps = cfg_.train.steps;
   meta.batches_per_epoch = train_loader_->batches_per_epoch();

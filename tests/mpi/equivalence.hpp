@@ -55,6 +55,18 @@ inline int rank_of(MPI_Comm c) {
   return r;
 }
 
+inline void expect_device_discipline(const Trainer& t) {
+  ASSERT_TRUE(device_counters_installed());
+  const DeviceCounters& c = t.steady_step_counts();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  EXPECT_LE(c.device_waits, 1u) << "rank " << rank << ": whole-device waits in one step";
+  EXPECT_EQ(c.host_waits, 0u) << "rank " << rank << ": host waits for a communication in one step";
+  std::string recent;
+  for (const std::string& l : t.steady_step_allocations()) recent += "\n  " + l;
+  EXPECT_EQ(c.allocations, 0u) << "rank " << rank << ": allocations in a steady-state step; the latest:" << recent;
+  EXPECT_EQ(c.frees, 0u) << "rank " << rank << ": frees in a steady-state step";
+}
+
 inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
   TrainOptions o;
   o.quiet = true;
@@ -72,8 +84,10 @@ inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {
     MPI_Allreduce(&h, &hi, 1, MPI_UINT64_T, MPI_MAX, t.topology().dp_comm());
     r.replicas_identical = r.replicas_identical && lo == hi;
   }
-  // One whole-device wait a step at most (reading the loss and the norm), on every layout.
-  EXPECT_LE(t.device_syncs_per_step(), 1u) << "rank " << rank_of(MPI_COMM_WORLD);
+  // What a GPU would do, counted where it happens: one whole-device wait a step at most (reading the
+  // loss and the norm), no host wait for a communication, no allocation or free in a steady-state
+  // step -- on every layout.
+  expect_device_discipline(t);
   r.params = t.gather_params();
   r.peak_slots = t.executor().peak_slots();
   r.stage = t.topology().stage(), r.stages = t.topology().pp();
