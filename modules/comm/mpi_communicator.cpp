@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "runtime/device_sync.hpp"
 #include "tensor/half.hpp"
 #include "tensor/views.hpp"
 
@@ -39,12 +40,16 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
 }
 
+// Device buffers staged through the host (CUDA builds): copies on the execution space, after the
+// kernels that wrote them, then a wait for that space alone (MPI reads the copy from the host).
 void to_host(std::vector<char>& dst, const void* src, size_t bytes) {
   dst.resize(bytes);
-  Kokkos::deep_copy(HostBytes(dst.data(), bytes), DevBytes(static_cast<char*>(const_cast<void*>(src)), bytes));
+  Kokkos::deep_copy(ExecSpace(), HostBytes(dst.data(), bytes), DevBytes(static_cast<char*>(const_cast<void*>(src)), bytes));
+  ExecSpace().fence();
 }
 void to_device(void* dst, const std::vector<char>& src, size_t bytes) {
-  Kokkos::deep_copy(DevBytes(static_cast<char*>(dst), bytes), HostBytes(const_cast<char*>(src.data()), bytes));
+  Kokkos::deep_copy(ExecSpace(), DevBytes(static_cast<char*>(dst), bytes), HostBytes(const_cast<char*>(src.data()), bytes));
+  ExecSpace().fence();  // (the staging buffer is freed next)
 }
 
 template <class T>
@@ -58,15 +63,20 @@ void scale<bf16>(void* p, size_t n, double f) {
   for (size_t i = 0; i < n; ++i) x[i] = bf16(float(x[i]) * float(f));
 }
 
-// Every ordered communicator of this process: a device runs each communicator's queue on its own,
-// so a rank waiting on one still moves the others (a send queued on another communicator must
-// reach its receiver while this rank waits).
-std::vector<MpiCommunicator*>& ordered_communicators() {
-  static std::vector<MpiCommunicator*> all;
-  return all;
-}
-
 }  // namespace
+
+std::deque<MpiCommunicator::Group>& MpiCommunicator::queue() {
+  static std::deque<Group> q;
+  return q;
+}
+MpiCommunicator::Group& MpiCommunicator::issuing() {
+  static Group g;
+  return g;
+}
+int& MpiCommunicator::depth() {
+  static int d = 0;
+  return d;
+}
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool ordered) : ordered_(ordered) {
   MPI_Comm_dup(comm, &comm_);
@@ -74,18 +84,19 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool ordered) : ordered_(ordered
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   if (ordered_) {
-    ordered_communicators().push_back(this);
-    set_background_progress(&MpiCommunicator::advance_all);
+    set_background_progress(&MpiCommunicator::advance);
+    set_device_drain(&MpiCommunicator::drain);
   }
 }
 
-void MpiCommunicator::advance_all() {
-  for (MpiCommunicator* c : ordered_communicators()) c->advance();
-}
-
 MpiCommunicator::~MpiCommunicator() {
-  auto& all = ordered_communicators();
-  all.erase(std::remove(all.begin(), all.end(), this), all.end());
+  if (ordered_) {  // nothing of this communicator stays queued (a run that failed may leave some)
+    auto mine = [this](const Queued& q) { return q.comm == this; };
+    for (Group& g : queue()) g.erase(std::remove_if(g.begin(), g.end(), mine), g.end());
+    queue().erase(std::remove_if(queue().begin(), queue().end(), [](const Group& g) { return g.empty(); }),
+                  queue().end());
+    issuing().erase(std::remove_if(issuing().begin(), issuing().end(), mine), issuing().end());
+  }
   for (Op& op : ops_)
     for (MPI_Request* r : {&op.req, &op.send_req})
       if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
@@ -103,10 +114,10 @@ Request MpiCommunicator::start(Op op) {
     id = int(ops_.size());
     ops_.push_back(std::move(op));
   }
-  if (ordered_ && in_group_) {
-    group_.push_back(id);
+  if (ordered_ && depth() > 0) {
+    issuing().push_back({this, id});
   } else if (ordered_) {
-    queue_.push_back({id});
+    queue().push_back({{this, id}});
     advance();
   } else if (ops_[size_t(id)].post) {
     std::function<void(Op&)> post = std::move(ops_[size_t(id)].post);
@@ -117,34 +128,50 @@ Request MpiCommunicator::start(Op op) {
 }
 
 void MpiCommunicator::advance() {
-  while (!queue_.empty()) {
+  auto& q = queue();
+  while (!q.empty()) {
     bool done = true;
-    for (int id : queue_.front()) {  // the oldest group: all its operations start together
-      Op& op = ops_[size_t(id)];
+    for (const Queued& e : q.front()) {  // the oldest group: all its operations start together
+      Op& op = e.comm->ops_[size_t(e.id)];
       if (op.post) {
         std::function<void(Op&)> post = std::move(op.post);
         op.post = nullptr;
         post(op);
       }
-      done = poll(op) && done;
+      done = e.comm->poll(op) && done;
     }
     if (!done) return;
-    for (int id : queue_.front()) ops_[size_t(id)].retired = true;
-    queue_.pop_front();
+    for (const Queued& e : q.front()) e.comm->ops_[size_t(e.id)].retired = true;
+    q.pop_front();
+  }
+}
+
+void MpiCommunicator::drain() {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int spins = 0; !queue().empty(); ++spins) {
+    advance();
+    if (queue().empty()) return;
+    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if ((spins & 1023) != 0) continue;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > timeout_seconds()) {
+      const Queued& head = queue().front().front();
+      abort_on_hang(waited, "a whole-device wait: the communication queue's head, " +
+                                head.comm->describe(head.comm->ops_[size_t(head.id)]) + ", never completed");
+    }
   }
 }
 
 void MpiCommunicator::group_start() {
-  if (in_group_) fail("MPI communicator: group_start inside a group");
-  in_group_ = true;
+  if (ordered_) ++depth();
 }
 
 void MpiCommunicator::group_end() {
-  if (!in_group_) fail("MPI communicator: group_end without group_start");
-  in_group_ = false;
-  if (!ordered_ || group_.empty()) return;
-  queue_.push_back(std::move(group_));
-  group_.clear();
+  if (!ordered_) return;
+  if (depth() == 0) fail("MPI communicator: group_end without group_start");
+  if (--depth() > 0 || issuing().empty()) return;
+  queue().push_back(std::move(issuing()));
+  issuing().clear();
   advance();
 }
 
@@ -308,21 +335,39 @@ bool MpiCommunicator::test(Request& r) {
   return true;
 }
 
-void MpiCommunicator::wait(Request& r) {
+std::string MpiCommunicator::describe(const Op& op) const {
+  std::string out = std::string("the ") + op.what;
+  if (op.peer >= 0)
+    out += " with peer " + std::to_string(op.peer) + " (world rank " + std::to_string(world_rank_of(comm_, op.peer)) + ")";
+  return out;
+}
+
+void MpiCommunicator::hang(double waited, const Op& op) const {
+  std::string what = describe(op);
+  const Queued* head = queue().empty() ? nullptr : &queue().front().front();
+  if (head && &head->comm->ops_[size_t(head->id)] != &op)
+    what += ", queued behind " + head->comm->describe(head->comm->ops_[size_t(head->id)]) +
+            " at the head of this rank's communication queue";
+  else
+    what += ", at the head of this rank's communication queue";
+  if (queue().size() > 1) {  // what the head holds up (the operation a peer may be waiting for)
+    const Queued& next = queue()[1].front();
+    what += "; queued behind the head: " + next.comm->describe(next.comm->ops_[size_t(next.id)]);
+    if (queue().size() > 2) what += " and " + std::to_string(queue().size() - 2) + " more";
+  }
+  abort_on_hang(waited, what + " (mpi-ordered: a device's operations run one at a time in issue order; "
+                               "a send and a receive that must progress together belong in one group)");
+}
+
+void MpiCommunicator::complete(Request& r) {
   if (!r.pending()) return;
   if (ordered_) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0; !test(r); ++spins) {
-      advance_all();
       if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
       if ((spins & 1023) != 0) continue;
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > timeout_seconds()) {
-        const Op& op = ops_[r.id];
-        abort_on_hang(waited, std::string("the ") + op.what + (op.peer >= 0 ? " with peer " + std::to_string(op.peer) : "") +
-                                  (op.post ? ", queued behind an earlier operation of the group that never completed"
-                                           : " (NCCL order: mpi-ordered)"));
-      }
+      if (waited > timeout_seconds()) hang(waited, ops_[size_t(r.id)]);
     }
     return;
   }
@@ -343,11 +388,10 @@ void MpiCommunicator::progress() {
 }
 
 void MpiCommunicator::barrier() {
-  Request r;
   Op o;
   o.what = "barrier";
-  MPI_Ibarrier(comm_, &o.req);
-  r = start(std::move(o));
+  o.post = [this](Op& self) { MPI_Ibarrier(comm_, &self.req); };
+  Request r = start(std::move(o));
   wait(r);
 }
 

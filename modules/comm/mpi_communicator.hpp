@@ -2,12 +2,15 @@
 // Communicator over MPI with host buffers. In CUDA builds device buffers are staged through host
 // memory (the path used for several ranks sharing one GPU, where NCCL refuses to run).
 //
-// Ordered (parallel.comm = "mpi-ordered"): NCCL's semantics on the host, to find on a CPU the hangs a
-// GPU run would have. A communicator runs its operations one at a time in issue order (an operation
-// starts on the wire once every earlier one has completed, as on NCCL's stream), a send completes
-// only once its receive is posted (MPI_Issend: NCCL's point-to-point), and only isendrecv's send and
-// receive start together (an NCCL group). So a receive posted before a send, both neighbours
-// waiting in their receive, deadlocks here as it would on two GPUs.
+// Ordered (parallel.comm = "mpi-ordered"): a GPU's view of NCCL on the host, to find on a CPU the
+// hangs a GPU run would have. Every ordered communicator of the process feeds one queue -- the
+// device's -- whose operations start on the wire one at a time in issue order, each once every
+// earlier one has completed (NCCL guarantees no more across communicators); the operations issued
+// between group_start() and group_end(), on any ordered communicator, are one entry and start
+// together (an NCCL group); a send completes only once its receive is posted (MPI_Issend: NCCL's
+// point-to-point); a whole-device wait (device_sync) drains the queue. So two ranks that each post
+// a receive before their send, ungrouped, deadlock here as they would on two GPUs, and the watchdog
+// names both waits.
 #include <deque>
 #include <functional>
 #include <vector>
@@ -21,7 +24,6 @@ class MpiCommunicator final : public Communicator {
   explicit MpiCommunicator(MPI_Comm comm, bool ordered = false);  // duplicates comm
   ~MpiCommunicator() override;
   std::string backend() const override { return ordered_ ? "mpi-ordered" : "mpi"; }
-  bool ordered() const override { return ordered_; }
   void group_start() override;
   void group_end() override;
   int rank() const override { return rank_; }
@@ -35,10 +37,13 @@ class MpiCommunicator final : public Communicator {
   Request irecv(void* buf, size_t count, DType t, int peer, int tag) override;
   Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
                     size_t recv_count, int source, int recv_tag, DType t) override;
-  void wait(Request& r) override;
+  void order_after(Request& r) override { complete(r); }  // MPI's data is on the host: done here
   bool test(Request& r) override;
   void progress() override;
   void barrier() override;
+
+ protected:
+  void complete(Request& r) override;
 
  private:
   struct Op {
@@ -56,23 +61,33 @@ class MpiCommunicator final : public Communicator {
     std::function<void(Op&)> post;  // starts it on the wire (ordered: once every earlier op completed)
     bool retired = false;  // ordered: its whole group completed (only then may its slot be reused)
   };
+  struct Queued {  // ordered: an operation in the device's queue
+    MpiCommunicator* comm;
+    int id;
+  };
+  using Group = std::vector<Queued>;
   Request start(Op op);
   // Sets o up to receive count values into buf; returns where MPI writes (buf, or host staging
   // that finish() copies to buf).
   static void* receive_into(Op& o, void* buf, size_t count, DType t, int peer);
   void finish(Op& op);  // copy back / average, once the MPI request completed
   bool poll(Op& op);
-  static void advance_all();  // ordered: advance() every ordered communicator of the process
-  void advance();  // ordered: completes the oldest operations in order, starting each next one
+  // ordered: the device's queue of groups (every ordered communicator's), oldest first, and the
+  // group being issued (its depth: groups nest, as NCCL's do).
+  static std::deque<Group>& queue();
+  static Group& issuing();
+  static int& depth();
+  static void advance();  // completes the oldest groups in order, starting each next one
+  static void drain();    // a whole-device wait: every queued group completed
+  // "the receive with peer P (world rank W)": for the watchdog.
+  std::string describe(const Op& op) const;
+  [[noreturn]] void hang(double waited, const Op& op) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;  // data plane; control plane
   int rank_ = 0, size_ = 1;
   std::vector<Op> ops_;
   std::vector<int> free_;
   bool ordered_ = false;
-  std::deque<std::vector<int>> queue_;  // ordered: groups of operations not yet complete, oldest first
-  bool in_group_ = false;
-  std::vector<int> group_;  // ordered: the group being issued
 };
 
 }  // namespace gpt2

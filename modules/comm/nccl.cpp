@@ -18,11 +18,18 @@ std::unique_ptr<Communicator> make_nccl(MPI_Comm c) {
 #endif
 }
 
-[[maybe_unused]] const bool registered = CommRegistry::add(
-    {"nccl", "NCCL on device buffers, collectives and sends on streams of their own (CUDA builds)", 2,
-     make_nccl, [](const CommContext&) { return std::string("nccl"); },
-     // NCCL runs on its own stream and prefers fewer, larger buckets.
-     25.0});
+CommBackend nccl_backend() {
+  CommBackend b{"nccl", "NCCL on device buffers, collectives and sends on streams of their own (CUDA builds)", 2,
+                make_nccl, [](const CommContext&) { return std::string("nccl"); },
+                // NCCL runs on its own stream and prefers fewer, larger buckets.
+                25.0};
+#if defined(GPT2_HAVE_NCCL)
+  b.init_together = &NcclCommunicator::init_together;
+#endif
+  return b;
+}
+
+[[maybe_unused]] const bool registered = CommRegistry::add(nccl_backend());
 }  // namespace
 
 }  // namespace gpt2

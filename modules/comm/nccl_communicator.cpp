@@ -1,5 +1,6 @@
 #include "modules/comm/nccl_communicator.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -7,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "core/error.hpp"
+#include "runtime/device_sync.hpp"
 
 namespace gpt2 {
 
@@ -33,6 +35,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     default: return ncclMax;
   }
 }
+std::vector<NcclCommunicator*>& live() {
+  static std::vector<NcclCommunicator*> all;
+  return all;
+}
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
@@ -45,9 +51,62 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) {
   check(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
   for (auto& s : streams_) check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
   check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event");
+  live().push_back(this);
+  set_device_drain(&NcclCommunicator::drain);
+}
+
+// A whole-device wait with the watchdog: the host polls an event behind every stream's work (the
+// Kokkos stream and each communicator's) instead of blocking in cudaDeviceSynchronize, so a dead
+// peer ends the job with a message instead of a hang.
+void NcclCommunicator::drain() {
+  std::vector<cudaEvent_t> marks;
+  auto mark = [&](cudaStream_t s) {
+    cudaEvent_t e;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    check(cudaEventRecord(e, s), "cudaEventRecord");
+    marks.push_back(e);
+  };
+  mark(Kokkos::Cuda().cuda_stream());
+  for (NcclCommunicator* c : live())
+    for (cudaStream_t s : c->streams_) mark(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (cudaEvent_t e : marks) {
+    for (int spins = 0;; ++spins) {
+      const cudaError_t q = cudaEventQuery(e);
+      if (q == cudaSuccess) break;
+      if (q != cudaErrorNotReady) check(q, "cudaEventQuery");
+      if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));
+      for (NcclCommunicator* c : live()) c->check_async("a whole-device wait", t0);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited > timeout_seconds()) {
+        for (NcclCommunicator* c : live())
+          if (c->comm_) ncclCommAbort(c->comm_), c->comm_ = nullptr;
+        abort_on_hang(waited, "a whole-device wait: the device's work (its communication included) never completed");
+      }
+    }
+  }
+  for (cudaEvent_t e : marks) cudaEventDestroy(e);
+}
+
+void NcclCommunicator::check_async(const char* what, std::chrono::steady_clock::time_point since) {
+  ncclResult_t async = ncclSuccess;
+  if (comm_) ncclCommGetAsyncError(comm_, &async);
+  if (async == ncclSuccess) return;
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);
+  const std::string context = WaitContext::describe();
+  std::fprintf(stderr, "error: rank %d: NCCL %s failed after %.0f s (%s)%s%s; aborting the job.\n", world, what, waited,
+               ncclGetErrorString(async), context.empty() ? "" : " while ", context.c_str());
+  std::fflush(stderr);
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
+  MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  auto& all = live();
+  all.erase(std::remove(all.begin(), all.end(), this), all.end());
   for (Op& op : ops_)
     if (op.done) cudaEventDestroy(op.done);
   if (ready_) cudaEventDestroy(ready_);
@@ -59,24 +118,48 @@ NcclCommunicator::~NcclCommunicator() {
 
 // A group's operations all go to one stream (kRecv) and are launched by ncclGroupEnd: their events
 // can only be recorded after it.
-void NcclCommunicator::group_start() {
-  if (in_group_) fail("NCCL communicator: group_start inside a group");
-  check(cudaEventRecord(ready_, Kokkos::Cuda().cuda_stream()), "cudaEventRecord");
-  check(cudaStreamWaitEvent(streams_[kRecv], ready_, 0), "cudaStreamWaitEvent");
-  check(ncclGroupStart(), "ncclGroupStart");
-  in_group_ = true;
+int& NcclCommunicator::group_depth() {
+  static int depth = 0;
+  return depth;
+}
+std::vector<NcclCommunicator::Grouped>& NcclCommunicator::grouped() {
+  static std::vector<Grouped> ops;
+  return ops;
 }
 
+void NcclCommunicator::group_start() {
+  ++group_depth();  // (nested, e.g. isendrecv inside a group: NCCL counts the depth too)
+  check(ncclGroupStart(), "ncclGroupStart");
+}
+
+// The group's kernels are enqueued by the outermost ncclGroupEnd, each on its communicator's receive
+// stream: those streams wait, just before, for all the Kokkos work issued so far (a buffer copied
+// into inside the group included).
 void NcclCommunicator::group_end() {
-  if (!in_group_) fail("NCCL communicator: group_end without group_start");
-  in_group_ = false;
+  if (group_depth() == 0) fail("NCCL communicator: group_end without group_start");
+  std::vector<NcclCommunicator*> comms;
+  for (const Grouped& g : grouped())
+    if (std::find(comms.begin(), comms.end(), g.comm) == comms.end()) comms.push_back(g.comm);
+  if (group_depth() == 1)
+    for (NcclCommunicator* c : comms) {
+      check(cudaEventRecord(c->ready_, Kokkos::Cuda().cuda_stream()), "cudaEventRecord");
+      check(cudaStreamWaitEvent(c->streams_[kRecv], c->ready_, 0), "cudaStreamWaitEvent");
+    }
   check(ncclGroupEnd(), "ncclGroupEnd");
-  for (int id : group_) check(cudaEventRecord(ops_[size_t(id)].done, streams_[kRecv]), "cudaEventRecord");
-  group_.clear();
+  if (--group_depth() > 0) return;
+  for (const Grouped& g : grouped())
+    check(cudaEventRecord(g.comm->ops_[size_t(g.id)].done, g.comm->streams_[kRecv]), "cudaEventRecord");
+  grouped().clear();
+}
+
+void NcclCommunicator::init_together(const std::function<void()>& make_all) {
+  check(ncclGroupStart(), "ncclGroupStart (initialisation)");
+  make_all();
+  check(ncclGroupEnd(), "ncclGroupEnd (initialisation)");
 }
 
 cudaStream_t NcclCommunicator::begin(Lane lane) {
-  if (in_group_) return streams_[kRecv];
+  if (group_depth() > 0) return streams_[kRecv];
   check(cudaEventRecord(ready_, Kokkos::Cuda().cuda_stream()), "cudaEventRecord");
   check(cudaStreamWaitEvent(streams_[lane], ready_, 0), "cudaStreamWaitEvent");
   return streams_[lane];
@@ -94,8 +177,8 @@ Request NcclCommunicator::end(Lane lane, const char* what, int peer) {
   }
   ops_[id].what = what;
   ops_[id].peer = peer;
-  if (in_group_)
-    group_.push_back(id);
+  if (group_depth() > 0)
+    grouped().push_back({this, id});
   else
     check(cudaEventRecord(ops_[id].done, streams_[lane]), "cudaEventRecord");
   return Request{id};
@@ -137,14 +220,18 @@ Request NcclCommunicator::irecv(void* buf, size_t count, DType t, int peer, int)
 
 Request NcclCommunicator::isendrecv(const void* send, size_t send_count, int dest, int, void* recv,
                                     size_t recv_count, int source, int, DType t) {
-  const bool outer = !in_group_;
-  if (outer) group_start();
+  group_start();
   cudaStream_t s = begin(kRecv);
   check(ncclSend(send, send_count, nccl_type(t), dest, comm_, s), "ncclSend");
   check(ncclRecv(recv, recv_count, nccl_type(t), source, comm_, s), "ncclRecv");
   Request r = end(kRecv, "send-receive", source);
-  if (outer) group_end();
+  group_end();
   return r;
+}
+
+void NcclCommunicator::release(Request& r) {
+  free_.push_back(r.id);
+  r.id = -1;
 }
 
 bool NcclCommunicator::test(Request& r) {
@@ -154,35 +241,25 @@ bool NcclCommunicator::test(Request& r) {
   check(e, "cudaEventQuery");
   // Later Kokkos work reads the result: order the Kokkos stream after it (no host round trip).
   check(cudaStreamWaitEvent(Kokkos::Cuda().cuda_stream(), ops_[r.id].done, 0), "cudaStreamWaitEvent");
-  free_.push_back(r.id);
-  r.id = -1;
+  release(r);
   return true;
 }
 
+// The wait captures the event's state now: the slot (and its event) may be reused at once.
 void NcclCommunicator::order_after(Request& r) {
   if (!r.pending()) return;
+  if (group_depth() > 0) fail("NCCL communicator: order_after inside a group (its events are recorded at group_end)");
   check(cudaStreamWaitEvent(Kokkos::Cuda().cuda_stream(), ops_[r.id].done, 0), "cudaStreamWaitEvent");
+  release(r);
 }
 
-void NcclCommunicator::wait(Request& r) {
+void NcclCommunicator::complete(Request& r) {
   if (!r.pending()) return;
   const auto t0 = std::chrono::steady_clock::now();
   for (int spins = 0; !test(r); ++spins) {
     if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &async);
+    check_async(ops_[r.id].what, t0);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (async != ncclSuccess) {
-      int world = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &world);
-      const std::string context = WaitContext::describe();
-      std::fprintf(stderr, "error: rank %d: NCCL %s failed after %.0f s (%s)%s%s; aborting the job.\n", world,
-                   ops_[r.id].what, waited, ncclGetErrorString(async), context.empty() ? "" : " while ", context.c_str());
-      std::fflush(stderr);
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      MPI_Abort(MPI_COMM_WORLD, 3);
-    }
     if (waited > timeout_seconds()) {
       ncclCommAbort(comm_);
       comm_ = nullptr;

@@ -23,7 +23,7 @@ class CommCpRing final : public CpRing<float> {
   }
   void finish_shifts() override {
     for (Shift& s : pending_) {
-      cp_.wait(s.request);
+      cp_.order_after(s.request);
       tracer_.record(EventKind::cp_shift, step_, -1, s.start, tracer_.now(), int64_t(s.n * sizeof(float)));
     }
     pending_.clear();

@@ -1,6 +1,7 @@
 #pragma once
 // The model's tensor-parallel collectives (model/tp_group.hpp) on the tp group's Communicator, each
-// traced as a tp_collective event with the bytes it moves.
+// traced as a tp_collective event with the bytes it moves; the kernels after one run after it
+// (order_after: a stream dependency, no host wait).
 #include "model/tp_group.hpp"
 #include "runtime/communicator.hpp"
 #include "trace/tracer.hpp"
@@ -19,12 +20,12 @@ class CommTpGroup final : public TpGroup<float> {
   void all_gather(const float* send, float* recv, size_t n) override {
     Tracer::Scope t(tracer_, EventKind::tp_collective, step_, -1, n * size() * sizeof(float));
     Request r = tp_.iall_gather(send, recv, n, DType::f32);
-    tp_.wait(r);
+    tp_.order_after(r);
   }
   void reduce_scatter_sum(const float* send, float* recv, size_t n) override {
     Tracer::Scope t(tracer_, EventKind::tp_collective, step_, -1, n * size() * sizeof(float));
     Request r = tp_.ireduce_scatter(send, recv, n, DType::f32, ReduceOp::sum);
-    tp_.wait(r);
+    tp_.order_after(r);
   }
 
  private:

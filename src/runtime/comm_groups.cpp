@@ -13,9 +13,13 @@ CommGroups::CommGroups(const Topology& topo, const std::string& choice, int loca
     return with.make(c);
   };
   world = group(topo.world_comm(), CommRegistry::get("mpi", "parallel.comm"));
-  for (Axis a : kAxes) slot(a) = group(topo.along(a), b);
-  tied = group(topo.tied_comm(), b);
-  if (topo.cp() > 1) dp_cp_ = group(topo.replicas_comm(), b);
+  auto make_all = [&] {
+    for (Axis a : kAxes) slot(a) = group(topo.along(a), b);
+    tied = group(topo.tied_comm(), b);
+    if (topo.cp() > 1) dp_cp_ = group(topo.replicas_comm(), b);
+  };
+  if (b.init_together) b.init_together(make_all);
+  else make_all();
 }
 
 std::unique_ptr<Communicator>& CommGroups::slot(Axis a) {

@@ -3,9 +3,18 @@
 //
 // Data plane: buffers live in the default execution space's memory (device memory in CUDA builds):
 // the NCCL backend uses them directly, the MPI backend stages them through host memory when the
-// device memory is not host-accessible. Every operation has a non-blocking form returning a Request;
-// wait() completes it. A wait that takes longer than the timeout aborts the whole job with a message
-// instead of hanging (a dead peer).
+// device memory is not host-accessible. Every operation has a non-blocking form returning a Request.
+// A consumer inside a training step completes it one way: order_after(r), a stream dependency
+// (device work issued afterwards runs after r; the host blocks only where the backend itself runs
+// on the host, as MPI does). wait(r) blocks the host until r is done, for where the host needs the
+// bytes itself (between steps); it is counted (runtime/device_counters), and a step makes none.
+// A wait that takes longer than the timeout aborts the whole job with a message instead of hanging
+// (a dead peer).
+//
+// Ordering (NCCL's, which mpi-ordered models on the host): a rank's operations, on all its
+// communicators, run one at a time in issue order, a send completes only once received, and the
+// operations issued between group_start() and group_end() -- on any communicator -- start together
+// and complete as one. So two ranks that exchange must issue both directions as one group.
 //
 // Control plane: small host-memory messages (scalars, per-rank summaries, trace metadata,
 // checkpoint pieces), blocking, on the group's MPI communicator, with the same watchdog.
@@ -21,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/device_counters.hpp"
 #include "runtime/registry.hpp"
 
 namespace gpt2 {
@@ -66,38 +76,40 @@ class Communicator {
   virtual Request iall_gather(const void* send, void* recv, size_t count, DType t) = 0;
   virtual Request isend(const void* buf, size_t count, DType t, int peer, int tag) = 0;
   virtual Request irecv(void* buf, size_t count, DType t, int peer, int tag) = 0;
-  // A send and a receive that complete together: one grouped call under NCCL (so two ranks may
-  // exchange, or one rank with itself), an Irecv + Isend pair under MPI.
+  // A send and a receive issued as one group (so two ranks may exchange, or one rank with itself).
   virtual Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
                             size_t recv_count, int source, int recv_tag, DType t) = 0;
-  virtual void wait(Request& r) = 0;
-  // Device work issued from now on runs after r, without the host waiting where the backend can
-  // order it on the device (NCCL: stream order); r may stay pending, so wait(r) before the host
-  // reads the result. MPI completes r here.
-  virtual void order_after(Request& r) { wait(r); }
-  virtual bool test(Request& r) = 0;  // true when complete (then r is reset)
-  // Operations run one at a time in issue order and a send completes only once received (NCCL,
-  // mpi-ordered): sends and receives that must progress together have to be one group.
-  virtual bool ordered() const { return false; }
-  // The point-to-point operations issued between the two start together and complete as one (NCCL's
-  // ncclGroupStart / ncclGroupEnd); a Request of the group completes when the whole group has on an
-  // ordered communicator. No-ops where operations are independent (MPI).
+  // The one way a consumer inside a step completes an operation: device work issued from now on
+  // runs after r (NCCL: the compute stream waits on the operation's event, the host goes on; MPI:
+  // completed here, on the host, where its data is). r is done with afterwards.
+  virtual void order_after(Request& r) = 0;
+  // Blocks the host until r is done: only where the host reads the bytes itself. Counted.
+  void wait(Request& r) {
+    if (!r.pending()) return;
+    count_host_wait();
+    complete(r);
+  }
+  virtual bool test(Request& r) = 0;  // true when complete (then r is reset); never blocks
+  // The operations issued from group_start() to group_end(), on any communicator of this backend,
+  // start together and complete as one (NCCL's ncclGroupStart / ncclGroupEnd): a Request of the
+  // group completes when the whole group has. No-ops where operations are independent (MPI).
   virtual void group_start() {}
   virtual void group_end() {}
   virtual void progress() = 0;        // drive outstanding operations (MPI has no progress thread)
   virtual void barrier() = 0;
 
+  // Issued and ordered before the device work that follows (order_after).
   void allreduce(void* buf, size_t count, DType t, ReduceOp op) {
     Request r = iallreduce(buf, count, t, op);
-    wait(r);
+    order_after(r);
   }
   void send(const void* buf, size_t count, DType t, int peer, int tag) {
     Request r = isend(buf, count, t, peer, tag);
-    wait(r);
+    order_after(r);
   }
   void recv(void* buf, size_t count, DType t, int peer, int tag) {
     Request r = irecv(buf, count, t, peer, tag);
-    wait(r);
+    order_after(r);
   }
 
   // ---- control plane (host memory, blocking) ----
@@ -126,6 +138,9 @@ class Communicator {
 
   // Seconds a wait may block before the job is aborted (GPT2_COMM_TIMEOUT, default 600).
   static double timeout_seconds();
+
+ protected:
+  virtual void complete(Request& r) = 0;  // blocks the host until r is done
 };
 
 // Host-side helpers over an MPI communicator, for small control values (loss, norms, flags).
@@ -170,6 +185,9 @@ struct CommBackend {
   // The backend this choice means on this machine: its own name, or (auto) another entry's.
   std::function<std::string(const CommContext&)> resolve;
   double bucket_mb = 1;  // default gradient bucket size in MiB (parallel.bucket_mb = 0)
+  // Runs make_all, which makes this backend's communicators of a run, so that they initialise
+  // together (NCCL: one group) rather than one after another; empty: make_all() as it is.
+  std::function<void(const std::function<void()>& make_all)> init_together;
 };
 using CommRegistry = Registry<CommBackend>;
 

@@ -9,7 +9,8 @@ namespace {
 void copy(const void* src, void* dst, size_t bytes) {
   if (src == dst || bytes == 0) return;
   using Bytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryUnmanaged>;
-  Kokkos::deep_copy(Bytes(static_cast<char*>(dst), bytes), Bytes(static_cast<char*>(const_cast<void*>(src)), bytes));
+  // On the execution space: ordered with the kernels around it, no whole-device wait.
+  Kokkos::deep_copy(ExecSpace(), Bytes(static_cast<char*>(dst), bytes), Bytes(static_cast<char*>(const_cast<void*>(src)), bytes));
 }
 }  // namespace
 

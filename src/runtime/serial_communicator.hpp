@@ -20,13 +20,16 @@ class SerialCommunicator final : public Communicator {
   Request irecv(void* buf, size_t count, DType t, int peer, int tag) override;
   Request isendrecv(const void* send, size_t send_count, int dest, int send_tag, void* recv,
                     size_t recv_count, int source, int recv_tag, DType t) override;
-  void wait(Request& r) override { r = {}; }
+  void order_after(Request& r) override { r = {}; }
   bool test(Request& r) override {
     r = {};
     return true;
   }
   void progress() override {}
   void barrier() override {}
+
+ protected:
+  void complete(Request& r) override { r = {}; }
 };
 
 }  // namespace gpt2
