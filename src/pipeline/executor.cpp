@@ -28,6 +28,14 @@ PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, int B) {
   Slot s;
   s.chunk = chunk;
   auto& free = pool_[chunk];
+  // None free: the oldest of this chunk whose activation is still being sent, once sent (a stream
+  // dependency), rather than a new one -- the slots a step makes do not depend on when sends end.
+  for (size_t i = 0; free.empty() && i < releasing_.size(); ++i)
+    if (releasing_[i].chunk == chunk && releasing_[i].act->B == pool_B_) {
+      p2p_.order_after(releasing_[i].send);
+      reuse(releasing_[i]);
+      releasing_.erase(releasing_.begin() + long(i));
+    }
   if (!free.empty()) {
     s.act = std::move(free.back());
     free.pop_back();
@@ -54,20 +62,25 @@ void PipelineExecutor::release(int mb, int chunk) {
 
 Buffer<float> PipelineExecutor::buffer(size_t n) {
   recycle();
-  for (size_t i = 0; i < free_buffers_.size(); ++i)
-    if (free_buffers_[i].extent(0) == n) {
-      Buffer<float> b = std::move(free_buffers_[i]);
-      free_buffers_.erase(free_buffers_.begin() + long(i));
-      return b;
-    }
-  return Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "pipeline_message"), n);
+  // None free: the oldest message still on its way, once sent (a stream dependency) -- one of an
+  // earlier group: this group's are not issued until it ends.
+  return messages_.take(n, [this] {
+    if (sealed_ == 0) return false;
+    --sealed_;
+    p2p_.order_after(outgoing_.front().send);
+    messages_.give(std::move(outgoing_.front().buf));
+    outgoing_.erase(outgoing_.begin());
+    return true;
+  });
 }
 
+// Only earlier groups' messages: one of the group being issued is not launched yet.
 void PipelineExecutor::recycle() {
-  for (size_t i = 0; i < outgoing_.size();)
+  for (size_t i = 0; i < sealed_;)
     if (p2p_.test(outgoing_[i].send)) {
-      free_buffers_.push_back(std::move(outgoing_[i].buf));
+      messages_.give(std::move(outgoing_[i].buf));
       outgoing_.erase(outgoing_.begin() + long(i));
+      --sealed_;
     } else {
       ++i;
     }
@@ -75,15 +88,16 @@ void PipelineExecutor::recycle() {
 
 void PipelineExecutor::drain() {
   for (Slot& s : releasing_) {
-    p2p_.wait(s.send);
+    p2p_.order_after(s.send);
     reuse(s);
   }
   releasing_.clear();
   for (Outgoing& o : outgoing_) {
-    p2p_.wait(o.send);
-    free_buffers_.push_back(std::move(o.buf));
+    p2p_.order_after(o.send);
+    messages_.give(std::move(o.buf));
   }
   outgoing_.clear();
+  sealed_ = 0;
 }
 
 PipelineExecutor::Incoming* PipelineExecutor::expect(bool grad, int mb, int chunk, size_t elems, size_t action) {
@@ -120,7 +134,7 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
     {
       const WaitContext context([&] { return describe((*io_actions_)[in.action], in.action, io_actions_->size(), io); });
       Tracer::Scope t(tracer_, EventKind::recv, io.step, mb, elems * sizeof(float), chunk);
-      p2p_.wait(in.handle);
+      p2p_.order_after(in.handle);
     }
     inbox_[{grad, mb, chunk}] = std::move(in.buf);
     incoming_.erase(p);
@@ -130,13 +144,15 @@ void PipelineExecutor::take(bool grad, int mb, int chunk, float* dst, size_t ele
     fail("pipeline: the ", grad ? "gradient" : "activation", " of microbatch ", mb, " for chunk ", chunk,
          " is used before it was received");
   Kokkos::deep_copy(ExecSpace(), Vec<float>(dst, elems), Vec<float>(it->second.data(), elems));
-  free_buffers_.push_back(std::move(it->second));
+  messages_.give(std::move(it->second));
   inbox_.erase(it);
 }
 
 void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io,
                                    size_t elems) {
   const int B = io.microbatch_size;
+  sealed_ = outgoing_.size();
+  p2p_.begin_group();  // the run's messages start together (NCCL: one group)
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
     const size_t bytes = elems * sizeof(float);
@@ -185,6 +201,8 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
       default: fail("pipeline: ", action_name(a.kind), " is not a message");
     }
   }
+  p2p_.end_group();
+  sealed_ = outgoing_.size();
 }
 
 // For the watchdog: the pass this rank is in and, for a message, the peer and what it waits for (the

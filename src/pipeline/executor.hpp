@@ -16,6 +16,7 @@
 #include "model/stage.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/schedule.hpp"
+#include "tensor/buffer_pool.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {
@@ -64,7 +65,7 @@ class PipelineExecutor {
   void release(int mb, int chunk);  // back to the pool once its send completed
   Buffer<float> buffer(size_t n);   // a free message buffer
   void recycle();                   // completed outgoing messages give their buffers back
-  void drain();                     // complete every pending send
+  void drain();                     // every pending send ordered before the kernels after it
   // The receive of (grad?, mb, chunk), its buffer ready to post (nullptr: it comes from this rank
   // itself, already in the inbox). action: the index of the action that posts it, for the watchdog.
   Incoming* expect(bool grad, int mb, int chunk, size_t elems, size_t action);
@@ -73,8 +74,8 @@ class PipelineExecutor {
   bool hand_over(bool grad, int mb, int chunk, const float* data, size_t elems);
   // A copy of data to send from: valid until the next buffer() (which recycles outgoing_).
   Outgoing& outgoing(const float* data, size_t elems);
-  // A run of consecutive message actions [first, last), issued in list order; each receive is
-  // waited for by the compute that needs it (take), sends finish in the background.
+  // A run of consecutive message actions [first, last), issued in list order as one group; each
+  // receive is ordered before the compute that needs it (take), sends finish in the background.
   void communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io, size_t elems);
   // The message for (grad?, mb, chunk) from the inbox into dst.
   void take(bool grad, int mb, int chunk, float* dst, size_t elems, const StepIO& io);
@@ -94,7 +95,8 @@ class PipelineExecutor {
   std::map<MessageKey, Incoming> incoming_;  // posted receives, waited for by the compute that needs them
   const std::vector<Action>* io_actions_ = nullptr;  // the list run() runs (for the watchdog)
   std::vector<Outgoing> outgoing_;
-  std::vector<Buffer<float>> free_buffers_;
+  size_t sealed_ = 0;  // outgoing_'s first messages, issued in earlier groups (buffer() may wait for them)
+  BufferPool<float> messages_{"pipeline_message"};  // messages' own buffers (sent copies, received ones)
   int peak_slots_ = 0, pool_B_ = -1;
   size_t slot_bytes_ = 0;
 };

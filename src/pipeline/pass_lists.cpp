@@ -17,6 +17,7 @@ std::string prove_pass_lists(const std::vector<std::vector<Action>>& lists, cons
   if (!s.problem.empty()) return s.problem;
   if (!s.fifo_consistent)
     return "a rank receives a peer's messages in another order than the peer sends them (NCCL matches in order)";
+  if (std::string problem = in_order_problem(lists, placement); !problem.empty()) return problem;
   for (size_t r = 0; r < max_in_flight.size() && r < s.peak_in_flight.size(); ++r)
     if (s.peak_in_flight[r] > max_in_flight[r]) {
       std::ostringstream os;
@@ -46,6 +47,7 @@ PassLists build_pass_lists(const PipelineShape& shape) {
     out.eval.push_back(forward_only_schedule(out.placement, m, r));
     train_bound.push_back(max_in_flight(e, ScheduleShape{p, m, r, chunks, shape.costs}));
   }
+  out.eval = runnable_in_order(std::move(out.eval), out.placement, m, shape.costs);
   const char* key = e.file.empty() ? "parallel.schedule" : "parallel.schedule_file";
   const std::string what = e.file.empty() ? shape.schedule : e.file;
   auto prove = [&](const char* lists, const std::vector<std::vector<Action>>& l, const std::vector<int>& bound,

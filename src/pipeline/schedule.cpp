@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "pipeline/simulator.hpp"
 
 namespace gpt2 {
 
@@ -183,7 +184,8 @@ std::vector<std::vector<Action>> make_schedules(const std::string& name, int sta
                                                 const PassCosts& costs) {
   std::vector<std::vector<Action>> ranks;
   for (int r = 0; r < stages; ++r) ranks.push_back(make_schedule(name, stages, microbatches, r, chunks, costs));
-  return ranks;
+  const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
+  return runnable_in_order(std::move(ranks), schedule_placement(e, stages, chunks), microbatches, costs);
 }
 
 std::vector<Action> forward_only_schedule(const Placement& pl, int microbatches, int rank) {
