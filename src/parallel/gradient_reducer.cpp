@@ -10,12 +10,13 @@ namespace gpt2 {
 GradientReducer::GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer, DType wire)
     : dp_(dp), shards_(shards), mode_(mode), tracer_(tracer), wire_(wire) {}
 
-Buffer<bf16> GradientReducer::wire_buffer(size_t n) {
-  auto it = std::find_if(wire_pool_.begin(), wire_pool_.end(), [&](auto& b) { return b.extent(0) == n; });
-  if (it == wire_pool_.end()) return Buffer<bf16>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "reduce_bf16"), n);
-  Buffer<bf16> b = std::move(*it);
-  wire_pool_.erase(it);
-  return b;
+bool GradientReducer::complete_oldest() {
+  if (pending_.empty()) return false;
+  Pending p = std::move(pending_.front());
+  pending_.erase(pending_.begin());
+  dp_.order_after(p.request);
+  complete(p);
+  return true;
 }
 
 void GradientReducer::begin_step(int step) {
@@ -41,14 +42,14 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
     if (wire_ == DType::bf16) {
       // Rounded into bf16 for the wire; back into fp32 when complete.
       const size_t n = b.range.size(), piece = b.piece.size();
-      Buffer<bf16> send = wire_buffer(n);
+      auto reclaim = [this] { return complete_oldest(); };
+      Buffer<bf16> send = wire_pool_.take(n, reclaim);
       convert<bf16, float>(Vec<bf16>(send.data(), n), Vec<const float>(src, n));
-      if (!dp_.ordered()) ExecSpace().fence();  // MPI reads it from the host next (NCCL: stream order)
       if (!scatter) {
         p.request = dp_.iallreduce(send.data(), n, DType::bf16, ReduceOp::avg);
         p.wire = send, p.dst = src;
       } else {
-        p.wire = wire_buffer(piece);
+        p.wire = wire_pool_.take(piece, reclaim);
         p.request = dp_.ireduce_scatter(send.data(), p.wire.data(), piece, DType::bf16, ReduceOp::avg);
         p.wire_send = std::move(send);  // kept until the collective completes
         p.dst = shard + b.shard_offset, p.add = accumulate;
@@ -59,13 +60,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
       float* out = shard + b.shard_offset;
       if (accumulate) {
         const size_t n = b.piece.size();
-        auto it = std::find_if(staging_pool_.begin(), staging_pool_.end(), [&](auto& s) { return s.extent(0) == n; });
-        if (it != staging_pool_.end()) {
-          p.staging = std::move(*it);
-          staging_pool_.erase(it);
-        } else {
-          p.staging = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "reduce_staging"), n);
-        }
+        p.staging = staging_pool_.take(n, [this] { return complete_oldest(); });
         p.dst = out;
         out = p.staging.data();
       }
@@ -87,11 +82,11 @@ void GradientReducer::complete(Pending& p) {
     const Vec<const bf16> in(p.wire.data(), n);
     if (p.add) convert_add<float, bf16>(Vec<float>(p.dst, n), in);
     else convert<float, bf16>(Vec<float>(p.dst, n), in);
-    wire_pool_.push_back(std::move(p.wire));
-    if (p.wire_send.extent(0)) wire_pool_.push_back(std::move(p.wire_send));
+    wire_pool_.give(std::move(p.wire));
+    wire_pool_.give(std::move(p.wire_send));
   } else if (p.dst) {
     accumulate<float>(Vec<float>(p.dst, p.staging.extent(0)), Vec<float>(p.staging.data(), p.staging.extent(0)));
-    staging_pool_.push_back(std::move(p.staging));
+    staging_pool_.give(std::move(p.staging));
   }
   if (p.done) p.done();
 }
@@ -107,7 +102,7 @@ void GradientReducer::progress() {
 void GradientReducer::finish() {
   const double t0 = tracer_.now();
   for (Pending& p : pending_) {
-    dp_.wait(p.request);
+    dp_.order_after(p.request);
     complete(p);
   }
   pending_.clear();

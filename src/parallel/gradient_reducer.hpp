@@ -15,6 +15,7 @@
 
 #include "parallel/shard_layout.hpp"
 #include "runtime/communicator.hpp"
+#include "tensor/buffer_pool.hpp"
 #include "tensor/half.hpp"
 #include "tensor/views.hpp"
 #include "trace/tracer.hpp"
@@ -32,6 +33,9 @@ class GradientReducer {
   // there when `accumulate`. `done` runs once every bucket of the unit has completed.
   void reduce(int u, float* unit_grads, float* shard, bool accumulate, std::function<void()> done = {});
   void progress();  // completes what has arrived (MPI advances only inside MPI calls)
+  // The oldest reduction in flight, completed (ordered before the kernels after it) and its `done`
+  // run: what a workspace pool that ran short calls. False when none is in flight.
+  bool complete_oldest();
   void finish();    // waits for everything launched
 
   // Seconds of the last step spent issuing and blocked waiting.
@@ -49,7 +53,6 @@ class GradientReducer {
     Buffer<bf16> wire_send;  // bf16 reduce-scatter: the bucket sent
     bool add = false;        // bf16: dst += the piece (else dst = it)
   };
-  Buffer<bf16> wire_buffer(size_t n);
   void complete(Pending& p);
   bool active() const { return dp_.size() > 1; }
   Communicator& dp_;
@@ -57,9 +60,9 @@ class GradientReducer {
   Mode mode_;
   Tracer& tracer_;
   DType wire_;
-  std::vector<Buffer<bf16>> wire_pool_;
+  BufferPool<bf16> wire_pool_{"reduce_bf16"};
   std::vector<Pending> pending_;
-  std::vector<Buffer<float>> staging_pool_;
+  BufferPool<float> staging_pool_{"reduce_staging"};
   int step_ = 0;
   double issue_s_ = 0, wait_s_ = 0;
 };

@@ -87,30 +87,22 @@ ParamStore::~ParamStore() = default;
 // ---- workspaces ------------------------------------------------------------------------------
 
 template <>
-std::map<size_t, std::vector<Buffer<float>>>& ParamStore::pool<float>() {
+BufferPool<float>& ParamStore::pool<float>() {
   return pool_;
 }
 template <>
-std::map<size_t, std::vector<Buffer<uint16_t>>>& ParamStore::pool<uint16_t>() {
+BufferPool<uint16_t>& ParamStore::pool<uint16_t>() {
   return pool16_;
 }
 
 template <class T>
 Buffer<T> ParamStore::take(size_t n) {
-  auto& free = pool<T>()[n];
-  if (!free.empty()) {
-    Buffer<T> b = std::move(free.back());
-    free.pop_back();
-    return b;
-  }
-  workspace_ += n * sizeof(T);
-  peak_workspace_ = std::max(peak_workspace_, workspace_);
-  return Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "unit_workspace"), n);
+  return pool<T>().take(n, [this] { return reducer_.complete_oldest(); });
 }
 
 template <class T>
 void ParamStore::give(Buffer<T> b) {
-  if (b.extent(0)) pool<T>()[b.extent(0)].push_back(std::move(b));
+  pool<T>().give(std::move(b));
 }
 
 // ---- parameters -----------------------------------------------------------------------------
@@ -155,7 +147,7 @@ void ParamStore::wait_gather(int u) {
   if (g.pending.empty()) return;
   {
     Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, u);
-    for (Request& r : g.pending) dp_.wait(r);
+    for (Request& r : g.pending) dp_.order_after(r);
     g.pending.clear();
   }
   if (g.low.extent(0))
@@ -336,7 +328,7 @@ void ParamStore::optimizer_step(double lr, GradScale scale) {
   });
   {
     Tracer::Scope t(tracer_, EventKind::all_gather_wait, step_, -1);
-    for (Request& r : pending) dp_.wait(r);
+    for (Request& r : pending) dp_.order_after(r);
   }
   copy_stale_ = !mixed_.active();  // fp32 gathered: the copy is rounded at its next use
   if (!mixed_.active()) return;

@@ -23,6 +23,7 @@
 #include "parallel/shard_layout.hpp"
 #include "runtime/optimizer.hpp"
 #include "parallel/zero.hpp"
+#include "tensor/buffer_pool.hpp"
 #include "tensor/reduce.hpp"
 #include "tensor/working_copy.hpp"
 
@@ -97,7 +98,7 @@ class ParamStore final : public UnitStore<float> {
   MemoryUse memory() const;
   // Bytes one all-gather of the whole parameters delivers to a rank (ZeRO 1-3; 0 without sharding).
   size_t gather_bytes() const;
-  size_t peak_workspace_bytes() const { return peak_workspace_; }
+  size_t peak_workspace_bytes() const { return pool_.bytes() + pool16_.bytes(); }
 
  private:
   template <class T>
@@ -105,7 +106,7 @@ class ParamStore final : public UnitStore<float> {
   template <class T>
   void give(Buffer<T> b);
   template <class T>
-  std::map<size_t, std::vector<Buffer<T>>>& pool();
+  BufferPool<T>& pool();
   void start_gather(int u);
   void wait_gather(int u);
   // Bucket id's all-gather into the whole parameters from their first value: `whole` (fp32) or,
@@ -157,9 +158,10 @@ class ParamStore final : public UnitStore<float> {
   std::vector<char> norm_deferred_;         // changed after its reduction (tied / replicated sync)
   std::vector<std::pair<size_t, size_t>> replicated_;  // shard ranges of tp-replicated tensors
   Buffer<float> replicated_buf_;
-  std::map<size_t, std::vector<Buffer<float>>> pool_;
-  std::map<size_t, std::vector<Buffer<uint16_t>>> pool16_;
-  size_t workspace_ = 0, peak_workspace_ = 0;
+  // Workspaces (gathered units, gradient workspaces), reused; a shortfall completes the oldest
+  // gradient reduction in flight (tensor/buffer_pool.hpp).
+  BufferPool<float> pool_{"unit_workspace"};
+  BufferPool<uint16_t> pool16_{"unit_workspace16"};
   int step_ = 0, microbatches_ = 1;
 };
 
