@@ -6,7 +6,9 @@
 # runs every unit test (kernels, finite-difference checks, PyTorch fixtures, the tokenizer's
 # concurrent encodes, ...) at each thread count of TSAN_THREADS and the MPI suite on 2 ranks. Any
 # report fails the run (halt_on_error).
-#   job_scripts/test_tsan.sh [BUILD_DIR] [extra unit_tests arguments, e.g. --gtest_filter=Kernels.*]
+#   job_scripts/test_tsan.sh [BUILD_DIR] [--teams] [extra unit_tests arguments, e.g. --gtest_filter=Kernels.*]
+#   --teams  only the team kernels at 4 threads a team (what CI runs: unit_tests alone is built; the
+#            kernel tests take about 2 minutes on 2 cores)
 # Environment: JOBS (build jobs, default 2), TSAN_THREADS (default "2 4"), BUILD_TYPE (default
 # RelWithDebInfo).
 set -euo pipefail
@@ -14,6 +16,11 @@ cd "$(dirname "$0")/.."
 root=$PWD
 build=${1:-build-tsan}
 shift || true
+teams_only=0
+if [[ ${1:-} == --teams ]]; then
+  teams_only=1
+  shift
+fi
 t0=$(date +%s)
 
 job_scripts/setup.sh > /dev/null
@@ -24,9 +31,11 @@ t_kokkos=$(date +%s)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DGPT2_HOST_KOKKOS=threads \
       -DGPT2_SANITIZE=thread -DGPT2_BUILD_BENCHMARKS=OFF \
       -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > /dev/null
-cmake --build "$build" -j"${JOBS:-2}" --target unit_tests mpi_tests
+targets=(unit_tests mpi_tests)
+((teams_only)) && targets=(unit_tests)
+cmake --build "$build" -j"${JOBS:-2}" --target "${targets[@]}"
 t_build=$(date +%s)
-for exe in unit_tests mpi_tests; do
+for exe in "${targets[@]}"; do
   [[ $(ldd "$build/bin/$exe") == *libtsan* ]] ||
     { echo "test_tsan: $build/bin/$exe is not built with ThreadSanitizer" >&2; exit 1; }
 done
@@ -42,6 +51,16 @@ export UCX_MEM_EVENTS=no
 # The signal test forks the threaded test process: in such a child TSan's runtime does not deliver
 # the signals the child raises (measured: the handler never runs), so it is left to the other suites.
 skip_under_tsan=--gtest_filter=-StopSignals.FirstSignalOnlyFlagsRepeatsCountOnceALaterOneEndsTheProcess
+team_kernels() {
+  echo "test_tsan: the kernel tests at 4 threads, 4 threads a team"
+  KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 --gtest_filter='Kernels.*:RingAttention.EveryRank*' "$@"
+}
+if ((teams_only)); then
+  team_kernels "$@"
+  t_end=$(date +%s)
+  echo "test_tsan: clean. kokkos $((t_kokkos - t0)) s, build $((t_build - t_kokkos)) s, tests $((t_end - t_build)) s, total $((t_end - t0)) s"
+  exit 0
+fi
 for t in ${TSAN_THREADS:-2 4}; do
   echo "test_tsan: unit_tests at $t threads"
   KOKKOS_NUM_THREADS=$t "$build/bin/unit_tests" --gtest_brief=1 "$skip_under_tsan" "$@"
@@ -49,8 +68,7 @@ done
 # Teams of several threads, as a GPU runs the team kernels: a missing team barrier is a race here.
 # Every team kernel has its own test in Kernels.* (about 2 minutes on 2 cores; the model-level
 # suites repeat the same kernels and take far longer under TSan).
-echo "test_tsan: the kernel tests at 4 threads, 4 threads a team"
-KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 --gtest_filter='Kernels.*:RingAttention.EveryRank*' "$@"
+team_kernels "$@"
 echo "test_tsan: mpi_tests on 2 ranks at 2 threads"
 KOKKOS_NUM_THREADS=2 mpiexec -n 2 "$build/bin/mpi_tests" --gtest_brief=1
 t_end=$(date +%s)

@@ -50,7 +50,7 @@ Run add_sample(CLI::App& app) {
     const int T = a->seq_len > 0 ? std::min(a->seq_len, config.block_size) : config.block_size;
     ParamLayout layout(config);
     Stage<float> stage(StageLayout(layout, 0, config.n_layer), 1, T);
-    Kokkos::deep_copy(stage.params, Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+    Kokkos::deep_copy(stage.params, Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(  // device_sync-ok: set-up
                                         params.data(), params.size()));
     auto tok = make_sample_tokenizer(a->tokenizer, config.vocab_size);
     std::vector<int> prompt = a->prompt.empty() ? std::vector<int>{} : tok->encode(a->prompt, "--prompt");

@@ -26,7 +26,7 @@ KOKKOS_INLINE_FUNCTION double normal_at(uint64_t key, uint64_t i) {
 template <class T>
 void init_params(const ParamLayout& global, const std::vector<TensorInfo>& tensors, uint64_t seed, Range window,
                  Vec<T> dst) {
-  Kokkos::deep_copy(dst, T(0));
+  Kokkos::deep_copy(dst, T(0));  // device_sync-ok: initialisation, before any step
   const ModelConfig& c = global.config();
   const double residual_std = 0.02 / std::sqrt(2.0 * c.n_layer);
   for (const TensorInfo& t : tensors) {

@@ -61,15 +61,15 @@ std::vector<int> generate(Stage<float>& stage, const std::vector<int>& prompt, c
   std::vector<int> window(T, 0);
   std::vector<float> row(Vp);
   using HostInts = Kokkos::View<int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  Kokkos::deep_copy(a.targets, 0);
+  Kokkos::deep_copy(a.targets, 0);  // device_sync-ok: sampling, between steps
   for (int i = 0; i < o.tokens; ++i) {
     const int n = std::min<int>(int(seq.size()), T);
     std::fill(window.begin(), window.end(), 0);
     std::copy(seq.end() - n, seq.end(), window.begin());
-    Kokkos::deep_copy(a.tokens, HostInts(window.data(), window.size()));
+    Kokkos::deep_copy(a.tokens, HostInts(window.data(), window.size()));  // device_sync-ok: sampling
     stage.forward(a, Vec<float>(losses.data(), size_t(T)), false, 0.0f);
     auto logits = stage.logits(1);
-    Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(row.data(), Vp),
+    Kokkos::deep_copy(Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(row.data(), Vp),  // device_sync-ok: sampling: the host reads the logits
                       Kokkos::subview(logits, n - 1, Kokkos::ALL));
     std::vector<float> real(row.begin(), row.begin() + V);
     const int next = draw(real, o, rng);

@@ -24,7 +24,7 @@ void Trainer::maybe_sample() {
     if (rank_ != 0) return;
     if (!sample_stage_)
       sample_stage_ = std::make_unique<Stage<float>>(StageLayout(*layout_, 0, cfg_.model.n_layer), 1, cfg_.data.seq_len);
-    Kokkos::deep_copy(sample_stage_->params, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+    Kokkos::deep_copy(sample_stage_->params, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(  // device_sync-ok: sampling, between steps
                                                  whole.data(), whole.size()));
     stage = sample_stage_.get();
   }
