@@ -1,6 +1,9 @@
 // gpt2 info [CONFIG] [--set ...] [--keys] [--checkpoint F] [--json]: build, configuration and model
-// facts; --json prints them as one JSON object for scripts (job_scripts/lib/run_common.sh reads it).
+// facts; --json prints them as one JSON object for scripts (job_scripts/lib/run_common.sh reads it);
+// --accepts asks whether many layouts of a deck are accepted, in one process.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <optional>
 #include <variant>
 
@@ -33,7 +36,7 @@ std::optional<RunConfig> written_by(const ModelFile& m) {
 }
 
 struct InfoArgs {
-  std::string config, checkpoint;
+  std::string config, checkpoint, accepts;
   std::vector<std::string> sets;
   bool keys = false, json = false;
 };
@@ -134,7 +137,7 @@ int print_json(const InfoArgs& a) {
     RunConfig cfg = RunConfig::load(a.config, a.sets);
     cfg.validate();
     const GridShape g = cfg.grid();
-    j.key("grid").begin_object().key("dp").value(g.dp).key("pp").value(g.pp).key("tp").value(g.tp);
+    j.key("grid").begin_object().key("dp").value(g.dp).key("pp").value(g.pp).key("cp").value(g.cp).key("tp").value(g.tp);
     j.key("world_size").value(g.world()).end();
     j.key("stage_layers").values(stage_split(cfg.model, g.pp, cfg.data.seq_len, cfg.parallel.stage_layers));
     j.key("model");
@@ -159,6 +162,34 @@ int print_json(const InfoArgs& a) {
   std::printf("%s\n", j.str().c_str());
   return 0;
 }
+// --accepts FILE: for each line of FILE (overrides `section.key=value` separated by spaces, applied to
+// the deck after --set), whether the engine accepts the layout -- the deck's validation, the pass
+// lists built and proven -- as one JSON line: {"line": N, "accepted": true} or {..., "error": "..."}.
+// Scripts (the layout matrix) ask the engine instead of copying its rules.
+int print_accepts(const InfoArgs& a) {
+  std::ifstream in(a.accepts);
+  if (!in) fail_input("--accepts", "cannot read ", a.accepts);
+  InputDeck base = InputDeck::from_file(a.config);  // read once; each line applies to a copy
+  for (const auto& o : a.sets) base.set(o);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    Json j;
+    j.begin_object().key("line").value(n);
+    try {
+      InputDeck deck = base;
+      std::istringstream words(line);
+      for (std::string w; words >> w;) deck.set(w);
+      RunConfig cfg = RunConfig::from_deck(deck);
+      cfg.validate();
+      j.key("accepted").value(true);
+    } catch (const InputError& e) {
+      j.key("accepted").value(false).key("error").value(std::string(e.what()));
+    }
+    j.end();
+    std::printf("%s\n", j.str().c_str());
+  }
+  return 0;
+}
 }  // namespace
 
 Run add_info(CLI::App& app) {
@@ -169,7 +200,14 @@ Run add_info(CLI::App& app) {
   c->add_flag("--keys", a->keys, "List every configuration key with its default and meaning");
   c->add_option("--checkpoint", a->checkpoint, "Describe a checkpoint or llm.c model file");
   c->add_flag("--json", a->json, "Print everything as one JSON object (for scripts)");
+  c->add_option("--accepts", a->accepts,
+                "Whether the deck's layout is accepted with each line of FILE (overrides section.key=value, "
+                "space-separated) applied: one JSON line each, with the engine's reason when refused");
   return [a]() -> int {
+    if (!a->accepts.empty()) {
+      if (a->config.empty()) fail_input("--accepts", "needs an input deck to apply the lines to");
+      return print_accepts(*a);
+    }
     if (a->json) return print_json(*a);
     if (a->keys) {
       RunConfig d;

@@ -93,6 +93,10 @@ std::vector<DeckField> RunConfig::fields() {
 RunConfig RunConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
   InputDeck deck = InputDeck::from_file(path);
   for (const auto& o : overrides) deck.set(o);
+  return from_deck(deck);
+}
+
+RunConfig RunConfig::from_deck(const InputDeck& deck) {
   RunConfig c;
   deck.bind(c.fields());
   // A hand-written schedule registers itself under its own name, which the run then uses.

@@ -109,6 +109,7 @@ struct RunConfig {
   std::vector<DeckField> fields();  // the schema: every key, bound to the members above
   // Loads a deck and applies overrides; InputError on any bad key or value.
   static RunConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
+  static RunConfig from_deck(const InputDeck& deck);  // a deck already read (and overridden)
   GridShape grid() const { return {parallel.dp, parallel.pp, parallel.cp, parallel.tp}; }
   // The block's relative pass costs from the model's shape, which time-ordered schedules (zb-v) order
   // by: the same on every rank.
