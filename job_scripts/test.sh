@@ -14,4 +14,5 @@ job_scripts/fetch_gpt2_vocab.sh || echo "test: GPT-2 vocabulary unavailable; tho
 # The threaded host Kokkos, explicitly: never Debian's Serial one by a silent fallback.
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPT2_HOST_KOKKOS=openmp
 cmake --build "$build" -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure "$@"
+# Side by side where tests allow (each MPI test holds every core: tests/CMakeLists.txt).
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"

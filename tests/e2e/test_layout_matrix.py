@@ -1,20 +1,30 @@
 #!/usr/bin/python3
-"""The layout matrix (ctest label matrix): every pair of values of the grid's axes runs end to end.
+"""The layout matrix (ctest label matrix): every pair of values of the grid's axes that both act runs
+end to end and equals one rank, number for number.
 
 The axes: dp, tp, pp, cp, ZeRO level, pipeline schedule (the six built in, and a schedule file),
-virtual stages, sequence parallelism, precision, activation recomputation. The cases are a pairwise covering array,
-generated here (greedy, deterministic) over the combinations the engine accepts on 1, 2, 4 or 8
-ranks: every pair of values that some accepted combination holds appears in at least one case.
-Each case trains 2 steps of a tiny 8-layer model with validation data (evaluated after step 2) and
-stops with a checkpoint; the next case of the same precision (another layout) resumes it and
-trains steps 3 and 4, then evaluates. Losses and validation losses must equal the one-rank run of
-the same precision: to 1e-5 in fp32, 1e-3 in bf16 and fp16. Each run has a time limit well below
-the communication watchdog's (GPT2_COMM_TIMEOUT, 600 s); a run over it is killed and named.
-With --comm mpi-ordered every run uses NCCL's ordering on the host (ctest label gpu_semantics); a
-layout whose pass lists would hang there must be refused before any work (exit 2, naming NCCL's
-ordering), and is counted as such.
+virtual stages, sequence parallelism, precision, activation recomputation, and the communication
+backend (mpi, or mpi-ordered: a device's view of NCCL's ordering on the host, its runs with teams of
+2 threads -- the ctest label gpu_semantics). A pair counts only where
+both of its values take effect (see ACTS: ZeRO with dp x cp > 1, a schedule or virtual stages with
+pp > 1, sequence parallelism with tp > 1, selective recomputation where there are probabilities to
+drop); the engine decides which combinations run (`gpt2 info DECK --accepts`, one process for all
+candidates). The cases are a greedy covering array over the accepted combinations on 1, 2, 4 or 8
+ranks: every pair of acting values that some accepted combination holds appears in a case where both
+act.
 
-  test_layout_matrix.py --gpt2 BIN --mpiexec MPIEXEC --workdir DIR [--comm C] [--list] [--only N,M]
+The cases of one precision and backend form a chain: each resumes the checkpoint the case before it
+wrote on its own layout (the first, and a case after one that failed, the one-rank reference's) and
+trains 2 more steps of a tiny 8-layer model (validation every 2 steps), writing its own. Every step's
+loss and gradient norm and every validation loss must equal the one-rank run's (losses: 1e-5 in
+fp32, 1e-3 in bf16 / fp16; gradient norms 1e-4 and 5e-2), and the rows must be exactly the steps run
+-- a missing or extra row fails, naming it. Each run's trace must show, on every rank, at most one
+whole-device wait and no allocation in its steady-state step (/meta device_waits_per_step,
+allocations_per_step). The one-rank references (every step's numbers and a checkpoint every 2
+steps) are run once (--write-refs) and shared by the two halves (--comm mpi, --comm mpi-ordered).
+
+  test_layout_matrix.py --gpt2 BIN --mpiexec MPIEXEC --workdir DIR --refs DIR [--write-refs]
+                        [--comm C] [--list] [--only N,M]
 """
 import itertools
 import json
@@ -40,50 +50,43 @@ AXES = {
     "sequence_parallel": [False, True],
     "precision": ["fp32", "bf16", "fp16"],
     "recompute": ["none", "selective", "full"],
+    "comm": ["mpi", "mpi-ordered"],
 }
 NAMES = list(AXES)
-RUN_LIMIT_S = 90  # per run; the watchdog's default is 600 s
-TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}
+# Where a value takes effect (the defaults always do): a pair counts only in a case where both act.
+ACTS = {
+    "zero": lambda v, c: v == 0 or c["dp"] * c["cp"] > 1,
+    "schedule": lambda v, c: c["pp"] > 1,
+    "virtual_stages": lambda v, c: v == 1 or c["pp"] > 1,
+    "sequence_parallel": lambda v, c: not v or c["tp"] > 1,
+    "recompute": lambda v, c: v != "selective" or c["cp"] == 1,  # ring attention keeps no probabilities
+}
+RUN_LIMIT_S = 120  # per run; the watchdog's default is 600 s
+TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}        # losses, relative
+NORM_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 5e-2}   # gradient norms, relative
+ONE_RANK = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
+                recompute="none", comm="mpi")
+STEPS_PER_CASE = 2
 
 
 def microbatches(c):
-    """Two per pipeline stage where the batch allows, else one per stage (interleaved: a multiple of pp)."""
+    """Two per pipeline stage where the batch allows, else one per stage."""
     per_rank = BATCH // c["dp"]
     return 2 * c["pp"] if per_rank % (2 * c["pp"]) == 0 else c["pp"]
 
 
-def accepted(c):
-    """The engine's layout rules for this model (8 layers, 4 heads, batch 16), as a deck sees them."""
-    if ranks(c) not in (1, 2, 4, 8):
-        return False
-    if c["cp"] > 1 and c["recompute"] == "selective":
-        return False  # ring attention keeps no probabilities to drop
-    if c["virtual_stages"] > 1 and c["schedule"] != "interleaved":
-        return False  # parallel.virtual_stages is the interleaved schedule's
-    chunks = 2 if c["schedule"] == "zb-v" else c["virtual_stages"] if c["schedule"] == "interleaved" else 1
-    if N_LAYER % (c["pp"] * chunks) != 0:
-        return False
-    m = microbatches(c)
-    return (BATCH // c["dp"]) % m == 0 and m % c["pp"] == 0
+def ranks(c):
+    return c["dp"] * c["tp"] * c["pp"] * c["cp"]
 
 
-def pairwise_cases():
-    """Greedy covering array: repeatedly the accepted combination that covers most uncovered pairs
-    (ties: fewer ranks, then the first in order), until every pair some accepted combination holds
-    is covered."""
-    combos = [dict(zip(NAMES, v)) for v in itertools.product(*AXES.values())]
-    combos = [c for c in combos if accepted(c)]
+def acts(name, c):
+    return ACTS.get(name, lambda v, c: True)(c[name], c)
 
-    def pairs(c):
-        return {((a, c[a]), (b, c[b])) for a, b in itertools.combinations(NAMES, 2)}
-    uncovered = set().union(*(pairs(c) for c in combos))
-    total = len(uncovered)
-    cases = []
-    while uncovered:
-        best = max(combos, key=lambda c: (len(pairs(c) & uncovered), -c["dp"] * c["tp"] * c["pp"]))
-        cases.append(best)
-        uncovered -= pairs(best)
-    return cases, total
+
+def pairs(c):
+    """The pairs of values of c that both act."""
+    on = [n for n in NAMES if acts(n, c)]
+    return {((a, c[a]), (b, c[b])) for a, b in itertools.combinations(on, 2)}
 
 
 def describe(c):
@@ -96,11 +99,7 @@ def describe(c):
         s += f" cp{c['cp']}"
     if c["recompute"] != "none":
         s += f" recompute-{c['recompute']}"
-    return s + f" m{microbatches(c)} {c['precision']}"
-
-
-def ranks(c):
-    return c["dp"] * c["tp"] * c["pp"] * c["cp"]
+    return s + f" m{microbatches(c)} {c['precision']} {c['comm']}"
 
 
 class Matrix:
@@ -113,28 +112,15 @@ class Matrix:
         gpt2test.write_shard(self.val, gpt2test.learnable_tokens(2000, 64, seed=99))
         self.checks = gpt2test.Checks()
         self.schedule_files = {}
-        self.refused = []
+        self.total_steps = 0  # every run's train.steps (one learning-rate schedule): set by the chains
 
-    def run(self, name, cmd, n):
-        """cmd on n ranks in its own process group, killed whole after RUN_LIMIT_S: (rc, out, err)."""
-        full = [self.args.mpiexec, "-n", str(n)] + cmd if n > 1 else cmd
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", KOKKOS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-        p = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True, cwd=self.w)
-        try:
-            out, err = p.communicate(timeout=RUN_LIMIT_S)
-            return p.returncode, out, err
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, err = p.communicate()
-            return 124, out, err + f"\n{name}: TIMED OUT after {RUN_LIMIT_S} s (a hang): killed"
-
+    # ---- the engine's view ----------------------------------------------------------------------
     def schedule_file(self, c):
         """A schedule file for the case's pp and microbatches: zb-h1's passes, as `gpt2 simulate
         --print-schedule` writes them (the engine adds the messages and proves the lists)."""
         key = (c["pp"], microbatches(c))
         if key not in self.schedule_files:
-            deck = self.deck(dict(c, schedule="zb-h1", dp=1, tp=1, cp=1, zero=0, sequence_parallel=False), "", 2)
+            deck = self.deck(dict(c, schedule="zb-h1", dp=1, tp=1, cp=1, zero=0, sequence_parallel=False), "")
             path = os.path.join(self.w, f"print_{key[0]}_{key[1]}.toml")
             gpt2test.write_deck(path, deck)
             r = subprocess.run([self.args.gpt2, "simulate", path, "--print-schedule"], capture_output=True, text=True,
@@ -147,7 +133,7 @@ class Matrix:
             self.schedule_files[key] = out
         return self.schedule_files[key]
 
-    def deck(self, c, ckpt_dir, steps):
+    def parallel(self, c):
         par = {"dp": c["dp"], "tp": c["tp"], "pp": c["pp"], "cp": c["cp"], "zero": c["zero"],
                "microbatches": microbatches(c), "virtual_stages": c["virtual_stages"],
                "sequence_parallel": c["sequence_parallel"]}
@@ -155,99 +141,233 @@ class Matrix:
             par["schedule_file"] = self.schedule_file(c)
         else:
             par["schedule"] = c["schedule"]
+        return par
+
+    def accepted(self, combos):
+        """The combinations the engine accepts for this deck: one `gpt2 info --accepts` for all."""
+        base = os.path.join(self.w, "accepts.toml")
+        gpt2test.write_deck(base, self.deck(ONE_RANK | {"precision": "fp32"}, ""))
+        lines = os.path.join(self.w, "accepts.txt")
+        with open(lines, "w") as f:
+            for c in combos:
+                sets = {f"parallel.{k}": v for k, v in self.parallel(c).items()}
+                sets |= {"train.precision": c["precision"], "train.recompute": c["recompute"],
+                         "parallel.comm": c["comm"]}
+                if "parallel.schedule_file" in sets:
+                    sets["parallel.schedule"] = "1f1b"  # (the file's own name replaces it)
+                f.write(" ".join(f"{k}={gpt2test.toml_value(v)}" for k, v in sets.items()) + "\n")
+        r = subprocess.run([self.args.gpt2, "info", base, "--accepts", lines], capture_output=True, text=True,
+                           timeout=600)
+        if r.returncode != 0:
+            raise SystemExit(f"gpt2 info --accepts failed ({r.returncode}): {r.stderr[-2000:]}")
+        answers = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+        if len(answers) != len(combos):
+            raise SystemExit(f"gpt2 info --accepts answered {len(answers)} of {len(combos)} lines")
+        return [c for c, a in zip(combos, answers) if a["accepted"]]
+
+    def cases(self):
+        """Greedy covering array: repeatedly the accepted combination that covers most uncovered
+        acting pairs (ties: fewer ranks, then the first in order), until every acting pair some
+        accepted combination holds is covered."""
+        combos = [dict(zip(NAMES, v)) for v in itertools.product(*AXES.values())]
+        combos = [c for c in combos if ranks(c) in (1, 2, 4, 8)]
+        t0 = time.time()
+        combos = self.accepted(combos)
+        print(f"matrix: the engine accepts {len(combos)} combinations ({time.time() - t0:.1f} s)", flush=True)
+        # Each combination's acting pairs as a bit mask (one bit a pair): the greedy search is fast.
+        index = {}
+        masks = []
+        for c in combos:
+            m = 0
+            for pr in pairs(c):
+                m |= 1 << index.setdefault(pr, len(index))
+            masks.append(m)
+        uncovered = (1 << len(index)) - 1
+        total = len(index)
+        cases = []
+        while uncovered:
+            best = max(range(len(combos)), key=lambda j: ((masks[j] & uncovered).bit_count(), -ranks(combos[j])))
+            cases.append(combos[best])
+            uncovered &= ~masks[best]
+        return cases, total
+
+    # ---- runs -----------------------------------------------------------------------------------
+    def run(self, name, cmd, n, threads):
+        """cmd on n ranks in its own process group, killed whole after RUN_LIMIT_S: (rc, out, err)."""
+        full = [self.args.mpiexec, "-n", str(n)] + cmd if n > 1 else cmd
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", KOKKOS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
+                   OMP_PROC_BIND="false", OMP_WAIT_POLICY="passive")
+        if threads > 1:
+            env["GPT2_TEAM_SIZE"] = str(threads)  # a GPU's teams have many threads
+        p = subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True, cwd=self.w)
+        try:
+            out, err = p.communicate(timeout=RUN_LIMIT_S)
+            return p.returncode, out, err
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            return 124, out, err + f"\n{name}: TIMED OUT after {RUN_LIMIT_S} s (a hang): killed"
+
+    def deck(self, c, ckpt_dir, trace=""):
         d = {
             "model": {"n_layer": N_LAYER, "n_head": 4, "n_embd": 32, "vocab_size": 64, "block_size": 16},
             "data": {"train": self.train_bin, "val": self.val, "seq_len": 16},
-            "train": {"batch_size": BATCH, "steps": steps, "lr": 1e-3, "eval_every": 2, "eval_batches": 2,
-                      "precision": c["precision"], "seed": 3, "recompute": c["recompute"]},
-            "parallel": par,
+            "train": {"batch_size": BATCH, "steps": max(self.total_steps, 2), "lr": 1e-3, "eval_every": 2,
+                      "eval_batches": 2, "precision": c["precision"], "seed": 3, "recompute": c["recompute"]},
+            "parallel": self.parallel(c) | {"comm": c["comm"]},
         }
-        if self.args.comm:
-            par["comm"] = self.args.comm
         if ckpt_dir:
-            d["checkpoint"] = {"dir": ckpt_dir, "every": 2, "resume": "auto"}
+            d["checkpoint"] = {"dir": ckpt_dir, "every": 2, "keep": 0, "resume": "auto"}
+        if trace:
+            d["trace"] = {"file": trace}
         return d
 
-    def train(self, name, c, ckpt_dir, stop_at=0):
-        """Trains case c (4 steps, or up to stop_at); returns ({step: loss}, {step: val loss}) or None."""
+    def train(self, name, c, ckpt_dir, stop_at):
+        """Trains case c up to step stop_at, resuming what ckpt_dir holds: {"loss": {step: x},
+        "grad_norm": ..., "val_loss": ...}, or None when the run failed."""
         deck = os.path.join(self.w, name + ".toml")
-        gpt2test.write_deck(deck, self.deck(c, ckpt_dir, 4))
+        trace = os.path.join(self.w, name + ".h5")
+        gpt2test.write_deck(deck, self.deck(c, ckpt_dir, trace))
         metrics = os.path.join(self.w, name + ".jsonl")
-        if os.path.exists(metrics):
-            os.remove(metrics)
-        cmd = [self.args.gpt2, "train", deck, "--metrics-jsonl", metrics, "-q"]
-        if stop_at:
-            cmd += ["--stop-at", str(stop_at)]
+        for f in (metrics, trace):
+            if os.path.exists(f):
+                os.remove(f)
+        cmd = [self.args.gpt2, "train", deck, "--metrics-jsonl", metrics, "-q", "--stop-at", str(stop_at)]
         t0 = time.time()
-        rc, out, err = self.run(name, cmd, ranks(c))
+        rc, out, err = self.run(name, cmd, ranks(c), 2 if c["comm"] == "mpi-ordered" else 1)
         seconds = time.time() - t0
-        if rc == 2 and "under NCCL's ordering" in err:
-            self.refused.append(f"{name} ({describe(c)})")
-            print(f"  {name}: {describe(c)}: refused, its lists would hang under NCCL's ordering", flush=True)
-            return None
         if not self.checks.check(rc == 0, f"{name} ({describe(c)}, {ranks(c)} ranks): exit {rc}\n{err[-3000:]}"):
             return None
+        self.check_device(name, c, trace)
         rows = gpt2test.read_jsonl(metrics)
-        loss = {m["step"]: m["loss"] for m in rows if "loss" in m}
-        val = {m["step"]: m["val_loss"] for m in rows if "val_loss" in m}
+        got = {k: {m["step"]: m[k] for m in rows if k in m} for k in ("loss", "grad_norm", "val_loss")}
         print(f"  {name}: {describe(c)} on {ranks(c)} ranks, {seconds:.1f} s", flush=True)
-        return loss, val
+        return got
 
-    def compare(self, what, got, ref, precision):
-        tol = TOLERANCE[precision]
-        for kind, g, r in (("loss", got[0], ref[0]), ("val loss", got[1], ref[1])):
-            for step, value in g.items():
-                want = r.get(step)
-                self.checks.check(want is not None and abs(value - want) <= tol * abs(want),
+    def check_device(self, name, c, trace):
+        """What a GPU would do, from the trace: on every rank at most one whole-device wait and no
+        allocation or free in a steady-state step."""
+        import h5py
+        with h5py.File(trace, "r") as f:
+            meta = f["meta"].attrs
+            waits, allocs = list(meta["device_waits_per_step"]), list(meta["allocations_per_step"])
+        for r, (w, a) in enumerate(zip(waits, allocs)):
+            self.checks.check(0 <= w <= 1, f"{name} ({describe(c)}): rank {r} made {w:g} whole-device waits in a step")
+            self.checks.check(a == 0, f"{name} ({describe(c)}): rank {r} allocated or freed {a:g} times in a "
+                                      "steady-state step")
+
+    def compare(self, what, got, ref, precision, steps, val_steps):
+        """Every row of got against the one-rank run: exactly `steps` (and `val_steps`), each value
+        within its tolerance."""
+        want_rows = {"loss": steps, "grad_norm": steps, "val_loss": val_steps}
+        for kind, rows in want_rows.items():
+            have = sorted(got[kind])
+            self.checks.check(have == rows, f"{what}: {kind} rows for steps {have}, expected {rows}")
+            tol = NORM_TOLERANCE[precision] if kind == "grad_norm" else TOLERANCE[precision]
+            for step in rows:
+                value, want = got[kind].get(step), ref[kind].get(str(step), ref[kind].get(step))
+                if value is None or want is None:
+                    continue
+                self.checks.check(abs(value - want) <= tol * abs(want),
                                   f"{what}: step {step} {kind} {value!r}, one rank {want!r} (tolerance {tol:g})")
+
+
+def references(mx, folder):
+    """The one-rank runs of every precision over mx.total_steps (their numbers, and a checkpoint
+    every 2 steps in folder/PRECISION), written to folder/refs.json."""
+    gpt2test.fresh_dir(folder)
+    refs = {"steps": mx.total_steps}
+    for prec in TOLERANCE:
+        got = mx.train(f"ref_{prec}", dict(ONE_RANK, precision=prec), os.path.join(folder, prec), mx.total_steps)
+        if got is None:
+            mx.checks.finish("layout_matrix")
+        refs[prec] = {k: {str(s): v for s, v in rows.items()} for k, rows in got.items()}
+    return refs
+
+
+def prepared(mx, folder):
+    """(cases, pairs covered, references): from folder/refs.json when a run with --write-refs left
+    them there (ctest's fixture: the two halves share them), else made now."""
+    path = os.path.join(folder, "refs.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        mx.total_steps = saved["refs"]["steps"]
+        return saved["cases"], saved["pairs"], saved["refs"]
+    cases, total = mx.cases()
+    mx.total_steps = STEPS_PER_CASE * max(len(ch) for ch in chains(cases).values())
+    refs = references(mx, folder)
+    with open(path, "w") as f:
+        json.dump({"cases": cases, "pairs": total, "refs": refs}, f)
+    return cases, total, refs
+
+
+def chains(cases):
+    """The cases of each (precision, backend), in order: each resumes the one before it."""
+    out = {}
+    for i, c in enumerate(cases):
+        out.setdefault((c["precision"], c["comm"]), []).append(i)
+    return out
+
+
+def run_chain(mx, cases, chain, refs, only):
+    """Each case resumes its predecessor's checkpoint (the reference's after a failure, or for the
+    first) and trains STEPS_PER_CASE steps on its own layout, compared with the one-rank numbers."""
+    previous = None  # (name, folder) of the case whose checkpoint the next one resumes
+    for k, i in enumerate(chain):
+        c = cases[i]
+        start, stop = STEPS_PER_CASE * k, STEPS_PER_CASE * (k + 1)
+        if only and i not in only:
+            previous = None
+            continue
+        name = f"case{i:02d}"
+        ck = gpt2test.fresh_dir(os.path.join(mx.w, name + "_ck"))
+        origin = ""
+        if start > 0:
+            src_name, src = previous or ("the one-rank run", os.path.join(mx.args.refs, c["precision"]))
+            shutil.copy(os.path.join(src, f"ckpt_{start:08d}.h5"), ck)
+            origin = f", resumed at step {start} from {src_name}"
+        got = mx.train(name, c, ck, stop)
+        previous = (name, ck) if got is not None else None
+        if got is not None:
+            mx.compare(f"{name} ({describe(c)}{origin})", got, refs[c["precision"]], c["precision"],
+                       list(range(start + 1, stop + 1)), [stop])
 
 
 def main():
     ap = gpt2test.e2e_arg_parser(__doc__)
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--only", default="", help="comma-separated case numbers to run")
-    ap.add_argument("--comm", default="", help="parallel.comm for every run (default: the deck's default)")
+    ap.add_argument("--comm", default="", help="run only the cases of this backend (mpi, mpi-ordered)")
+    ap.add_argument("--refs", required=True, help="the cases' and one-rank references' folder (made when missing)")
+    ap.add_argument("--write-refs", action="store_true", help="only make the cases and references in --refs")
     args = ap.parse_args()
     args.gpt2 = os.path.abspath(args.gpt2)
-    cases, pairs = pairwise_cases()
+    args.refs = os.path.abspath(args.refs)
+    mx = Matrix(args)
+    if args.write_refs:
+        shutil.rmtree(args.refs, ignore_errors=True)
+    cases, total, refs = prepared(mx, args.refs)
+    if args.write_refs:
+        mx.checks.finish("layout_matrix references")
+        return
+    by_chain = chains(cases)
     by_world = {n: sum(ranks(c) == n for c in cases) for n in (1, 2, 4, 8)}
-    print(f"matrix: {len(cases)} cases cover {pairs} pairs of values "
-          f"({', '.join(f'{v} on {k} rank(s)' for k, v in by_world.items())})", flush=True)
+    print(f"matrix: {len(cases)} cases cover {total} pairs of acting values "
+          f"({', '.join(f'{v} on {k} rank(s)' for k, v in by_world.items())}), in {len(by_chain)} chains",
+          flush=True)
     if args.list:
         for i, c in enumerate(cases):
             print(f"  case {i}: {describe(c)} ({ranks(c)} ranks)")
         return
     only = {int(x) for x in args.only.split(",") if x}
-    mx = Matrix(args)
     t_all = time.time()
-    one_rank = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
-                    recompute="none")
-    refs = {}
-    for prec in TOLERANCE:
-        refs[prec] = mx.train(f"ref_{prec}", dict(one_rank, precision=prec), "")
-        if refs[prec] is None:
-            mx.checks.finish("layout_matrix")
-    for i, c in enumerate(cases):
-        if only and i not in only:
+    for (precision, comm), chain in sorted(by_chain.items()):
+        if args.comm and comm != args.comm:
             continue
-        name = f"case{i:02d}"
-        # The next case of the same precision resumes this one's checkpoint on its own layout.
-        same = [j for j in range(i + 1, i + len(cases)) if cases[j % len(cases)]["precision"] == c["precision"]]
-        nxt = cases[same[0] % len(cases)] if same else c
-        ck = os.path.join(mx.w, name + "_ck")
-        first = mx.train(name, c, ck, stop_at=2)
-        if first is None:
-            continue
-        mx.compare(f"{name} ({describe(c)})", first, refs[c["precision"]], c["precision"])
-        resumed = mx.train(name + "_resumed", nxt, ck)
-        if resumed is None:
-            continue
-        mx.checks.check(sorted(resumed[0]) == [3, 4], f"{name}: the resumed run reported steps {sorted(resumed[0])}")
-        mx.compare(f"{name} resumed as ({describe(nxt)})", resumed, refs[c["precision"]], c["precision"])
-        if not mx.checks.failures:
-            shutil.rmtree(ck, ignore_errors=True)
-    print(f"matrix: {time.time() - t_all:.0f} s in all; {len(mx.refused)} run(s) refused under NCCL's ordering",
-          flush=True)
+        run_chain(mx, cases, chain, refs, only)
+    print(f"matrix: {time.time() - t_all:.0f} s in all", flush=True)
     mx.checks.finish("layout_matrix")
 
 
