@@ -3,7 +3,8 @@
 
 A run of 8 steps that never stops, against a run stopped after 4 steps (its checkpoint written at
 step 4) and resumed with checkpoint.resume = true: the losses of steps 5..8 must be bit-identical
-(JSON carries them with 17 significant digits), with shuffling on so the data position matters too.
+(JSON carries them with 17 significant digits), with shuffling on so the data position matters too,
+and the text sampled at step 8 must be the same (the sampler's random state travels in the checkpoint).
 Also: `gpt2 convert` to llm.c's format and `gpt2 sample` from the checkpoint work, and a resume
 with a different model configuration is refused with a message naming what differs and leaves
 the checkpoints untouched.
@@ -26,6 +27,7 @@ def main():
     def train_run(name, steps, resume, ckpt_dir, stop_at=0, **more):
         deck = gpt2test.tiny_deck(
             train, data__shuffle=True, train__steps=steps, train__schedule="cosine", train__warmup_steps=2,
+            train__sample_every=4, train__sample_tokens=12,
             checkpoint__dir=ckpt_dir, checkpoint__every=4, checkpoint__resume=resume, **extra, **more)
         cfg = os.path.join(w, name + ".toml")
         gpt2test.write_deck(cfg, deck)
@@ -34,14 +36,22 @@ def main():
         r = gpt2test.run(cmd + (["--stop-at", str(stop_at)] if stop_at else []), args.ranks, args.mpiexec)
         return r, metrics
 
+    def sample_at(r, step):
+        """The text the run sampled at `step` (printed between its marker lines)."""
+        marker = f"--- sample at step {step} ---\n"
+        return r.out.split(marker, 1)[1].split("\n---\n", 1)[0] if marker in r.out else None
+
     # The run that never stops; then the same run stopped after step 4 and resumed to 8.
     r, full = train_run("full", 8, False, os.path.join(w, "ck_full"))
     checks.check(r.rc == 0, f"full run failed: {r.err[-1500:]}")
+    full_sample = sample_at(r, 8)
     deck_dir = os.path.join(w, "ck_split")
     r, first = train_run("first_half", 8, False, deck_dir, stop_at=4)
     checks.check(r.rc == 0, f"first half failed: {r.err[-1500:]}")
     r, second = train_run("second_half", 8, True, deck_dir)
     checks.check(r.rc == 0, f"resume failed: {r.err[-1500:]}")
+    checks.check(full_sample is not None and sample_at(r, 8) == full_sample,
+                 f"the sample at step 8 differs after resume:\n  never stopped {full_sample!r}\n  resumed {sample_at(r, 8)!r}")
     if not checks.failures:
         a = [m["loss"] for m in gpt2test.read_jsonl(full) if "loss" in m]
         b = [m["loss"] for m in gpt2test.read_jsonl(second) if "loss" in m]
