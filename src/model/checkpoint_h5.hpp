@@ -9,9 +9,11 @@
 //                          always and are not stored; a reader takes the rows a dataset has) --
 //                          with attribute checksum: the sum of element_checksum over its elements
 //                          (mod 2^48), so it is the same whichever ranks wrote which parts.
-// Written collectively by every rank, each its own slices (parallel/checkpoint_writer); read by
-// range of the global flat layout, so each rank reads only what it holds.
+// Written by every rank, each its own slices at their offsets in the file (parallel/checkpoint_writer:
+// the metadata once, by world rank 0; the data through O_DIRECT where it covers whole blocks, every
+// dataset 4 KiB-aligned); read by range of the global flat layout, so each rank reads only what it holds.
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,19 @@ inline uint64_t element_checksum(uint64_t index, uint32_t bits) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return (z ^ (z >> 31)) & kChecksumMask;
+}
+
+// The checksum's part of n consecutive values of a tensor, the first at element `first` (mod 2^48):
+// one vectorised pass (the terms add up in any order, so any split of a tensor sums to the same).
+inline uint64_t run_checksum(const float* values, uint64_t first, size_t n) {
+  uint64_t sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t bits;
+    std::memcpy(&bits, values + k, 4);
+    sum += element_checksum(first + k, bits);
+  }
+  return sum & kChecksumMask;
 }
 
 // Adds the flat range [a, b) of a tensor with `cols` columns (1-D: its length) to an HDF5 dataspace

@@ -1,19 +1,22 @@
 #pragma once
 // Writes an HDF5 checkpoint (model/checkpoint_h5.hpp) with every rank writing its own part; nothing
 // is gathered. Three steps:
-//   1. create (collective): the file with the run's attributes and every dataset allocated at its
-//      global shape, contiguous and unfilled -- metadata only; each dataset's offset in the file is
-//      then known, and the data goes in as raw little-endian floats at those offsets;
-//   2. write each section: what the rank holds of it (ParamStore::owned_values: its ZeRO pieces of
+//   1. create (collective): world rank 0 makes the file -- the run's attributes and every dataset
+//      allocated at its global shape, contiguous, unfilled, 4 KiB-aligned: the metadata, once -- and
+//      tells every rank where each dataset's data starts;
+//   2. write each section: what the rank holds of it (ParamStore::owned_ranges: its ZeRO pieces of
 //      sharded state, the whole local state where dp replica 0 writes it -- tp rank 0 for
-//      tp-replicated tensors, stage 0 for wte), mapped through each tensor's GlobalMap to pieces of
-//      the file. Either with one collective MPI-IO write per section (the synchronous path: MPI-IO
-//      aggregates tensor parallelism's strided rows into large writes), or with plain pwrite from a
-//      background thread (checkpoint.async: no MPI or HDF5 call off the main thread);
+//      tp-replicated tensors, stage 0 for wte), mapped through each tensor's GlobalMap to runs of the
+//      file, coalesced, written by a DirectWriter (core/direct_writer.hpp: whole blocks through
+//      O_DIRECT from aligned buffers that a thread writes while the next is filled, the ends through
+//      the page cache). The values are copied into those buffers once -- from the state
+//      (write_section, the synchronous path) or from a staged copy (write_local, checkpoint.async,
+//      on a thread of its own: no MPI or HDF5 call) -- and checksummed in the same pass;
 //   3. finish (collective): the ranks agree that every write succeeded (else every rank throws, one
 //      message naming the file and the reason), sum each dataset's checksum over the ranks, rank 0
 //      writes them as attributes and gives the file its name.
 // The file is written under a temporary name until then; a writer that does not finish removes it.
+// Each rank's time in each phase is kept (phases()) for the trace.
 #include <mpi.h>
 
 #include <atomic>
@@ -24,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/direct_writer.hpp"
 #include "model/checkpoint.hpp"
 #include "model/stage_layout.hpp"
 #include "parallel/param_store.hpp"
@@ -32,27 +36,25 @@ namespace gpt2 {
 
 class H5CheckpointWriter {
  public:
-  // The synchronous path writes a section in rounds of at most this many of the rank's values (64
-  // MiB), one buffer at a time: no rank holds more than its state and that buffer. Pieces do not
-  // cross a round's bounds (so MPI's int counts hold too).
-  static constexpr size_t kRoundFloats = size_t(1) << 24;
+  // The direct writer's two buffers (16 MiB each): no rank holds more than its state and those.
+  static constexpr size_t kBufferBytes = size_t(16) << 20;
 
   // Collective over world: creates `tmp`, which finish() renames to `path`. replica_0: this rank is in
   // dp replica 0 (writes unsharded state). WriteError naming `path` when it cannot be created.
   H5CheckpointWriter(const std::string& path, const std::string& tmp, MPI_Comm world, const CheckpointMeta& meta,
                      const StageLayout& layout, bool replica_0, const std::vector<std::string>& sections,
-                     size_t round_floats = kRoundFloats);
+                     size_t buffer_bytes = kBufferBytes);
   ~H5CheckpointWriter();  // rank 0 removes the temporary unless finish() succeeded
   H5CheckpointWriter(const H5CheckpointWriter&) = delete;
   H5CheckpointWriter& operator=(const H5CheckpointWriter&) = delete;
 
-  // Collective: this rank's part of `section` with collective MPI-IO, in rounds of a bounded buffer
-  // that fetch(begin, n, dst) fills with values [begin, begin + n) of what the rank holds (`mine`:
-  // its ranges, ParamStore::owned_ranges). A failure is kept for finish().
+  // This rank's part of `section`, fetch(begin, n, dst) copying values [begin, begin + n) of what
+  // the rank holds (`mine`: its ranges, ParamStore::owned_ranges) into the write buffers. Not
+  // collective. A failure is kept for finish().
   using Fetch = std::function<void(size_t begin, size_t n, float* dst)>;
-  void write_collective(const std::string& section, const ParamStore::Owned& mine, const Fetch& fetch);
-  // Local (any thread; no MPI, no HDF5): this rank's part of every section with pwrite, then
-  // fdatasync. staged[i] is what the rank holds of sections[i].
+  void write_section(const std::string& section, const ParamStore::Owned& mine, const Fetch& fetch);
+  // Local (any thread; no MPI, no HDF5): this rank's part of every section from a staged copy
+  // (staged[i]: what the rank holds of sections[i]), then the flush.
   void write_local(const std::vector<ParamStore::Owned>& staged);
   // Collective: WriteError (CollectiveError) on every rank if any rank's write failed; else the
   // checksums go in and the file takes its name.
@@ -60,6 +62,15 @@ class H5CheckpointWriter {
 
   const std::string& path() const { return path_; }
   size_t bytes_written() const { return bytes_; }  // by this rank
+
+  // Seconds this rank spent in each phase of the write (for the trace and the benchmark): making
+  // the file's metadata (rank 0; the others wait), copying values into the write buffers (staging
+  // or fetching, the checksum in the same pass), waiting for the disk (the buffers' writes and the
+  // flush), and agreeing and renaming.
+  struct Phases {
+    double create = 0, fill = 0, disk = 0, finish = 0;
+  };
+  const Phases& phases() const { return phases_; }
 
  private:
   struct Piece {       // a run of values that lies contiguous in the file
@@ -69,14 +80,17 @@ class H5CheckpointWriter {
     size_t dataset;    // index in datasets_ (section-major)
     uint64_t element;  // the first value's index in its tensor (for the checksum)
   };
-  void create(const CheckpointMeta& meta);  // the file, its attributes and datasets (collective)
+  void create(const CheckpointMeta& meta);  // world rank 0: the file, its attributes and datasets
   std::vector<Piece> pieces(size_t section, const ParamStore::Owned& mine) const;
-  // values[i] holds the value of index first + i (Piece::value counts from the section's start)
-  void add_checksums(const Piece* ps, size_t count, const float* values, size_t first);
+  // The pieces of a section through the direct writer, values from fetch (as write_section's).
+  void write_pieces(const std::vector<Piece>& ps, const Fetch& fetch);
+  void flush();  // the direct writer's end: its error kept, the disk time counted
 
   std::string path_, tmp_;
   MPI_Comm world_;
-  size_t round_floats_;
+  size_t buffer_bytes_;
+  std::unique_ptr<DirectWriter> out_;  // this rank's writes (made at the first)
+  Phases phases_;
   int rank_ = 0;
   bool replica_0_;
   std::vector<std::string> sections_;

@@ -118,7 +118,7 @@ class Trainer {
   std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
   // checkpoint.format: bin (assembled on rank 0) or h5 (every rank writes its part).
   void save_bin_checkpoint(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
-  void publish(const std::string& path, int64_t step);  // rank 0: `latest`, the message, checkpoint.keep
+  void publish(const std::string& path, int64_t step, const H5CheckpointWriter* h5 = nullptr);  // rank 0: `latest`, the message, checkpoint.keep
   void poll_checkpoint();      // collective, after each step: finishes a background write that has ended
   void complete_checkpoint();  // collective: waits for the background write in flight and finishes it
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);

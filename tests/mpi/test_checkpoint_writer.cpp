@@ -1,8 +1,8 @@
 // The HDF5 checkpoint writer (parallel/checkpoint_writer) on every rank of the world: each rank
 // writes what it holds -- scattered ZeRO-like ranges, or its tensor-parallel part -- and the file
-// read back holds the global values exactly, with checksums that verify. Both ways of writing: the
-// collective one in rounds far smaller than a tensor (so pieces split at round bounds and ranks make
-// different numbers of rounds) and the background thread's pwrite.
+// read back holds the global values exactly, with checksums that verify. Both ways of writing: from
+// the state (write_section) and from a staged copy (write_local), through write buffers of two
+// blocks (so runs cross buffers and blocks, and ranks share blocks at their pieces' ends).
 #include <unistd.h>
 
 #include <cmath>
@@ -70,15 +70,17 @@ void write_and_check(const std::string& name, const ModelConfig& m, const Held& 
   meta.optimizer = "adamw";
   const std::string path = shared_path(name), tmp = path + ".tmp";
   {
-    H5CheckpointWriter w(path, tmp, MPI_COMM_WORLD, meta, h.layout, replica_0, sections, /*round_floats=*/333);
+    // Two blocks a buffer: the runs cross buffers, blocks and ranks' pieces everywhere.
+    const size_t buffer = 2 * DirectWriter::kBlock;
+    H5CheckpointWriter w(path, tmp, MPI_COMM_WORLD, meta, h.layout, replica_0, sections, buffer);
     if (local) {
       w.write_local(h.owned);
     } else {
       for (size_t s = 0; s < sections.size(); ++s) {
         ParamStore::Owned ranges = h.owned[s];
         ranges.values.clear();
-        w.write_collective(sections[s], ranges, [&](size_t b, size_t n, float* dst) {
-          ASSERT_LE(n, size_t(333)) << "a round larger than the bounded buffer";
+        w.write_section(sections[s], ranges, [&](size_t b, size_t n, float* dst) {
+          ASSERT_LE(n * 4, buffer) << "a fill larger than a write buffer";
           std::copy(h.owned[s].values.begin() + long(b), h.owned[s].values.begin() + long(b + n), dst);
         });
       }
@@ -114,7 +116,7 @@ TEST(CheckpointWriter, ScatteredRangesOfEveryRankMakeTheGlobalTensors) {
   for (size_t b = 0, k = 0; b < n; b += 97, ++k)
     if (int(k % size_t(size)) == rank) mine.push_back({b, std::min(n, b + 97)});
   const Held h = hold(m, {}, mine, {"params", "opt.m"});
-  write_and_check("scattered_collective", m, h, rank == 0, false);
+  write_and_check("scattered_section", m, h, rank == 0, false);
   write_and_check("scattered_local", m, h, rank == 0, true);
 }
 
@@ -122,6 +124,6 @@ TEST(CheckpointWriter, TensorParallelPartsMakeTheGlobalTensors) {
   if (world_size() != 2) GTEST_SKIP() << "tp 2 over the world";
   const ModelConfig m = small_model();
   const Held h = hold(m, TpSplit{2, rank_of(MPI_COMM_WORLD)}, {}, {"params", "opt.m"});
-  write_and_check("tp_collective", m, h, true, false);
+  write_and_check("tp_section", m, h, true, false);
   write_and_check("tp_local", m, h, true, true);
 }

@@ -6,17 +6,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "../common/tiny_data.hpp"
+#include "core/direct_writer.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "model/checkpoint.hpp"
 #include "model/checkpoint_dir.hpp"
+#include "model/checkpoint_h5.hpp"
 #include "model/model_file.hpp"
 #include "runtime/stop_signals.hpp"
 #include "train/metrics.hpp"
@@ -280,4 +284,57 @@ TEST(Metrics, ResumedRunKeepsTheLinesUpToItsStepAndAppends) {
   for (std::string line; std::getline(in, line);) steps.push_back(std::atoll(line.c_str() + line.find(": ") + 2));
   EXPECT_EQ(steps, (std::vector<long long>{1, 2, 2, 3, 4}));
   EXPECT_NE(slurp(path).find("\"skipped\": true,"), std::string::npos);
+}
+
+// The checkpoint's checksum of a run, one vectorised pass, equals the sum of its elements' terms in
+// any split (the decomposition-independence that lets any layout verify a file).
+TEST(Checkpoint, RunChecksumIsTheSumOfElementTermsInAnySplit) {
+  std::vector<float> v(1237);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(std::sin(double(i))) * 1e3f;
+  uint64_t want = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], 4);
+    want = (want + element_checksum(5000 + i, bits)) & kChecksumMask;
+  }
+  EXPECT_EQ(run_checksum(v.data(), 5000, v.size()), want);
+  const uint64_t split = (run_checksum(v.data(), 5000, 401) + run_checksum(v.data() + 401, 5401, v.size() - 401)) &
+                         kChecksumMask;
+  EXPECT_EQ(split, want);
+  EXPECT_NE(run_checksum(v.data(), 5001, v.size()), want) << "the index is part of the term";
+}
+
+// The direct writer puts runs with unaligned ends, runs inside one block and runs longer than its
+// buffers where they belong, whether or not the file system takes O_DIRECT.
+TEST(DirectWriterTest, RunsLandAtTheirOffsets) {
+  const std::string path = test::temp_dir("direct_writer") + "/file.bin";
+  const size_t size = 9 * DirectWriter::kBlock + 123;
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << std::string(size, '\0');
+  }
+  std::vector<char> want(size, 0);
+  struct Run {
+    uint64_t at;
+    size_t bytes;
+  };
+  const std::vector<Run> runs = {{4, 400}, {DirectWriter::kBlock - 8, 5 * DirectWriter::kBlock + 16},
+                                 {7 * DirectWriter::kBlock, DirectWriter::kBlock * 2}, {size - 60, 60}};
+  {
+    DirectWriter w(path, 2 * DirectWriter::kBlock);  // runs longer than a buffer
+    for (const Run& r : runs) {
+      for (size_t i = 0; i < r.bytes; ++i) want[r.at + i] = char((r.at + i) % 251 + 1);
+      w.write(r.at, r.bytes, [&](char* dst, size_t from, size_t n) {
+        for (size_t i = 0; i < n; ++i) dst[i] = char((r.at + from + i) % 251 + 1);
+      });
+    }
+    EXPECT_EQ(w.finish(), "");
+    EXPECT_EQ(w.bytes(), 400 + 5 * DirectWriter::kBlock + 16 + 2 * DirectWriter::kBlock + 60);
+  }
+  std::ifstream f(path, std::ios::binary);
+  const std::vector<char> got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(got.size(), size);
+  size_t wrong = 0;
+  for (size_t i = 0; i < size; ++i) wrong += got[i] != want[i];
+  EXPECT_EQ(wrong, 0u);
 }
