@@ -14,8 +14,11 @@ bool h5_attr_ints(int64_t obj, const char* name, const std::vector<int64_t>& val
 bool h5_attr_uints(int64_t obj, const char* name, const std::vector<uint64_t>& values);
 bool h5_attr_double(int64_t obj, const char* name, double value);
 inline bool h5_attr_int(int64_t obj, const char* name, int64_t value) { return h5_attr_ints(obj, name, {value}); }
+// One string per element (a 1-D array, fixed length: the longest).
+bool h5_attr_texts(int64_t obj, const char* name, const std::vector<std::string>& values);
 
 std::string hdf5_text_attribute(int64_t obj, const char* name);  // "" when absent
+std::vector<std::string> hdf5_texts_attribute(int64_t obj, const char* name);  // {} when absent
 
 // What HDF5's error stack says went wrong, innermost first, on one line as " (...)"; "" when it says
 // nothing.

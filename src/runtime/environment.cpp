@@ -103,6 +103,12 @@ int Environment::set_blas_threads(int requested) {
   return gemm_host_threads() > 0 ? gemm_host_threads() : n;
 }
 
+std::string Environment::host() const {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
 std::string Environment::execution_space() const { return Kokkos::DefaultExecutionSpace::name(); }
 
 std::string Environment::device() const {

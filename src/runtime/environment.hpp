@@ -40,6 +40,7 @@ class Environment {
   std::string execution_space() const;
   std::string device() const;
   int device_id() const { return device_id_; }
+  std::string host() const;  // this machine's host name
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1, host_threads_ = 1;

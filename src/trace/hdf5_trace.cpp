@@ -4,6 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <type_traits>
 #include <cstdio>
@@ -108,6 +109,13 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   h5_attr_text(g, "kind_display", kind_list(any_kind, event_display));
   h5_attr_text(g, "kind_colours", kind_list(any_kind, event_colour));
   for (Axis a : kAxes) attr_per_rank<int64_t>(g, (std::string(axis_name(a)) + "_rank").c_str(), meta.coords[a], comm);
+  // Where each rank ran: its host and its rank among the processes there.
+  std::array<char, 256> host{};
+  meta.host.copy(host.data(), host.size() - 1);
+  std::vector<std::string> hosts;
+  for (const auto& h : comm.host_gather_all(host)) hosts.emplace_back(h.data());
+  h5_attr_texts(g, "host", hosts);
+  attr_per_rank<int64_t>(g, "local_rank", meta.local_rank, comm);
   attr_per_rank(g, "clock_error", tracer.clock_error(), comm);
   attr_per_rank(g, "param_bytes", meta.param_bytes, comm);
   attr_per_rank(g, "grad_bytes", meta.grad_bytes, comm);

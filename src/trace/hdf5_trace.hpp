@@ -10,7 +10,8 @@
 //             event_kinds, compute_kinds, communication_kinds, dp_collective_kinds (comma-separated
 //             names); kind_display, kind_colours (comma-separated, one per event_kinds entry: how a
 //             timeline draws the kind -- row, lane, step, unit, detail -- and its colour);
-//             per rank (arrays of length world_size): dp_rank, pp_rank, cp_rank, tp_rank, clock_error (s),
+//             per rank (arrays of length world_size): dp_rank, pp_rank, cp_rank, tp_rank, host (its
+//             host name), local_rank (its rank among the processes of that host), clock_error (s),
 //             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
 //             parameters of the rank's stage, unsharded: the Psi of ZeRO), param_gather_bytes (what
 //             one ZeRO all-gather of those delivers: 16-bit matrices under mixed precision; 0 without
@@ -52,6 +53,8 @@ struct TraceMeta {
   int world_size = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1, host_threads = 1, seq_len = 0;
   GridShape grid;    // written as one attribute per axis (dp, pp, cp, tp)
   GridCoords coords;  // this rank's: per-rank arrays dp_rank, pp_rank, cp_rank, tp_rank
+  std::string host;    // this rank's host name and its rank among the processes there
+  int local_rank = 0;
   double bubble_theory = 0;
   std::vector<int> stage_layers;
   double param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  // this rank's, at rest
@@ -100,6 +103,7 @@ class TraceReader {
   std::vector<double> numbers(const char* name) const;  // a numeric one (scalar or per rank)
   double number(const char* name) const;
   std::string text(const char* name) const;              // a string one ("" when absent)
+  std::vector<std::string> texts(const char* name) const;  // a per-rank string one ({} when absent)
   std::vector<std::string> kind_names() const;           // the event kind codes' names, by code
   int kind_code(EventKind k) const;                      // its code in this file (-1: none)
   std::vector<TraceEvent> events() const;

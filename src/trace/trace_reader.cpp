@@ -57,6 +57,7 @@ double TraceReader::number(const char* name) const {
 
 
 std::string TraceReader::text(const char* name) const { return hdf5_text_attribute(meta_, name); }
+std::vector<std::string> TraceReader::texts(const char* name) const { return hdf5_texts_attribute(meta_, name); }
 
 std::vector<std::string> TraceReader::kind_names() const {
   std::vector<std::string> kinds;

@@ -19,6 +19,7 @@ void Trainer::write_trace() {
   meta.world_size = topo_->world_size();
   meta.grid = topo_->shape();
   meta.coords = topo_->coords();
+  meta.host = env_.host(), meta.local_rank = env_.local_rank();
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
   meta.recompute = cfg_.train.recompute, meta.recompute_every = cfg_.train.recompute_every;
