@@ -61,15 +61,15 @@ Run add_train(CLI::App& app) {
       opts.stop_at = a->stop_at;
       Trainer trainer(cfg, env, opts);
       const RunEnd end = trainer.run();
-      if (end == RunEnd::completed) return 0;
+      if (end == RunEnd::completed) return env.exit_status(0);
       if (root) {
         std::fprintf(stderr, "%s%s\n", end == RunEnd::diverged ? "error: " : "gpt2 train: ", trainer.end_message().c_str());
         std::fflush(stderr);
       }
-      return end == RunEnd::stopped ? kExitStopped : kExitDiverged;
+      return env.exit_status(end == RunEnd::stopped ? kExitStopped : kExitDiverged);
     } catch (const CollectiveError& e) {
       if (root) std::fprintf(stderr, "error: %s\n", e.what());
-      return e.input_error() ? 2 : 1;
+      return env.exit_status(e.input_error() ? 2 : 1);
     } catch (const std::exception& e) {
       // Only this rank knows: stop the whole job rather than leave the others waiting.
       std::fprintf(stderr, "error (rank %d): %s\n", env.rank(), e.what());

@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include <Kokkos_Core.hpp>
@@ -82,6 +84,25 @@ int Environment::cores_per_rank() const {
   return n < 1 ? 1 : n;
 }
 
+namespace {
+// Ends the process with `status` unless MPI_Finalize returns within GPT2_FINALIZE_TIMEOUT seconds
+// (see environment.hpp). A detached thread: MPI_Finalize returning first ends the process normally.
+void limit_finalize(int rank, int status) {
+  const char* env = std::getenv("GPT2_FINALIZE_TIMEOUT");
+  const double seconds = env ? std::atof(env) : 3.0;
+  if (!(seconds > 0)) return;
+  std::thread([=] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    std::fprintf(stderr,
+                 "gpt2: rank %d: MPI_Finalize still waits after %g s (MPICH 4.0 over UCX's TCP transport can hang "
+                 "there); the run's work is done, exiting with status %d\n",
+                 rank, seconds, status);
+    std::fflush(nullptr);
+    std::_Exit(status);
+  }).detach();
+}
+}  // namespace
+
 Environment::~Environment() {
   gemm_finalize();
   if (Kokkos::is_initialized()) Kokkos::finalize();
@@ -89,7 +110,10 @@ Environment::~Environment() {
   if (mpi_owned_) {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (!finalized) {
+      if (local_size_ < size_) limit_finalize(rank_, exit_status_);  // ranks on other nodes
+      MPI_Finalize();
+    }
   }
 }
 

@@ -3,6 +3,12 @@
 // device picked by the node-local rank; on the host with its share of the node's cores), and the
 // host BLAS thread count. Ranks x threads never oversubscribe: by default each rank gets the cores
 // it is bound to, else the node's cores divided by the ranks on it, for Kokkos and for BLAS alike.
+// A world that spans nodes gives MPI_Finalize GPT2_FINALIZE_TIMEOUT seconds (default 3; 0: no
+// limit), then ends the process with exit_status(): MPICH 4.0 over UCX's TCP transport (Debian 12's
+// packages on an Ethernet cluster) can hang there for ever -- a rank that finished closing its
+// connections waits in a PMI barrier without progressing, while a peer waits for it to acknowledge
+// its last flush (MPICH removed that barrier in 2023, pmodels/mpich#6596). All output is written by
+// then.
 #include <mpi.h>
 
 #include <string>
@@ -42,8 +48,13 @@ class Environment {
   int device_id() const { return device_id_; }
   std::string host() const;  // this machine's host name
 
+  // The status this process ends with should MPI_Finalize hang (below); returns it, so that a
+  // command can `return env.exit_status(rc);`.
+  int exit_status(int status) { return exit_status_ = status; }
+
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1, host_threads_ = 1;
+  int exit_status_ = 0;
   MPI_Comm node_ = MPI_COMM_NULL;
   bool mpi_owned_ = false;
 };
