@@ -367,15 +367,18 @@ gpt2_job() {
   ((metrics_given)) || train_args+=(--metrics-jsonl "$run_dir/metrics.jsonl")
   printf '%s\n' "$info" >"$run_dir/info.json"
   gpt2_info_get config_toml <<<"$info" >"$run_dir/config.effective.toml"
-  local eff_dp eff_pp eff_tp trace nranks
+  local eff_dp eff_pp eff_cp eff_tp trace nranks
   eff_dp=$(gpt2_info_get grid.dp <<<"$info")
   eff_pp=$(gpt2_info_get grid.pp <<<"$info")
+  eff_cp=$(gpt2_info_get grid.cp <<<"$info" 2>/dev/null) || eff_cp=1  # (an older gpt2 has no cp)
   eff_tp=$(gpt2_info_get grid.tp <<<"$info")
   trace=$(gpt2_info_get config.trace.file <<<"$info")
   gpt2_is_uint "$eff_dp" && gpt2_is_uint "$eff_pp" && gpt2_is_uint "$eff_tp" ||
     gpt2_die 2 "could not read the grid (parallel.dp / pp / tp) from \`gpt2 info --json\`"
-  nranks=$((eff_dp * eff_pp * eff_tp))
+  gpt2_is_uint "$eff_cp" || eff_cp=1
+  nranks=$((eff_dp * eff_pp * eff_cp * eff_tp))
   local grid="parallel.dp=$eff_dp x parallel.pp=$eff_pp"
+  ((eff_cp > 1)) && grid+=" x parallel.cp=$eff_cp"
   ((eff_tp > 1)) && grid+=" x parallel.tp=$eff_tp"
   if ((nranks > ntasks)); then
     gpt2_die 2 "the run asks for $nranks ranks ($grid) but $alloc gives only $ntasks; $hint $nranks, or drop the --set that changes the grid"
@@ -415,6 +418,8 @@ gpt2_job() {
     echo "ranks=$nranks"
     echo "dp=$eff_dp"
     echo "pp=$eff_pp"
+    echo "cp=$eff_cp"
+    echo "tp=$eff_tp"
     echo "gpus_on_node=${SLURM_GPUS_ON_NODE:-}"
     echo "cpus_per_task=${SLURM_CPUS_PER_TASK:-}"
     echo "blas_threads=$threads"
