@@ -198,6 +198,23 @@ print("\n".join(map(str, v)) if isinstance(v, list) else v)' "$1"
 
 gpt2_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
+# The sum of a Slurm per-node count list: "2(x3),1" -> 7; nothing for an empty or odd one.
+gpt2_sum_per_node() {
+  local sum=0 item n r
+  [[ -n $1 ]] || return 0
+  for item in ${1//,/ }; do
+    if [[ $item =~ ^([0-9]+)\(x([0-9]+)\)$ ]]; then
+      n=${BASH_REMATCH[1]} r=${BASH_REMATCH[2]}
+    elif [[ $item =~ ^[0-9]+$ ]]; then
+      n=$item r=1
+    else
+      return 0
+    fi
+    sum=$((sum + n * r))
+  done
+  echo "$sum"
+}
+
 # ---- launching ----------------------------------------------------------------------------------
 # gpt2_launch IN_SLURM CMD...: runs the launcher in the background and waits for it, so that this
 # shell can pass signals on (bash runs a trap only between commands, never during a foreground
@@ -254,7 +271,16 @@ gpt2_job() {
   local ntasks launcher in_slurm=0 alloc="local.sh -n" hint="run with -n"
   if [[ -n ${SLURM_JOB_ID:-} && -z ${GPT2_NRANKS:-} ]]; then
     in_slurm=1 alloc="the allocation" hint="submit with -n"
-    ntasks=${SLURM_NTASKS:-${SLURM_NPROCS:-}}
+    # The tasks of the allocation as Slurm laid it out at launch (SLURM_TASKS_PER_NODE, "2(x3),1");
+    # SLURM_NTASKS is the submission's, stale when a pending job was resized (a requeued job moved
+    # to fewer nodes: scontrol update JobId=J NumNodes=1 NumTasks=2 NumCPUs=2).
+    local laid_out
+    laid_out=$(gpt2_sum_per_node "${SLURM_TASKS_PER_NODE:-}")
+    ntasks=${laid_out:-${SLURM_NTASKS:-${SLURM_NPROCS:-}}}
+    if [[ -n $laid_out && -n ${SLURM_NTASKS:-} && $laid_out != "$SLURM_NTASKS" ]]; then
+      gpt2_log "the allocation has $laid_out task(s) (SLURM_TASKS_PER_NODE=$SLURM_TASKS_PER_NODE), not the $SLURM_NTASKS it was submitted with: the job was resized"
+      export SLURM_NTASKS=$laid_out SLURM_NPROCS=$laid_out
+    fi
     if [[ -z $ntasks && -n ${SLURM_NTASKS_PER_NODE:-} ]]; then
       local per_node=${SLURM_NTASKS_PER_NODE%%[(]*} # "2(x3)" -> 2
       ntasks=$((${SLURM_JOB_NUM_NODES:-1} * per_node))
