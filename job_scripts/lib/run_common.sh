@@ -25,7 +25,9 @@
 # seconds before the time limit), and outside Slurm SIGTERM or SIGUSR1 to this script, are passed
 # to the launcher, which passes them to every rank: the run finishes its step, checkpoints and exits
 # with status 4. A Slurm job stopped that way by SIGUSR1 requeues itself (scontrol requeue); the
-# requeued run (same job id, same run folder) resumes with checkpoint.resume = "auto".
+# requeued run (same job id, same run folder) resumes with checkpoint.resume = "auto". So does a
+# multi-node job whose run failed because a node of it stopped answering Slurm (it says so, and
+# requeues itself as Slurm does on NODE_FAIL when MPI noticed the loss first).
 # Environment (all optional; sbatch passes the submitting shell's environment to the job):
 #   GPT2_ROOT        the repository (found automatically)
 #   GPT2_SITE        env file in job_scripts/env/ to source (default: by hostname, see gpt2_load_site)
@@ -213,6 +215,19 @@ gpt2_sum_per_node() {
     sum=$((sum + n * r))
   done
   echo "$sum"
+}
+
+# Nodes of this job's allocation that Slurm sees as lost: not answering (sinfo's state ends in
+# '*', slurmctld pings every SlurmdTimeout/3), DOWN or FAIL. Asks for up to 10 s (a node that just
+# died is flagged at the next ping); prints them, or nothing.
+gpt2_lost_nodes() {
+  local i lost
+  for i in $(seq 10); do
+    lost=$(sinfo -h -N -n "${SLURM_JOB_NODELIST:-}" -o '%N %T' 2>/dev/null |
+      awk '$2 ~ /[*]$/ || $2 ~ /^(down|fail)/ { print $1 }' | sort -u | paste -sd' ')
+    [[ -n $lost ]] && { echo "$lost"; return 0; }
+    sleep 1
+  done
 }
 
 # ---- launching ----------------------------------------------------------------------------------
@@ -499,13 +514,23 @@ gpt2_job() {
     gpt2_warn "training failed with status $rc after $((SECONDS - t0)) s"
   fi
 
-  # -- requeue: the time-limit warning stopped the run; the requeued job resumes from its checkpoint
-  if ((rc == 4 && in_slurm)) && [[ $stopped_by == SIGUSR1 && ${GPT2_REQUEUE:-1} != 0 ]]; then
-    gpt2_log "requeueing job $SLURM_JOB_ID (restart $((restarts + 1))): it will resume from its newest checkpoint"
+  # -- a node lost: ranks died with it, or MPI noticed the dead peers first (before Slurm's own
+  # NODE_FAIL, which ends the whole job, this script included, and requeues it): say so, here on a
+  # node that survived, and requeue as Slurm would
+  local lost=""
+  if ((in_slurm && ${SLURM_JOB_NUM_NODES:-1} > 1)) && [[ ! $rc =~ ^(0|2|4|5)$ ]]; then
+    lost=$(gpt2_lost_nodes)
+    [[ -n $lost ]] && gpt2_warn "node(s) $lost of this job stopped answering Slurm: a node was lost, and the run with it (status $rc)"
+  fi
+
+  # -- requeue: the time-limit warning stopped the run, or a node was lost; the requeued job
+  # resumes from its newest checkpoint
+  if ((in_slurm)) && [[ ${GPT2_REQUEUE:-1} != 0 ]] && [[ ($rc == 4 && $stopped_by == SIGUSR1) || -n $lost ]]; then
+    gpt2_log "requeueing job $SLURM_JOB_ID (restart $((restarts + 1))): it will resume from its newest checkpoint${lost:+ once it has nodes again}"
     gpt2_untee
     scontrol requeue "$SLURM_JOB_ID" ||
       echo "[gpt2-job] WARNING: scontrol requeue $SLURM_JOB_ID failed (submit with --requeue; GPT2_REQUEUE=0 turns this off)" >&2
-    return 4
+    return "$rc"
   fi
 
   # -- plots
