@@ -3,9 +3,9 @@
 #
 #   tests/slurm/test_slurm.sh SOURCE_DIR GPT2_EXECUTABLE
 #
-# Starts a private one-node Slurm (munged, slurmctld, slurmd; 4 CPUs, 2 fake GPUs) with all its
-# state in a scratch folder and its own free ports, makes a tiny token shard and input deck of its
-# own, then submits
+# Starts a private one-node Slurm on 127.0.0.1 (job_scripts/local_cluster.sh start --loopback:
+# munged, slurmctld, slurmd; 4 CPUs, 2 fake GPUs) with all its state in a scratch folder and its own
+# free ports, makes a tiny token shard and input deck of its own, then submits
 #   sbatch -N 1 -n 2 job_scripts/dp.slurm      -> COMPLETED, dp=2 x pp=1, trace, metrics, plots
 #   sbatch -N 1 -n 2 job_scripts/pp.slurm      -> COMPLETED, dp=1 x pp=2, trace, metrics, plots
 #   sbatch -N 1 -n 4 job_scripts/hybrid.slurm  -> COMPLETED, dp=2 x pp=2 (PP=2)
@@ -27,8 +27,8 @@
 #
 # Slurm comes from Debian (slurmctld, slurmd; apt-get when missing). Needs root, or sudo without a
 # password; otherwise, or when the packages cannot be installed, it exits 77 (skipped) saying why.
-# The daemons are always stopped at exit (trap), by the PIDs in their pid files, each checked
-# against /proc/PID/comm; never by name.
+# The daemons are always stopped at exit (trap: local_cluster.sh stop), by the PIDs in their pid
+# files, each checked against /proc/PID/comm; never by name. Helpers: tests/slurm/slurm_test_lib.sh.
 # Environment: GPT2_SLURM_KEEP=1 keeps the scratch folder; GPT2_SLURM_TIMEOUT (seconds to wait for
 # the jobs, default 240); TMPDIR (where the scratch folder goes).
 set -uo pipefail
@@ -38,128 +38,30 @@ BIN=${2:?usage: test_slurm.sh SOURCE_DIR GPT2_EXECUTABLE}
 SRC=$(cd "$SRC" && pwd)
 BIN=$(readlink -f "$BIN")
 TIMEOUT=${GPT2_SLURM_TIMEOUT:-240}
-T_START=$SECONDS
-
-say() { echo "[slurm-test $((SECONDS - T_START))s] $*"; }
-skip() { echo "[slurm-test] SKIP: $*"; exit 77; }
-FAILURES=0
-fail() { echo "[slurm-test] FAIL: $*"; FAILURES=$((FAILURES + 1)); }
-ok() { echo "[slurm-test] ok: $*"; }
-
-[[ -x $BIN ]] || { echo "[slurm-test] FAIL: gpt2 executable not found: $BIN"; exit 1; }
-[[ -f $SRC/job_scripts/dp.slurm ]] || { echo "[slurm-test] FAIL: no job_scripts/dp.slurm in $SRC"; exit 1; }
-
-# ---- root / sudo --------------------------------------------------------------------------------
-SUDO=()
-if [[ $(id -u) != 0 ]]; then
-  command -v sudo >/dev/null 2>&1 || skip "not root and no sudo: the Slurm daemons must run as root"
-  sudo -n true 2>/dev/null || skip "not root and sudo asks for a password: the Slurm daemons must run as root"
-  SUDO=(sudo -n)
-fi
-as_root() { "${SUDO[@]}" "$@"; }
-
-# ---- packages -----------------------------------------------------------------------------------
-have_slurm() {
-  local c
-  for c in slurmctld slurmd munged mungekey sbatch scontrol squeue scancel sinfo; do
-    PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || return 1
-  done
-}
-if ! have_slurm; then
-  command -v apt-get >/dev/null 2>&1 || skip "Slurm is not installed and there is no apt-get to install it"
-  say "installing slurmctld slurmd (apt-get, no recommends)"
-  apt_install() {
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      -o DPkg::Lock::Timeout=600 slurmctld slurmd >"${TMPDIR:-/tmp}/gpt2-slurm-apt.log" 2>&1
-  }
-  if ! apt_install; then
-    as_root apt-get update -q -o DPkg::Lock::Timeout=600 >>"${TMPDIR:-/tmp}/gpt2-slurm-apt.log" 2>&1
-    apt_install || { tail -n 5 "${TMPDIR:-/tmp}/gpt2-slurm-apt.log"; skip "could not install slurmctld/slurmd with apt-get (log: ${TMPDIR:-/tmp}/gpt2-slurm-apt.log)"; }
-  fi
-  have_slurm || skip "slurmctld/slurmd installed but their commands are missing"
-fi
-export PATH=$PATH:/usr/sbin:/sbin
-command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the test's token shard"
-
-# ---- scratch folder, ports ------------------------------------------------------------------------
+TAG=slurm-test
 D=$(mktemp -d "${TMPDIR:-/tmp}/gpt2-slurm.XXXXXX") || { echo "FAIL: mktemp"; exit 1; }
 chmod 755 "$D"
-CONF=$D/etc/slurm.conf
-HOST=$(hostname -s)
-mkdir -p "$D"/{etc,state,spool,run,log,data,runs,out,work,fakegpu}
-install -d -m 755 "$D/munge"
-sl() { SLURM_CONF=$CONF "$@"; } # Slurm client commands; SLURM_CONF is not exported into this shell
+# shellcheck source=tests/slurm/slurm_test_lib.sh
+source "$SRC/tests/slurm/slurm_test_lib.sh"
 
-# Ports nobody listens on (from /proc/net/tcp*: no ss/netstat needed), picked at random.
-listening_ports() {
-  local hex
-  for hex in $(awk 'FNR > 1 && $4 == "0A" { n = split($2, a, ":"); print a[n] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
-    echo $((16#$hex))
-  done
-}
-pick_port() {
-  local used p i
-  used=" $(listening_ports | tr '\n' ' ') $* "
-  for i in $(seq 200); do
-    p=$((20000 + RANDOM % 30000))
-    [[ $used != *" $p "* ]] && { echo "$p"; return 0; }
-  done
-  return 1
-}
-CTLD_PORT=$(pick_port) || { echo "FAIL: no free port"; exit 1; }
-SLURMD_PORT=$(pick_port "$CTLD_PORT") || { echo "FAIL: no free port"; exit 1; }
+[[ -x $BIN ]] || { echo "[slurm-test] FAIL: gpt2 executable not found: $BIN"; rm -rf "$D"; exit 1; }
+[[ -f $SRC/job_scripts/dp.slurm ]] || { echo "[slurm-test] FAIL: no job_scripts/dp.slurm in $SRC"; rm -rf "$D"; exit 1; }
 
 # ---- stopping everything, whatever happens ----------------------------------------------------------
-# stop_pid PIDFILE COMM: SIGTERM the process in PIDFILE if /proc/PID/comm is COMM, wait for it
-# (a zombie counts as gone: the sandbox reaps late), SIGKILL after 10 s.
-alive() { [[ -d /proc/$1 ]] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
-stop_pid() {
-  local file=$1 comm=$2 pid i
-  [[ -s $file ]] || return 0
-  pid=$(tr -dc 0-9 <"$file")
-  [[ -n $pid ]] || return 0
-  if [[ $(cat "/proc/$pid/comm" 2>/dev/null) != "$comm" ]]; then return 0; fi
-  as_root kill -TERM "$pid" 2>/dev/null
-  for i in $(seq 100); do alive "$pid" || return 0; sleep 0.1; done
-  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] && as_root kill -KILL "$pid" 2>/dev/null
-  echo "[slurm-test] $comm ($pid) needed SIGKILL"
-}
-# Processes of this test's cluster that outlive slurmd (job steps, ranks): they carry
-# SLURM_CONF=<this scratch folder's slurm.conf> in their environment, which nothing else has.
-stragglers() {
-  local p
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-    as_root cat "/proc/$p/environ" 2>/dev/null | tr '\0' '\n' | grep -qxF "SLURM_CONF=$CONF" && echo "$p"
-  done
-}
+# local_cluster.sh stop: cancels the jobs, stops slurmd, slurmctld and munged by the PIDs in their
+# pid files (each checked against /proc/PID/comm; never by name) and the jobs' left-over processes.
 cleanup() {
-  local rc=$? p i
+  local rc=$?
   trap - EXIT INT TERM
   set +e
-  if [[ -s $D/run/slurmctld.pid ]] && alive "$(cat "$D/run/slurmctld.pid")"; then
-    local jobs
-    jobs=$(sl squeue -h -o %i 2>/dev/null | tr '\n' ' ')
-    if [[ -n ${jobs// /} ]]; then
-      # shellcheck disable=SC2086
-      sl scancel $jobs 2>/dev/null
-      for i in $(seq 100); do [[ -z $(sl squeue -h -o %i 2>/dev/null) ]] && break; sleep 0.2; done
-    fi
+  if ! st_cluster_stop; then
+    echo "[slurm-test] FAIL: the cluster left something behind (above)"
+    ((rc == 0 || rc == 77)) && rc=1
   fi
-  stop_pid "$D/run/slurmd.pid" slurmd
-  stop_pid "$D/run/slurmctld.pid" slurmctld
-  local sig
-  for sig in TERM KILL; do
-    for p in $(stragglers); do as_root kill -"$sig" "$p" 2>/dev/null; done
-    [[ -z $(stragglers) ]] && break
-    sleep 1
-  done
-  stop_pid "$D/munge/munged.pid" munged
   if [[ ${GPT2_SLURM_KEEP:-0} == 1 ]]; then
     echo "[slurm-test] kept $D"
   elif ((rc == 0 || rc == 77)); then
-    as_root rm -rf "$D"
+    "${SUDO[@]}" rm -rf "$D"
   else
     echo "[slurm-test] scratch folder kept for inspection: $D"
   fi
@@ -167,94 +69,17 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+st_need_root
+command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the test's token shard"
+mkdir -p "$D"/{data,runs,out,work}
 
-dump_logs() {
-  local f
-  for f in "$D"/log/*.log; do
-    echo "----- $f (last 30 lines)"
-    tail -n 30 "$f"
-  done
-}
-die() { echo "[slurm-test] FAIL: $*"; dump_logs; exit 1; }
-
-# ---- configuration ------------------------------------------------------------------------------------
-for i in 0 1; do ln -s /dev/null "$D/fakegpu/nvidia$i"; done
-cat >"$CONF" <<EOF
-# Private one-node test cluster of tests/slurm/test_slurm.sh
-ClusterName=gpt2test
-SlurmctldHost=$HOST(127.0.0.1)
-SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$D/munge/munge.socket
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-MpiDefault=pmi2
-SlurmdParameters=config_overrides
-EnforcePartLimits=ALL
-ReturnToService=2
-MailProg=/bin/true
-MinJobAge=600
-KillWait=5
-InactiveLimit=0
-StateSaveLocation=$D/state
-SlurmdSpoolDir=$D/spool
-SlurmctldPidFile=$D/run/slurmctld.pid
-SlurmdPidFile=$D/run/slurmd.pid
-SlurmctldLogFile=$D/log/slurmctld.log
-SlurmdLogFile=$D/log/slurmd.log
-SlurmctldDebug=debug2
-SlurmdDebug=info
-GresTypes=gpu
-NodeName=$HOST NodeAddr=127.0.0.1 CPUs=4 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=1 RealMemory=2000 Gres=gpu:2 State=UNKNOWN
-PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
-EOF
-cat >"$D/etc/gres.conf" <<EOF
-AutoDetect=off
-NodeName=$HOST Name=gpu File=$D/fakegpu/nvidia[0-1]
-EOF
-
-# ---- daemons ------------------------------------------------------------------------------------------
-say "scratch $D, slurmctld port $CTLD_PORT, slurmd port $SLURMD_PORT"
-as_root mungekey -c -b 1024 -k "$D/munge/munge.key" || die "mungekey failed"
-as_root munged --key-file="$D/munge/munge.key" --socket="$D/munge/munge.socket" \
-  --pid-file="$D/munge/munged.pid" --log-file="$D/log/munged.log" --seed-file="$D/munge/munged.seed" ||
-  die "munged did not start"
-for i in $(seq 50); do [[ -S $D/munge/munge.socket ]] && break; sleep 0.1; done
-[[ -S $D/munge/munge.socket ]] || die "munged made no socket"
-as_root env SLURM_CONF="$CONF" slurmctld -c -f "$CONF" || die "slurmctld did not start"
-as_root env SLURM_CONF="$CONF" slurmd -f "$CONF" || die "slurmd did not start"
-state=""
-for i in $(seq 150); do
-  state=$(sl sinfo -h -n "$HOST" -o %T 2>/dev/null)
-  [[ $state == idle ]] && break
-  sleep 0.2
-done
-[[ $state == idle ]] || die "node $HOST is '$state', not idle, after 30 s"
+# ---- the cluster: one node on 127.0.0.1, 4 CPUs, 2 fake GPUs (job_scripts/local_cluster.sh) ----------
+st_cluster_start --loopback --cpus 4 --gpus 2
+HOST=$(hostname -s)
 say "cluster up: node $HOST idle ($(sl sinfo -h -o '%c CPUs, gres %G'))"
 
 # ---- the test's own data and input deck ----------------------------------------------------------
-python3 - "$D/data" <<'EOF' || die "could not write the token shards"
-import random, struct, sys
-# llm.c token shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
-rng = random.Random(1234)
-for name, n in (("train_000.bin", 4096), ("val_000.bin", 1024)):
-    # a learnable sequence: a repeating pattern with a little noise
-    toks = [(i * 7 + (rng.random() < 0.1) * rng.randrange(64)) % 64 for i in range(n)]
-    header = [20240520, 1, n] + [0] * 253
-    with open(f"{sys.argv[1]}/{name}", "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{n}H", *toks))
-EOF
+st_write_shards "$D/data" || die "could not write the token shards"
 MODEL_SECTION="[model]
 n_layer = 2
 n_head = 2
@@ -310,12 +135,6 @@ EOF
 # repository themselves. Run folders go to $D/runs, output files to $D/out.
 cd "$D/work" || die "cd $D/work"
 EXPORT="ALL,GPT2_BIN=$BIN,GPT2_RUNS_DIR=$D/runs"
-job_field() { sl scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
-submit() { # submit EXPORTS SBATCH_ARGS... -> prints the job id
-  local exp=$1
-  shift
-  sl sbatch --parsable --export="$exp" -o "$D/out/%x-%j.out" "$@" | cut -d';' -f1
-}
 JOB_DP=$(submit "$EXPORT" -N 1 -n 2 "$SRC/job_scripts/dp.slurm" "$CONFIG") || die "sbatch dp.slurm failed"
 JOB_PP=$(submit "$EXPORT" -N 1 -n 2 "$SRC/job_scripts/pp.slurm" "$CONFIG") || die "sbatch pp.slurm failed"
 JOB_HY=$(submit "$EXPORT,PP=2" -N 1 -n 4 --ntasks-per-node=4 --gpus-per-node=2 "$SRC/job_scripts/hybrid.slurm" "$CONFIG") ||
@@ -392,11 +211,6 @@ done
 say "all jobs finished"
 
 # ---- checks -------------------------------------------------------------------------------------------------
-out_file() { ls "$D"/out/*-"$1".out 2>/dev/null | head -n1; }
-show_job() {
-  echo "----- job $1: $(job_field "$1" JobState) $(job_field "$1" ExitCode); output $(out_file "$1"):"
-  tail -n 40 "$(out_file "$1")" 2>/dev/null
-}
 
 # check_good JOB DP PP: COMPLETED with 0:0, and a complete run folder.
 check_good() {
@@ -559,7 +373,7 @@ T_REF=$(echo "$(date +%s.%N) - $t0" | bc)
 # slurmctld checks time limits (and sends --signal warnings) every 30 s: the last check in its log.
 last_check() {
   local ts
-  ts=$(grep "Testing job time limits" "$D/log/slurmctld.log" | tail -n1 | sed -n 's/^\[\([^]]*\)\].*/\1/p')
+  ts=$(grep "Testing job time limits" "$CLUSTER/log/slurmctld.log" | tail -n1 | sed -n 's/^\[\([^]]*\)\].*/\1/p')
   [[ -n $ts ]] && date -d "$ts" +%s.%N
 }
 # The job is submitted held and released when the next check is LEAD seconds away: about 3 s to
@@ -627,7 +441,7 @@ fi
 
 say "done: $FAILURES failure(s)"
 if ((FAILURES)); then
-  dump_logs
+  st_dump_logs
   exit 1
 fi
 echo "[slurm-test] PASS"

@@ -1,0 +1,87 @@
+# shellcheck shell=bash
+# Shared by the Slurm tests (test_slurm.sh: one node; test_multinode.sh: nodes in network
+# namespaces): messages, the private cluster (job_scripts/local_cluster.sh), the test's token
+# shards, and reading jobs. Sourced after setting TAG (message prefix), SRC (the repository) and
+# D (the test's scratch folder; the cluster lives in $D/cluster).
+# shellcheck disable=SC2034  # (variables used by the tests that source this)
+
+T_START=$SECONDS
+FAILURES=0
+say() { echo "[$TAG $((SECONDS - T_START))s] $*"; }
+ok() { echo "[$TAG] ok: $*"; }
+fail() { echo "[$TAG] FAIL: $*"; FAILURES=$((FAILURES + 1)); }
+skip() { echo "[$TAG] SKIP: $*"; exit 77; }
+
+# Root, or sudo without a password (the daemons and namespaces need root); else skip.
+SUDO=()
+st_need_root() {
+  [[ $(id -u) == 0 ]] && return 0
+  command -v sudo >/dev/null 2>&1 || skip "not root and no sudo: the Slurm daemons must run as root"
+  sudo -n true 2>/dev/null || skip "not root and sudo asks for a password: the Slurm daemons must run as root"
+  SUDO=(sudo -n)
+}
+
+# ---- the cluster ----------------------------------------------------------------------------------
+CLUSTER=$D/cluster
+CONF=$CLUSTER/etc/slurm.conf
+sl() { SLURM_CONF=$CONF "$@"; } # Slurm client commands; SLURM_CONF is not exported into the test's shell
+# st_cluster_start [local_cluster.sh start options]: skips (77) where this machine cannot run it.
+st_cluster_start() {
+  local out rc=0
+  out=$("${SUDO[@]}" "$SRC/job_scripts/local_cluster.sh" start --dir "$CLUSTER" "$@" 2>&1) || rc=$?
+  echo "$out" | sed "s/^/[$TAG] /"
+  ((rc == 3)) && skip "the cluster cannot run here: $(echo "$out" | grep ERROR | tail -n1)"
+  ((rc == 0)) || { echo "[$TAG] FAIL: local_cluster.sh start failed (status $rc)"; exit 1; }
+  export PATH=$PATH:/usr/sbin:/sbin
+}
+# Stops it, keeping its folder (the test removes $D). Fails when anything it made is left.
+st_cluster_stop() {
+  [[ -f $CLUSTER/cluster.env ]] || return 0
+  "${SUDO[@]}" "$SRC/job_scripts/local_cluster.sh" stop --dir "$CLUSTER" --keep 2>&1 | sed "s/^/[$TAG] /"
+  return "${PIPESTATUS[0]}"
+}
+st_dump_logs() {
+  local f
+  for f in "$CLUSTER"/log/*.log; do
+    echo "----- $f (last 30 lines)"
+    tail -n 30 "$f"
+  done
+}
+die() { echo "[$TAG] FAIL: $*"; st_dump_logs; exit 1; }
+
+# ---- data -----------------------------------------------------------------------------------------
+# st_write_shards DIR: train_000.bin (4096 tokens) and val_000.bin (1024) of a learnable sequence.
+st_write_shards() {
+  python3 - "$1" <<'EOF'
+import random, struct, sys
+# llm.c token shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+rng = random.Random(1234)
+for name, n in (("train_000.bin", 4096), ("val_000.bin", 1024)):
+    # a learnable sequence: a repeating pattern with a little noise
+    toks = [(i * 7 + (rng.random() < 0.1) * rng.randrange(64)) % 64 for i in range(n)]
+    header = [20240520, 1, n] + [0] * 253
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{n}H", *toks))
+EOF
+}
+
+# ---- jobs -----------------------------------------------------------------------------------------
+job_field() { sl scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
+submit() { # submit EXPORTS SBATCH_ARGS... -> prints the job id; output files go to $D/out
+  local exp=$1
+  shift
+  sl sbatch --parsable --export="$exp" -o "$D/out/%x-%j.out" "$@" | cut -d';' -f1
+}
+job_done() { # the job has ended (any final state)
+  case $(job_field "$1" JobState) in
+    COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED | BOOT_FAIL | DEADLINE) return 0 ;;
+  esac
+  return 1
+}
+out_file() { ls "$D"/out/*-"$1".out 2>/dev/null | head -n1; }
+run_dir() { ls -d "$D/runs/"*-"$1" 2>/dev/null | head -n1; }
+show_job() {
+  echo "----- job $1: $(job_field "$1" JobState) $(job_field "$1" ExitCode); output $(out_file "$1"):"
+  tail -n 40 "$(out_file "$1")" 2>/dev/null
+}
