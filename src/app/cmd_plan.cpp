@@ -114,11 +114,13 @@ Run add_plan(CLI::App& app) {
     cfg.model.validate();
     if (cfg.data.seq_len < 1 || cfg.data.seq_len > cfg.model.block_size)
       fail_input("data.seq_len", "must be between 1 and model.block_size (", cfg.model.block_size, "), got ", cfg.data.seq_len);
-    const Hardware hw = Hardware::load(a->hardware);
+    Hardware hw = Hardware::load(a->hardware);
     std::unique_ptr<Calibration> cal;
+    std::string node_note;
     if (!a->calibrate.empty()) {
       cal = std::make_unique<Calibration>(Calibration::load(a->calibrate));
       cal->require_shape(cfg.model, cfg.data.seq_len, a->config);
+      node_note = cal->apply_node_size(hw);  // the traced run's ranks per host
     }
     const Workload w{cfg.model, cfg.data.seq_len, a->batch > 0 ? a->batch : std::max<long long>(1, (1 << 19) / cfg.data.seq_len)};
     const CostModel cm(w, hw, cal.get());
@@ -132,6 +134,7 @@ Run add_plan(CLI::App& app) {
       Json j;
       j.begin_object();
       j.key("config").value(a->config).key("hardware").value(hw.file).key("calibration").value(cal ? cal->path : "");
+      j.key("devices_per_node").value(hw.devices_per_node);
       j.key("gpus").value(a->gpus).key("global_batch").value((long long)w.batch).key("seq_len").value(w.seq_len);
       j.key("considered").value((unsigned long long)plan.considered).key("fitting").value((unsigned long long)plan.ranked.size());
       j.key("too_big").value((unsigned long long)plan.too_big).key("invalid").value((unsigned long long)plan.invalid);
@@ -146,6 +149,7 @@ Run add_plan(CLI::App& app) {
                 w.model.describe().c_str(), w.seq_len, (long long)w.batch, (long long)w.batch * w.seq_len, a->gpus,
                 hw.name.c_str(), hw.file.c_str());
     if (cal) std::printf("costs: calibrated from %s\n", cal->path.c_str());
+    if (!node_note.empty()) std::printf("%s\n", node_note.c_str());
     else std::printf("costs: uncalibrated: %.0f%% of peak for GEMMs, %.0f%% of memory bandwidth for the rest\n",
                      100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
     std::printf("%zu layouts: %zu fit in %.0f%% of %.1f GiB, %zu do not, %zu invalid; %.2f s\n\n", plan.considered,

@@ -182,6 +182,7 @@ void print_json(const StepPrediction& p, const CostModel& cm, const Calibration*
   for (double t : p.stage_end) j.value(t * 1e3);
   j.end();
   j.key("hardware").value(cm.hardware().file);
+  j.key("devices_per_node").value(cm.hardware().devices_per_node);
   j.key("calibration").value(cal ? cal->path : std::string());
   j.end();
   std::printf("%s\n", j.str().c_str());
@@ -230,11 +231,13 @@ Run add_simulate(CLI::App& app) {
     }
     cfg.validate(int(cfg.grid().world()));
     if (a->print_schedule) return print_schedule(cfg);
-    const Hardware hw = Hardware::load(a->hardware.empty() ? default_hardware() : a->hardware);
+    Hardware hw = Hardware::load(a->hardware.empty() ? default_hardware() : a->hardware);
     std::unique_ptr<Calibration> cal;
     if (!a->calibrate.empty()) {
       cal = std::make_unique<Calibration>(Calibration::load(a->calibrate));
       cal->require_shape(cfg.model, cfg.data.seq_len, a->config);
+      const std::string node_note = cal->apply_node_size(hw);  // the traced run's ranks per host
+      if (!node_note.empty() && !a->json) std::printf("%s\n", node_note.c_str());
     }
     const Workload w = cfg.workload();
     Layout l = cfg.layout();

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/input_deck.hpp"
+#include "perf/hardware.hpp"
 #include "trace/hdf5_trace.hpp"
 #include "parallel/stage_partition.hpp"
 
@@ -84,6 +85,11 @@ Calibration Calibration::load(const std::string& path) {
   const std::vector<double> opt_bytes = f.numbers("optimizer_bytes");
   const std::vector<double> pp_rank = f.numbers("pp_rank");
   const std::vector<double> layers_attr = f.numbers("stage_layers");
+  std::map<std::string, int> ranks_on;  // (an older trace has no hosts)
+  for (const std::string& h : f.texts("host")) ++ranks_on[h];
+  c.hosts = int(ranks_on.size());
+  if (c.hosts > 1)
+    for (const auto& host : ranks_on) c.ranks_per_node = std::max(c.ranks_per_node, host.second);
 
   const int k_fwd = f.kind_code(EventKind::forward), k_bwd = f.kind_code(EventKind::backward),
             k_opt = f.kind_code(EventKind::optimizer), k_data = f.kind_code(EventKind::data),
@@ -183,6 +189,14 @@ Calibration Calibration::load(const std::string& path) {
   if (!(c.forward.block > 0) || !(c.backward.block > 0))
     fail_input(path, "the trace's forward and backward events have no duration");
   return c;
+}
+
+std::string Calibration::apply_node_size(Hardware& hw) const {
+  if (ranks_per_node < 1 || ranks_per_node == hw.devices_per_node) return "";
+  const int given = hw.devices_per_node;
+  hw.devices_per_node = ranks_per_node;
+  return "node size: " + std::to_string(ranks_per_node) + " ranks per node, as the calibration run had on each of its " +
+         std::to_string(hosts) + " hosts (" + hw.file + " says " + std::to_string(given) + ")";
 }
 
 void Calibration::require_shape(const ModelConfig& want, int seq_len, const std::string& config_name) const {

@@ -13,6 +13,8 @@
 
 namespace gpt2 {
 
+struct Hardware;
+
 // Seconds of one microbatch's part, by unit kind (every block alike).
 struct UnitTimes {
   double embedding = 0, block = 0, head = 0;
@@ -34,6 +36,9 @@ struct Calibration {
   double data_per_sequence = 0;    // s to load one sequence of a microbatch
   double jitter = 0;               // relative standard deviation of a block's times (the machine's noise)
   int steps_used = 0;
+  // Where the traced run ran (/meta host): its hosts, and its ranks per host when there were
+  // several (the node size it ran with; 0: one host, or a trace without hosts).
+  int hosts = 0, ranks_per_node = 0;
 
   // Reads `path`; InputError naming it when it is not a readable trace or lacks what calibration
   // needs (forward and backward events of at least one step after the first).
@@ -41,6 +46,10 @@ struct Calibration {
 
   // InputError naming the trace unless it was recorded with `model` at sequence length `seq_len`.
   void require_shape(const ModelConfig& model, int seq_len, const std::string& config_name) const;
+
+  // A trace of a run on several hosts gives the node size: it replaces `hw`'s devices_per_node.
+  // Returns a line saying so, or "" when nothing changed.
+  std::string apply_node_size(Hardware& hw) const;
 };
 
 }  // namespace gpt2
