@@ -1,11 +1,15 @@
 #pragma once
 // Softmax + cross-entropy fused: the probabilities are never stored. Only the first V columns of the
 // (N, Vp) logits are real tokens; the padded columns are ignored and get zero gradient.
+// A negative target (kIgnoreTarget: a token outside the loss mask, e.g. the source of a translation
+// pair or padding) contributes a loss of 0 and a zero gradient row, as PyTorch's ignore_index.
 #include "tensor/math.hpp"
 #include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
+
+constexpr int kIgnoreTarget = -1;  // targets below 0 are outside the loss
 
 // losses (N) = logsumexp(logits[n, :V]) - logits[n, target[n]];   lse (N) saved for backward
 template <class T>
@@ -20,8 +24,9 @@ void crossentropy_forward(Vec<T> losses, Vec<T> lse, CMat<T> logits, Tokens targ
         const T sum = team_sum<T>(team, V, [&](int j) { return km::expf_(logits(n, j) - mx); });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           const T l = mx + km::log(sum);
+          const int tgt = targets(n);
           lse(n) = l;
-          losses(n) = l - logits(n, targets(n));
+          losses(n) = tgt < 0 ? T(0) : l - logits(n, tgt);
         });
       });
 }
@@ -36,13 +41,15 @@ void crossentropy_backward(Mat<T> logits, CVec<T> lse, Tokens targets, int V, T 
   Kokkos::parallel_for(
       "crossentropy_backward", team_policy<ExecSpace>(logits.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
-        const int n = team.league_rank();
-        const T l = lse(n);
+        const int n = team.league_rank(), tgt = targets(n);
+        const T l = lse(n), d = tgt < 0 ? T(0) : dloss;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V),
-                             [&](int j) { logits(n, j) = km::expf_(logits(n, j) - l) * dloss; });
+                             [&](int j) { logits(n, j) = km::expf_(logits(n, j) - l) * d; });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V, Vp), [&](int j) { logits(n, j) = T(0); });
         team.team_barrier();
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { logits(n, targets(n)) -= dloss; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          if (tgt >= 0) logits(n, tgt) -= dloss;
+        });
       });
 }
 
@@ -58,20 +65,21 @@ void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T d
   Kokkos::parallel_for(
       "crossentropy_fused", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tgt = targets(n);
-        const T target_logit = logits(n, tgt);
+        const T target_logit = tgt < 0 ? T(0) : logits(n, tgt);
+        const T d = tgt < 0 ? T(0) : dloss;  // a masked row: no loss, no gradient
         const T mx = team_max<T>(team, V, [&](int j) { return logits(n, j); });
         const T sum = team_sum<T>(team, V, [&](int j) {
           const T e = km::expf_(logits(n, j) - mx);
           logits(n, j) = e;  // keep e for the gradient
           return e;
         });
-        const T scale = dloss / sum;
+        const T scale = d / sum;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](int j) {
-          const T d = logits(n, j) * scale;
-          dlogits(n, j) = S(j == tgt ? d - dloss : d);
+          const T g = logits(n, j) * scale;
+          dlogits(n, j) = S(j == tgt ? g - d : g);
         });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V, Vp), [&](int j) { dlogits(n, j) = S(T(0)); });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = mx + km::log(sum) - target_logit; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { losses(n) = tgt < 0 ? T(0) : mx + km::log(sum) - target_logit; });
       });
 }
 // In place: logits (N,Vp) become dlogits.
@@ -109,7 +117,7 @@ void crossentropy_local_sums(Vec<T> sums, Mat<T> logits, CVec<T> mx, Tokens targ
   const int Vl = logits.extent(1);
   Kokkos::parallel_for(
       "crossentropy_local_sums", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
-        const int n = team.league_rank(), tgt = targets(n) - vocab_begin;
+        const int n = team.league_rank(), tgt = targets(n) < 0 ? -1 : targets(n) - vocab_begin;
         const T target_logit = tgt >= 0 && tgt < cols ? logits(n, tgt) : T(0);
         team.team_barrier();  // every thread has read it before any overwrites the row with exp()
         const T m = mx(n);
@@ -127,7 +135,8 @@ void crossentropy_local_sums(Vec<T> sums, Mat<T> logits, CVec<T> mx, Tokens targ
 }
 
 // With the global sums: losses (N) = mx + log(sum) - target logit; when need_grad, logits (holding
-// e) become dlogits = dloss * (e / sum - onehot(target)) on this rank's columns.
+// e) become dlogits = dloss * (e / sum - onehot(target)) on this rank's columns. A masked row
+// (negative target): loss 0, dlogits 0.
 template <class T>
 void crossentropy_parallel_finish(Vec<T> losses, Mat<T> logits, CVec<T> mx, CVec<T> sums, Tokens targets,
                                   int vocab_begin, int cols, T dloss, bool need_grad) {
@@ -135,15 +144,17 @@ void crossentropy_parallel_finish(Vec<T> losses, Mat<T> logits, CVec<T> mx, CVec
   using Member = Policy::member_type;
   Kokkos::parallel_for(
       "crossentropy_parallel_finish", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
-        const int n = team.league_rank(), tgt = targets(n) - vocab_begin;
+        const int n = team.league_rank();
+        const bool masked = targets(n) < 0;
+        const int tgt = masked ? -1 : targets(n) - vocab_begin;
         const T sum = sums(2 * n);
         if (need_grad) {
-          const T scale = dloss / sum;
+          const T scale = masked ? T(0) : dloss / sum;
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) { logits(n, j) *= scale; });
           team.team_barrier();
         }
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          losses(n) = mx(n) + km::log(sum) - sums(2 * n + 1);
+          losses(n) = masked ? T(0) : mx(n) + km::log(sum) - sums(2 * n + 1);
           if (need_grad && tgt >= 0 && tgt < cols) logits(n, tgt) -= dloss;
         });
       });

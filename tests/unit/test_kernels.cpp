@@ -340,6 +340,52 @@ TEST(Kernels, CrossEntropyGradcheckIgnoresPadding) {
   EXPECT_EQ(to_host(d3), g2);
 }
 
+// A translation pair's loss covers its target only: rows whose target is negative (kIgnoreTarget)
+// add 0 to the loss and get an all-zero gradient row; the others are as without a mask. The
+// gradient of sum(scale * losses) checked against central differences in double, for the separate
+// and the fused kernels.
+TEST(Kernels, CrossEntropyMaskedRowsCarryNoLossOrGradient) {
+  const int N = 6, nv = 7, Vp = 9;
+  auto logits = random_buffer<D>(N * Vp, 11, 2.0);
+  auto tgt = Kokkos::View<int*, Kokkos::LayoutRight, MemSpace>("tgt", N);
+  auto ht = Kokkos::create_mirror_view(tgt);
+  const int targets[N] = {kIgnoreTarget, 3, kIgnoreTarget, 6, 0, kIgnoreTarget};
+  for (int i = 0; i < N; ++i) ht(i) = targets[i];
+  Kokkos::deep_copy(tgt, ht);
+  Buffer<D> losses("losses", N), lse("lse", N);
+  const double scale = 0.61;
+  auto loss = [&] {
+    crossentropy_forward<D>(V(losses), V(lse), M(logits, N, Vp), tgt, nv);
+    double s = 0;
+    for (double l : to_host(losses)) s += scale * l;
+    return s;
+  };
+  loss();
+  const auto hl = to_host(logits), hloss = to_host(losses);
+  for (int n = 0; n < N; ++n) {
+    double sum = 0;
+    for (int j = 0; j < nv; ++j) sum += std::exp(hl[n * Vp + j]);
+    EXPECT_NEAR(hloss[n], targets[n] < 0 ? 0.0 : std::log(sum) - hl[n * Vp + targets[n]], 1e-12) << "row " << n;
+  }
+  auto dlogits = from_host(hl);
+  crossentropy_backward<D>(M(dlogits, N, Vp), V(lse), tgt, nv, scale);
+  const auto g = to_host(dlogits);
+  EXPECT_LE(gradcheck(logits, g, loss, h), 1.0);
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < Vp; ++j)
+      if (targets[n] < 0) EXPECT_EQ(g[n * Vp + j], 0.0) << "masked row " << n << " column " << j;
+  // The fused kernel (training's), in place and into another buffer: the same losses and gradient.
+  auto fused = from_host(hl);
+  Buffer<D> fused_losses("fused_losses", N), d3("d3", N * Vp);
+  crossentropy_fused<D>(V(fused_losses), M(fused, N, Vp), tgt, nv, scale);
+  const auto fl = to_host(fused_losses), fg = to_host(fused);
+  for (int n = 0; n < N; ++n) EXPECT_NEAR(fl[n], hloss[n], 1e-13);
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(fg[i], g[i], 1e-15);
+  auto fused3 = from_host(hl);
+  crossentropy_fused<D>(V(fused_losses), M(fused3, N, Vp), tgt, nv, scale, M(d3, N, Vp));
+  EXPECT_EQ(to_host(d3), fg);
+}
+
 TEST(Kernels, AdamWMatchesReference) {
   const int n = 20;
   auto p = random_buffer<D>(n, 1), g = random_buffer<D>(n, 2);
