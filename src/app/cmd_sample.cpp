@@ -1,4 +1,6 @@
 // gpt2 sample --checkpoint F [--prompt TEXT] [--tokens N] [--temperature X] [--top-k K] [--seed S]
+//             [--no-kv-cache] [--benchmark]
+#include <chrono>
 #include <cstdio>
 
 #include "app/commands.hpp"
@@ -15,6 +17,7 @@ struct SampleArgs {
   SampleOptions opts;
   int64_t seed = 1337;
   int seq_len = 0;
+  bool no_cache = false, benchmark = false;
 };
 }  // namespace
 
@@ -41,6 +44,10 @@ Run add_sample(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--seq-len", a->seq_len, "Context window (default: the model's block_size)")
       ->check(CLI::Range(1, 1 << 20));
+  c->add_flag("--no-kv-cache", a->no_cache, "Recompute the whole window for every token (the KV cache's reference)");
+  c->add_flag("--benchmark", a->benchmark,
+              "Generate --tokens tokens with and without the KV cache (same seed), print both rates and whether the "
+              "tokens are identical (exit 1 if not)");
   return [a]() -> int {
     Environment env;
     const ModelFile file(a->checkpoint, "--checkpoint");
@@ -58,8 +65,34 @@ Run add_sample(CLI::App& app) {
     for (int id : prompt)
       if (id >= config.vocab_size)
         fail_input("--prompt", "token ", id, " is outside the model's vocabulary (", config.vocab_size, ")");
+    if (a->benchmark) {
+      // Each way twice, the second timed (the first sizes workspaces and warms caches).
+      auto timed = [&](bool cache, double& seconds) {
+        SampleOptions o = a->opts;
+        o.kv_cache = cache;
+        std::vector<int> out;
+        for (int round = 0; round < 2; ++round) {
+          Rng rng(uint64_t(a->seed), 77);
+          const auto t0 = std::chrono::steady_clock::now();
+          out = generate(stage, prompt, o, rng);
+          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        return out;
+      };
+      double with_s = 0, without_s = 0;
+      const std::vector<int> with = timed(true, with_s), without = timed(false, without_s);
+      const bool same = with == without;
+      std::printf("prompt %zu tokens, %zu new tokens, context %d, %s\n", prompt.size(), with.size(), T,
+                  config.describe().c_str());
+      std::printf("kv cache:    %.3f s, %.1f tokens/s\n", with_s, double(with.size()) / with_s);
+      std::printf("no kv cache: %.3f s, %.1f tokens/s\n", without_s, double(without.size()) / without_s);
+      std::printf("speed-up %.2fx; tokens identical: %s\n", without_s / with_s, same ? "yes" : "NO");
+      return same ? 0 : 1;
+    }
     Rng rng(uint64_t(a->seed), 77);
-    const std::vector<int> out = generate(stage, prompt, a->opts, rng);
+    SampleOptions o = a->opts;
+    o.kv_cache = !a->no_cache;
+    const std::vector<int> out = generate(stage, prompt, o, rng);
     std::printf("%s%s\n", a->prompt.c_str(), tok->decode(out).c_str());
     return 0;
   };

@@ -12,13 +12,16 @@ namespace gpt2 {
 namespace detail {
 // Row r of att (B*nh*T, T) belongs to query position t = r % T; it may see keys 0..t.
 // In place: scaled scores in, probabilities out (zeros above the diagonal).
+// With an offset (decoding with a KV cache: the T query rows are positions offset..offset+T-1 and
+// att has offset + T columns) row r may see keys 0..offset + r % T.
 template <class T>
-void causal_softmax_rows(Mat<T> att, int Tn) {
+void causal_softmax_rows(Mat<T> att, int Tn, int offset = 0) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
+  const int cols = att.extent(1);
   Kokkos::parallel_for(
       "attention_softmax", team_policy<ExecSpace>(att.extent(0)), KOKKOS_LAMBDA(const Member& team) {
-        const int r = team.league_rank(), len = r % Tn + 1;
+        const int r = team.league_rank(), len = offset + r % Tn + 1;
         T mx = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, len),
@@ -33,7 +36,7 @@ void causal_softmax_rows(Mat<T> att, int Tn) {
             },
             sum);
         const T inv = T(1) / sum;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Tn),
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
                              [&](int j) { att(r, j) = j < len ? att(r, j) * inv : T(0); });
       });
 }
@@ -75,6 +78,36 @@ void attention_forward(Mat<T> out, Mat<T> att, CMat<T> qkv, int B, int Tn, int n
     gemm_strided_batched<T>(Op::N, Op::N, Tn, hs, Tn, T(1), att.data() + b * nh * TT, Tn, TT, v,
                             C3, hs, T(0), out.data() + int64_t(b) * Tn * C, C, hs, nh);
   }
+}
+
+// ---- Decoding with a key/value cache (no backward: generation only) --------------------------------
+// kv (max_len, 2C) holds the keys (columns [0, C)) and values ([C, 2C)) of a sequence's positions so
+// far. kv_cache_store writes those of n new rows (qkv (n, 3C)) at positions [p0, p0 + n).
+template <class T>
+void kv_cache_store(Mat<T> kv, CMat<T> qkv, int p0) {
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  const int C2 = kv.extent(1), C = C2 / 2;
+  Kokkos::parallel_for(
+      "kv_cache_store", team_policy<ExecSpace>(qkv.extent(0)), KOKKOS_LAMBDA(const Member& team) {
+        const int i = team.league_rank();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C2), [&](int c) { kv(p0 + i, c) = qkv(i, C + c); });
+      });
+}
+
+// out (n,C) = causal attention of the n new rows' queries (qkv (n,3C), columns [0, C)), at positions
+// [p0, p0 + n), over the cached keys and values of positions [0, p0 + n) (kv_cache_store them
+// first): rows p0..p0+n-1 of attention_forward's output for the sequence's first p0 + n rows.
+// att (nh * n * (p0 + n)) is scratch.
+template <class T>
+void attention_forward_cached(Mat<T> out, Vec<T> att, CMat<T> qkv, CMat<T> kv, int p0, int nh) {
+  const int n = qkv.extent(0), C3 = qkv.extent(1), C = C3 / 3, hs = C / nh, L = p0 + n;
+  const T scale = T(1) / std::sqrt(T(hs));
+  const int64_t nL = int64_t(n) * L;
+  gemm_strided_batched<T>(Op::N, Op::T, n, L, hs, scale, qkv.data(), C3, hs, kv.data(), 2 * C, hs, T(0), att.data(),
+                          L, nL, nh);
+  detail::causal_softmax_rows<T>(Mat<T>(att.data(), size_t(nh) * n, L), n, p0);
+  gemm_strided_batched<T>(Op::N, Op::N, n, hs, L, T(1), att.data(), L, nL, kv.data() + C, 2 * C, hs, T(0), out.data(),
+                          C, hs, nh);
 }
 
 // dqkv (N,3C) = gradient wrt qkv (overwritten);   datt (B*nh*T, T) is scratch

@@ -281,6 +281,29 @@ TEST(Kernels, AttentionForwardMatchesNaive) {
       }
 }
 
+// Decoding with a KV cache: the rows of a sequence appended in pieces (a prompt of 3, then 1, 1,
+// then the rest), each piece's keys and values stored and its queries run against the cache, give
+// the whole-sequence attention's rows. (Generation only: the cached kernels have no backward.)
+TEST(Kernels, CachedAttentionEqualsTheWholeSequencesRows) {
+  const int T = 9, nh = 3, C = 12;
+  auto qkv = random_buffer<D>(T * 3 * C, 4);
+  Buffer<D> whole("whole", T * C), att("att", nh * T * T);
+  attention_forward<D>(M(whole, T, C), M(att, nh * T, T), M(qkv, T, 3 * C), 1, T, nh);
+  const auto want = to_host(whole), q = to_host(qkv);
+  Buffer<D> kv("kv", (T + 2) * 2 * C), out("out", T * C), scratch("scratch", nh * T * T);
+  int p0 = 0;
+  for (const int n : {3, 1, 1, T - 5}) {
+    auto piece = from_host(std::vector<D>(q.begin() + p0 * 3 * C, q.begin() + (p0 + n) * 3 * C));
+    kv_cache_store<D>(M(kv, T + 2, 2 * C), M(piece, n, 3 * C), p0);
+    attention_forward_cached<D>(M(out, n, C), V(scratch), M(piece, n, 3 * C), M(kv, T + 2, 2 * C), p0, nh);
+    const auto got = to_host(out);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < C; ++c)
+        EXPECT_NEAR(got[i * C + c], want[(p0 + i) * C + c], 1e-13) << "row " << p0 + i << " column " << c;
+    p0 += n;
+  }
+}
+
 TEST(Kernels, AttentionGradcheck) {
   const int B = 2, T = 4, nh = 2, C = 6, N = B * T;
   auto qkv = random_buffer<D>(N * 3 * C, 1);
