@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/fs.hpp"
 #include "core/rng.hpp"
 
 namespace gpt2 {
@@ -15,7 +16,15 @@ TokenDataset::TokenDataset(const std::string& pattern, const std::string& key, i
     shards_.emplace_back(path, vocab_size);
     const size_t n = shards_.back().size();
     first_.push_back(total_);
-    total_ += n > size_t(seq_len) ? (n - 1) / seq_len : 0;
+    const std::string mpath = mask_path(path);
+    if (file_exists(mpath)) {
+      packed_index_.push_back(int(packed_.size()));
+      pack(shards_.size() - 1, read_mask(mpath, n), key);
+      total_ += packed_.back().rows.size();
+    } else {
+      packed_index_.push_back(-1);
+      total_ += n > size_t(seq_len) ? (n - 1) / seq_len : 0;
+    }
   }
   if (total_ == 0)
     fail_input(key, "\"", pattern, "\" holds no complete sequence of data.seq_len + 1 = ",
@@ -28,10 +37,63 @@ size_t TokenDataset::num_tokens() const {
   return n;
 }
 
+// Greedy, in order: a sequence takes examples while they fit (an example of n tokens needs n - 1
+// positions: inputs ex[0, n-1), targets ex[1, n)).
+void TokenDataset::pack(size_t shard, const ShardMask& m, const std::string& key) {
+  ShardRows r;
+  r.mask = m.mask;
+  const auto ranges = m.examples();
+  size_t used = 0;
+  for (size_t e = 0; e < ranges.size(); ++e) {
+    const size_t len = ranges[e].second - ranges[e].first, need = len - 1;
+    if (need > size_t(T_))
+      fail_input(key, shards_[shard].path(), ": example ", e + 1, " (", m.source.empty() ? "the pairs file" : m.source,
+                 " line ", m.lines[e], ") is ", len, " tokens, longer than data.seq_len + 1 = ", T_ + 1,
+                 ": raise data.seq_len or shorten (or drop) that pair");
+    int counted = 0;
+    for (size_t t = ranges[e].first + 1; t < ranges[e].second; ++t) counted += m.mask[t];
+    if (r.rows.empty() || used + need > size_t(T_)) {
+      r.rows.push_back({e, 0, 0});
+      used = 0;
+    }
+    r.rows.back().count += 1;
+    r.rows.back().counted += counted;
+    used += need;
+    r.examples.push_back({ranges[e].first, ranges[e].second});
+  }
+  packed_.push_back(std::move(r));
+}
+
+size_t TokenDataset::shard_of(size_t i) const {
+  return size_t(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin() - 1);
+}
+
 void TokenDataset::sequence(size_t i, int* inputs, int* targets) const {
-  const size_t s = std::upper_bound(first_.begin(), first_.end(), i) - first_.begin() - 1;
-  const uint16_t* t = shards_[s].tokens() + (i - first_[s]) * T_;
-  for (int j = 0; j < T_; ++j) inputs[j] = t[j], targets[j] = t[j + 1];
+  const size_t s = shard_of(i);
+  const uint16_t* tokens = shards_[s].tokens();
+  if (packed_index_[s] < 0) {
+    const uint16_t* t = tokens + (i - first_[s]) * T_;
+    for (int j = 0; j < T_; ++j) inputs[j] = t[j], targets[j] = t[j + 1];
+    return;
+  }
+  const ShardRows& r = packed_[size_t(packed_index_[s])];
+  const PackedRow& row = r.rows[i - first_[s]];
+  int j = 0;
+  for (size_t e = row.first; e < row.first + row.count; ++e)
+    for (size_t t = r.examples[e].begin; t + 1 < r.examples[e].end; ++t, ++j) {
+      inputs[j] = tokens[t];
+      targets[j] = r.mask[t + 1] ? int(tokens[t + 1]) : kMaskedTarget;
+    }
+  // Padding: the last example's end token again, counted by nothing (causal attention: the
+  // examples before never see it).
+  const int pad = tokens[r.examples[row.first + row.count - 1].end - 1];
+  for (; j < T_; ++j) inputs[j] = pad, targets[j] = kMaskedTarget;
+}
+
+int TokenDataset::counted(size_t i) const {
+  const size_t s = shard_of(i);
+  if (packed_index_[s] < 0) return T_;
+  return packed_[size_t(packed_index_[s])].rows[i - first_[s]].counted;
 }
 
 DataLoader::DataLoader(const TokenDataset& data, int64_t global_batch, bool shuffle, uint64_t seed,
@@ -61,6 +123,13 @@ void DataLoader::load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, i
   const int T = data_.seq_len();
   for (int64_t r = 0; r < rows; ++r)
     data_.sequence(sequence_of(k, row_begin + r), inputs + r * T, targets + r * T);
+}
+
+int64_t DataLoader::counted_tokens(int64_t k) {
+  if (!data_.masked()) return B_ * data_.seq_len();
+  int64_t n = 0;
+  for (int64_t r = 0; r < B_; ++r) n += data_.counted(sequence_of(k, r));
+  return n;
 }
 
 }  // namespace gpt2

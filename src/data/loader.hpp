@@ -6,6 +6,13 @@
 // (seed, e) (shuffle on). A data-parallel rank takes a contiguous slice of rows of each global batch,
 // so any dp/pp layout sees exactly the data of the one-rank run, and the ranks' slices of an epoch
 // are disjoint partitions of it. The data position is just the step number: nothing else to save.
+//
+// A shard with a loss mask beside it (token_shard.hpp: translation pairs) is read as whole examples
+// instead: packed in order into sequences (as many whole examples as fit, never one split across
+// two, the rest padding), an example of n tokens taking n - 1 positions (its last token is a target
+// only). Targets outside the mask (source, separator, padding) are written as kMaskedTarget, which
+// the loss skips; counted(i) says how many of a sequence's targets the loss counts (T for plain
+// text), and a batch's loss is the mean over its counted targets.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +20,8 @@
 #include "data/token_shard.hpp"
 
 namespace gpt2 {
+
+constexpr int kMaskedTarget = -1;  // a target the loss does not count (the loss skips negative targets)
 
 class TokenDataset {
  public:
@@ -24,10 +33,30 @@ class TokenDataset {
   const std::vector<Shard>& shards() const { return shards_; }
   // Writes the T inputs and T targets of sequence i.
   void sequence(size_t i, int* inputs, int* targets) const;
+  // Targets of sequence i the loss counts (T for a plain shard's).
+  int counted(size_t i) const;
+  bool masked() const { return !packed_.empty(); }  // some shard has a loss mask
 
  private:
+  struct Example {
+    size_t begin, end;  // tokens [begin, end) of its shard
+  };
+  struct PackedRow {  // a sequence of whole examples
+    size_t first, count;  // examples [first, first + count) of the shard's
+    int counted;
+  };
+  struct ShardRows {  // a masked shard: its examples and the sequences packed from them
+    std::vector<Example> examples;
+    std::vector<PackedRow> rows;
+    std::vector<uint8_t> mask;
+  };
+  void pack(size_t shard, const ShardMask& m, const std::string& key);
+  size_t shard_of(size_t i) const;
+
   std::vector<Shard> shards_;
   std::vector<size_t> first_;  // first sequence id of each shard
+  std::vector<int> packed_index_;  // per shard: its index in packed_, or -1 (plain text)
+  std::vector<ShardRows> packed_;
   size_t total_ = 0;
   int T_;
 };
@@ -41,6 +70,8 @@ class DataLoader {
   size_t sequence_of(int64_t k, int64_t row);
   // Rows [row_begin, row_begin + rows) of global batch k into host arrays of rows*T ints each.
   void load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, int* targets);
+  // The targets global batch k's loss counts (B*T for plain text): the same on every rank.
+  int64_t counted_tokens(int64_t k);
 
  private:
   const TokenDataset& data_;

@@ -17,6 +17,8 @@
 
 namespace gpt2 {
 
+static_assert(kMaskedTarget < 0, "the loss (tensor/crossentropy.hpp) skips negative targets");
+
 Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm comm)
     : cfg_(std::move(cfg)), env_(env), comm_(comm), rank_(rank_in(comm)), size_(size_of(comm)),
       opts_(std::move(opts)) {
@@ -192,13 +194,15 @@ StepMetrics Trainer::train_step() {
   io.microbatch_size = mb_size_;
   io.load = [&](int mb, Activations<float>& a) { load_microbatch(*train_loader_, step_, mb, a); };
   io.losses = Vec<float>(losses_.data(), losses_.extent(0));
-  // Each dp rank's gradient is its slice's mean; averaging over dp gives the global-batch mean. Under
-  // fp16 the loss gradient starts multiplied by the loss scale (and the gradients are divided by it
-  // again before the norm, clipping and the update).
+  // The loss is the mean over the global batch's counted targets (all B*T of plain text; a
+  // translation pair's target only): each token's loss gradient is 1/counted. The dp x cp replicas'
+  // gradients are averaged, so each starts at dp * cp / counted (the cp ranks hold parts of the same
+  // sequences). counted comes from the data, the same on every rank. Under fp16 the loss gradient
+  // starts multiplied by the loss scale (and the gradients are divided by it again before the norm,
+  // clipping and the update).
   const double scale = loss_scale_.scale();
-  // With context parallelism each of the dp x cp ranks holds 1/cp of its sequences' tokens and the
-  // gradients are averaged over all of them: the cp ranks' parts must add up, hence the factor cp.
-  io.dloss = float(scale * topo_->cp() / (double(cfg_.train.batch_size / cfg_.parallel.dp) * T));
+  const int64_t counted = train_loader_->counted_tokens(step_);
+  io.dloss = float(scale * cfg_.parallel.dp * topo_->cp() / double(std::max<int64_t>(counted, 1)));
   io.need_grad = true;
   exec_->run(train_actions_, io);
   store_->finish_gradients();
@@ -218,7 +222,7 @@ StepMetrics Trainer::train_step() {
   const bool skip_mode = nonfinite_policy(cfg_.train.nonfinite) == NonFinitePolicy::skip;
   const bool scaled = loss_scale_.dynamic();
   StepValues sums;
-  if (skip_mode || scaled) sums = read_step_sums(cfg_.parallel.microbatches);
+  if (skip_mode || scaled) sums = read_step_sums(counted);
   // An fp16 overflow: a finite loss with a non-finite gradient (the norm is all-reduced, so every
   // rank sees the same). A non-finite loss is the forward's own trouble: train.nonfinite decides.
   const bool overflow = scaled && std::isfinite(sums.loss) && !std::isfinite(sums.grad_norm);
@@ -233,7 +237,7 @@ StepMetrics Trainer::train_step() {
     store_->optimizer_step(m.lr, gs);
   }
   loss_scale_.update(overflow);
-  if (!skip_mode && !scaled) sums = read_step_sums(cfg_.parallel.microbatches);
+  if (!skip_mode && !scaled) sums = read_step_sums(counted);
   m.loss = sums.loss;
   m.grad_norm = sums.grad_norm;
   ++step_;
@@ -256,14 +260,14 @@ void Trainer::reduce_step_sums(int microbatches_run, bool with_grad_norm) {
   step_sums_->reduce(head, with_grad_norm, store_->grads_sharded());
 }
 
-Trainer::StepValues Trainer::read_step_sums(int microbatches_run) {
+Trainer::StepValues Trainer::read_step_sums(int64_t counted_tokens) {
   StepSums::Values v;
   {
     Tracer::Scope t(tracer_, EventKind::scalar_sync, int(step_));
     v = step_sums_->read();
   }
   StepValues s;
-  s.loss = v.loss_sum / (double(microbatches_run) * mb_size_ * cfg_.parallel.dp * cfg_.data.seq_len);
+  s.loss = v.loss_sum / double(std::max<int64_t>(counted_tokens, 1));
   s.grad_norm = std::sqrt(v.squares);
   return s;
 }
@@ -286,7 +290,7 @@ double Trainer::evaluate() {
     io.need_grad = false;
     exec_->run(eval_actions_, io);
     reduce_step_sums(m, false);
-    total += read_step_sums(m).loss;
+    total += read_step_sums(val_loader_->counted_tokens(k)).loss;
   }
   return batches > 0 ? total / batches : -1;
 }

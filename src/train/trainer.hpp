@@ -114,7 +114,7 @@ class Trainer {
   struct StepValues {
     double loss = 0, grad_norm = 0;  // mean token loss over the global batch; global gradient L2 norm
   };
-  StepValues read_step_sums(int microbatches_run);
+  StepValues read_step_sums(int64_t counted_tokens);  // the loss: the sum over the counted targets
   std::vector<float> gather_section(const std::string& section);  // the global layout -> rank 0
   // checkpoint.format: bin (assembled on rank 0) or h5 (every rank writes its part).
   void save_bin_checkpoint(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "model/stage.hpp"
+#include "tensor/crossentropy.hpp"
 #include "test_util.hpp"
 
 using namespace gpt2;
@@ -64,6 +65,70 @@ TEST(ModelGradcheck, WholeTinyModel) {
   for (size_t i = size_t(cfg.vocab_size) * cfg.n_embd; i < size_t(cfg.padded_vocab()) * cfg.n_embd; ++i)
     ASSERT_EQ(g[i], 0.0);
   EXPECT_LE(gradcheck(stage.params, g, mean_loss, 1e-5, 1e-5, 1e-9, 3000), 1.0);
+}
+
+// A translation pair's loss: targets outside the mask are negative (the loader's kMaskedTarget),
+// the loss is the mean over the counted ones, and its gradient -- checked against central
+// differences of that mean -- comes from the counted tokens only: the targets of the masked
+// positions can be anything (here: changed to other tokens, then masked again) without changing
+// the loss or any gradient bit.
+TEST(ModelGradcheck, MaskedLossCoversTheCountedTargetsOnly) {
+  const ModelConfig cfg = tiny();
+  const ParamLayout layout(cfg);
+  const int B = 2, T = 5, N = B * T;
+  Stage<double> stage(StageLayout(layout, 0, cfg.n_layer), B, T);
+  stage.init_params(42);
+  {
+    auto p = to_host(stage.params);
+    auto r = random_vector(p.size(), 3, 0.3);
+    for (size_t i = 0; i < p.size(); ++i) p[i] += r[i];
+    Kokkos::deep_copy(stage.params, Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(p.data(), p.size()));
+  }
+  auto a = stage.make_activations(B);
+  std::vector<int> tokens(N), targets(N);
+  Rng r(8);
+  for (int i = 0; i < N; ++i) tokens[size_t(i)] = int(r.below(cfg.vocab_size)), targets[size_t(i)] = int(r.below(cfg.vocab_size));
+  const std::vector<bool> counted = {false, false, true, true, false, false, false, true, true, true};
+  int n_counted = 0;
+  std::vector<int> masked = targets;
+  for (int i = 0; i < N; ++i)
+    if (!counted[size_t(i)]) masked[size_t(i)] = -1;
+    else ++n_counted;
+  a.load(tokens.data(), masked.data());
+  Buffer<double> losses("losses", N);
+  auto mean_loss = [&] {
+    stage.forward(a, Vec<double>(losses.data(), N), false, 0);
+    double s = 0;
+    for (double l : to_host(losses)) s += l;
+    return s / n_counted;
+  };
+  // The mean over the counted targets is the unmasked run's per-token losses there, averaged.
+  const double masked_mean = mean_loss();
+  const auto masked_losses = to_host(losses);
+  a.load(tokens.data(), targets.data());
+  mean_loss();
+  const auto all_losses = to_host(losses);
+  double want = 0;
+  for (int i = 0; i < N; ++i) {
+    if (counted[size_t(i)]) want += all_losses[size_t(i)];
+    else EXPECT_EQ(masked_losses[size_t(i)], 0.0) << "masked position " << i;
+  }
+  EXPECT_NEAR(masked_mean, want / n_counted, 1e-14);
+  a.load(tokens.data(), masked.data());
+  stage.zero_grads();
+  stage.forward(a, Vec<double>(losses.data(), N), true, 1.0 / n_counted);
+  stage.backward(a);
+  const auto g = to_host(stage.grads);
+  EXPECT_LE(gradcheck(stage.params, g, mean_loss, 1e-5, 1e-5, 1e-9, 3000), 1.0);
+  // Other tokens as the masked positions' targets, masked again: the same bits.
+  std::vector<int> other = masked;
+  for (int i = 0; i < N; ++i)
+    if (!counted[size_t(i)]) other[size_t(i)] = kIgnoreTarget - i;  // any negative value is outside the loss
+  a.load(tokens.data(), other.data());
+  stage.zero_grads();
+  stage.forward(a, Vec<double>(losses.data(), N), true, 1.0 / n_counted);
+  stage.backward(a);
+  EXPECT_EQ(to_host(stage.grads), g);
 }
 
 // The backward split into its input pass (B) and weight pass (W), as zero-bubble schedules run it,
