@@ -20,6 +20,7 @@ Run add_convert(CLI::App& app);
 Run add_info(CLI::App& app);
 Run add_simulate(CLI::App& app);
 Run add_plan(CLI::App& app);
+Run add_eval(CLI::App& app);
 
 // The hardware file simulate and plan use without --hardware: this development box's.
 std::string default_hardware();

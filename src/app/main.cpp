@@ -40,11 +40,12 @@ int main(int argc, char** argv) {
       "  gpt2 prepare --tokenizer byte --out data/licenses /usr/share/common-licenses/*\n"
       "  mpiexec -n 2 gpt2 train inputs/tiny.toml --set parallel.dp=2 --set checkpoint.dir=runs/tiny\n"
       "  gpt2 sample --checkpoint runs/tiny --prompt 'The '\n"
+      "  gpt2 eval --bleu data/pairs/val.tsv --checkpoint runs/translation/checkpoints\n"
       "  gpt2 plan inputs/gpt2-124M.toml --hardware inputs/hardware/h100.toml --gpus 1024\n"
       "Run `gpt2 <command> --help` for each command's options.");
   app::Run train = app::add_train(app), prepare = app::add_prepare(app), sample = app::add_sample(app),
            convert = app::add_convert(app), info = app::add_info(app), simulate = app::add_simulate(app),
-           plan = app::add_plan(app);
+           plan = app::add_plan(app), eval = app::add_eval(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
       if (name == "info") return info();
       if (name == "simulate") return simulate();
       if (name == "plan") return plan();
+      if (name == "eval") return eval();
     }
   } catch (const InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -76,6 +76,15 @@ void MetricsLog::eval(int step, double val_loss) {
   flush();
 }
 
+void MetricsLog::bleu(int step, double epoch, double bleu, double train_s, double tokens_per_s, double elapsed_s) {
+  if (!f_) return;
+  std::fprintf(f_,
+               "{\"step\": %d, \"epoch\": %.6g, \"bleu\": %s, \"train_s\": %.6g, \"tokens_per_s\": %.6g, "
+               "\"elapsed_s\": %.6g}\n",
+               step, epoch, number(bleu).c_str(), train_s, tokens_per_s, elapsed_s);
+  flush();
+}
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) s = 0;
   const long t = long(s + 0.5);

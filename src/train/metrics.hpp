@@ -27,6 +27,10 @@ class MetricsLog {
   ~MetricsLog();
   void step(const StepMetrics& m);
   void eval(int step, double val_loss);
+  // A BLEU evaluation (train.bleu_pairs) after step `step`, in epoch `epoch` (1-based, fractional
+  // when train.bleu_every does not fall on an epoch's end), with the training time and tokens/s
+  // of the steps since the last one.
+  void bleu(int step, double epoch, double bleu, double train_s, double tokens_per_s, double elapsed_s);
 
  private:
   void flush();  // WriteError naming the file when a line could not be written (a full disk)

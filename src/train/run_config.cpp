@@ -44,6 +44,11 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.eval_batches", &train.eval_batches, "batches per validation pass"},
       {"train.sample_every", &train.sample_every, "steps between printed samples (0: none)"},
       {"train.sample_tokens", &train.sample_tokens, "tokens per printed sample"},
+      {"train.bleu_pairs", &train.bleu_pairs,
+       "held-out translation pairs (source<TAB>target) for corpus BLEU after each epoch (empty: none)"},
+      {"train.bleu_every", &train.bleu_every, "steps between BLEU evaluations (0: after each epoch and at the end)"},
+      {"train.bleu_examples", &train.bleu_examples, "pairs translated for BLEU (0: all)"},
+      {"train.bleu_tokens", &train.bleu_tokens, "most tokens of a translation for BLEU"},
       {"train.log_every", &train.log_every, "steps between progress lines"},
       {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
       {"train.nonfinite", &train.nonfinite, "non-finite loss or gradient norm: stop | skip (the update)"},
@@ -123,6 +128,9 @@ void RunConfig::validate(int world_size) const {
   if (train.eval_batches < 0) fail_input("train.eval_batches", "must be >= 0, got ", train.eval_batches);
   if (train.eval_every < 0) fail_input("train.eval_every", "must be >= 0, got ", train.eval_every);
   if (train.sample_every < 0) fail_input("train.sample_every", "must be >= 0, got ", train.sample_every);
+  if (train.bleu_every < 0) fail_input("train.bleu_every", "must be >= 0 (0: after each epoch), got ", train.bleu_every);
+  if (train.bleu_examples < 0) fail_input("train.bleu_examples", "must be >= 0 (0: all), got ", train.bleu_examples);
+  if (train.bleu_tokens < 1) fail_input("train.bleu_tokens", "must be at least 1, got ", train.bleu_tokens);
   if (train.warmup_steps < 0) fail_input("train.warmup_steps", "must be >= 0, got ", train.warmup_steps);
   if (checkpoint.every < 0) fail_input("checkpoint.every", "must be >= 0, got ", checkpoint.every);
   if (data.seq_len > model.block_size)
@@ -198,6 +206,7 @@ Layout RunConfig::layout() const {
   l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
   l.precision = train.precision;
   l.recompute = train.recompute, l.recompute_every = train.recompute_every;
+  l.grad_reduce_dtype = parallel.grad_reduce_dtype, l.param_gather_dtype = parallel.param_gather_dtype;
   return l;
 }
 

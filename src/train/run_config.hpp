@@ -40,6 +40,12 @@ struct TrainConfig {
   int eval_batches = 4;  // validation batches per pass
   int sample_every = 0;  // steps between printed samples (0: none)
   int sample_tokens = 64;
+  // Translation (README, Translation): corpus BLEU of greedy translations of a held-out pairs file,
+  // logged after each epoch (or every bleu_every steps) with the epoch's time and tokens/s.
+  std::string bleu_pairs;  // source<TAB>target lines (`gpt2 prepare --pairs` writes DIR/val.tsv); "": none
+  int bleu_every = 0;      // steps between BLEU evaluations (0: after each epoch and at the end)
+  int bleu_examples = 0;   // pairs translated each time (0: all)
+  int bleu_tokens = 64;    // most tokens of a translation (the end token stops it sooner)
   int log_every = 1;     // steps between progress lines
   bool tf32 = false;     // TF32 tensor-core GEMMs (CUDA only)
   // A step whose loss or gradient norm is not finite: "stop" the run (no checkpoint from that

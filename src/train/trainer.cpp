@@ -28,6 +28,7 @@ Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm co
   collective_phase(comm_, [&] { groups_ = std::make_unique<CommGroups>(*topo_, cfg_.parallel.comm, env_.local_size()); });
   collective_phase(comm_, [&] { setup_data(); });
   collective_phase(comm_, [&] { setup_model(); });
+  collective_phase(comm_, [&] { setup_bleu(); });
   load_initial_state();
   tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, topo_->stage());
   tracer_.sync_clock(*groups_->world);

@@ -33,6 +33,7 @@
 #include "train/loss_scale.hpp"
 #include "train/metrics.hpp"
 #include "train/run_config.hpp"
+#include "train/translation.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {
@@ -65,6 +66,9 @@ class Trainer {
   StepMetrics train_step();  // one optimizer step
   double evaluate();         // mean validation loss over train.eval_batches batches
   void save_checkpoint();    // collective; into checkpoint.dir
+  // Corpus BLEU (0-100, sacreBLEU's) of greedy translations of train.bleu_pairs' sources, on rank 0
+  // (-1 on the others, and without pairs). Collective: a model spread over ranks is gathered.
+  double bleu();
   void write_trace();        // collective; trace.file
 
   int64_t step() const { return step_; }
@@ -123,6 +127,9 @@ class Trainer {
   void complete_checkpoint();  // collective: waits for the background write in flight and finishes it
   void read_checkpoint(const std::string& path, const std::string& key, bool with_optimizer);
   void maybe_sample();
+  void setup_bleu();                                // reads train.bleu_pairs (every rank: errors agree)
+  void maybe_bleu(const StepMetrics& m, bool last);  // collective; after each step
+  Stage<float>* root_whole_model();                 // collective: rank 0's copy of the whole model
   int stop_signal();                             // collective: a stop signal on any rank, or 0
   void save_on_stop(int signal, int64_t first);  // checkpoint and end_message_ of a stopped run
   void print_summary(double step_s, double tok_s, double rank_tok_s);
@@ -167,6 +174,11 @@ class Trainer {
   int64_t steps_run_ = 0;                        // training steps this process ran
   std::vector<std::string> step_allocations_;    // what the first steady step that allocated made
   LossScale loss_scale_;                         // fp16's dynamic loss scale (1 otherwise)
+  std::vector<Pair> bleu_pairs_;                 // train.bleu_pairs (the first bleu_examples)
+  std::unique_ptr<Tokenizer> bleu_tok_;
+  PairTokens bleu_pt_;
+  double bleu_train_s_ = 0, bleu_tokens_ = 0;    // the steps' time and tokens since the last BLEU
+  double created_ = 0;                           // steady clock (s) when the BLEU set-up ran
   std::string end_message_;
 };
 

@@ -150,6 +150,7 @@ RunEnd Trainer::run() {
     }
     if (how == RunEnd::diverged) break;
     maybe_sample();
+    maybe_bleu(m, last);
     const bool ckpt = !cfg_.checkpoint.dir.empty() &&
                       ((cfg_.checkpoint.every > 0 && step_ % cfg_.checkpoint.every == 0) || last);
     if (ckpt) {
