@@ -12,7 +12,9 @@ the parallel efficiency (measured / ideal).
 
 Step times are rank 0's /metrics step_time, mean over steps with the first --skip (warm-up) left
 out; tokens/s = tokens_per_step / mean step time. An epoch is as the loader counts it: (count - 1) // T
-sequences per shard, grouped into global batches of tokens_per_step / T sequences.
+sequences per shard, grouped into global batches of tokens_per_step / T sequences; or, with
+--trace-epochs, the batches per epoch each trace's /meta records (any data, e.g. translation pairs
+packed into sequences).
 
 Example:
     analysis/plot_scaling.py runs/dp1.h5 runs/dp2.h5 runs/dp4.h5 --out plots --shards 'data/licenses/train_*.bin'
@@ -37,7 +39,9 @@ def series_key(trace, group_by):
 def measure(traces, args):
     """Rows of (series, ranks, tokens/s, seconds per step, seconds per epoch or None, trace)."""
     counts = None
-    if args.epoch_tokens:
+    if getattr(args, "trace_epochs", False):
+        counts = "trace"
+    elif args.epoch_tokens:
         counts = [args.epoch_tokens]
     elif args.shards:
         counts = tracelib.shard_tokens(args.shards)
@@ -45,7 +49,12 @@ def measure(traces, args):
     for t in traces:
         step_s = t.mean_step_time(args.skip)
         epoch_s = None
-        if counts is not None:
+        if counts == "trace":
+            batches = int(t.meta.get("batches_per_epoch", 0))
+            if batches <= 0:
+                raise SystemExit(f"{t.path}: /meta records no batches_per_epoch")
+            epoch_s = step_s * batches
+        elif counts is not None:
             batches = tracelib.batches_per_epoch(t, counts)
             if batches <= 0:
                 raise SystemExit(f"{t.path}: the epoch holds no full batch of {t.tokens_per_step} tokens")
@@ -98,6 +107,8 @@ def main(argv=None):
                        help="tokens in the training data (one shard's worth): plot time per epoch")
     epoch.add_argument("--shards", metavar="GLOB",
                        help="training shards (llm.c format) to count the epoch from: plot time per epoch")
+    epoch.add_argument("--trace-epochs", action="store_true",
+                       help="the epoch as each trace's /meta batches_per_epoch says: plot time per epoch")
     parser.add_argument("--group-by", choices=("none", "pp", "dp", "schedule"), default="none",
                         help="one line (and ideal line) per value of this setting (default: none)")
     parser.add_argument("--skip", type=int, default=1, help="warm-up steps left out of the means (default: 1)")
