@@ -156,7 +156,7 @@ def main():
 
     # The assignment's plots, from the traces.
     plots = os.path.join(w, "plots")
-    env = dict(os.environ, MPLBACKEND="Agg")
+    env = {"MPLBACKEND": "Agg"}
     traces = {n: os.path.join(w, "runs", n, n + ".h5") for n in runs}
     r = gpt2test.run([py, os.path.join(ROOT, "analysis", "plot_scaling.py"), traces["dp1"], traces["dp2"],
                       "--trace-epochs", "--out", plots], env=env)
