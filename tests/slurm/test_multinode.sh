@@ -121,6 +121,10 @@ every = 20
 microbatches = 2
 EOF
 
+# ---- the cluster ------------------------------------------------------------------------------------
+st_cluster_start --nodes 2 --cpus 8 --gpus 8
+say "cluster up"
+
 # The one-rank references, beside the jobs.
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$BIN" train "$DECK" -q --metrics-jsonl "$D/out/ref_tiny.jsonl" \
   >"$D/out/ref_tiny.log" 2>&1 &
@@ -128,10 +132,6 @@ BG_PIDS+=($!)
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$BIN" train "$LOST" -q --metrics-jsonl "$D/out/ref_lost.jsonl" \
   >"$D/out/ref_lost.log" 2>&1 &
 BG_PIDS+=($!)
-
-# ---- the cluster ------------------------------------------------------------------------------------
-st_cluster_start --nodes 2 --cpus 8 --gpus 8
-say "cluster up"
 # shellcheck disable=SC1091
 source "$CLUSTER/cluster.env" # SC_VETHS: the bridge's end of each node's link
 link_bytes() { local v s=0; for v in "${SC_VETHS[@]}"; do s=$((s + $(cat "/sys/class/net/$v/statistics/rx_bytes"))); done; echo "$s"; }
