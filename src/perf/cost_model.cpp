@@ -11,6 +11,8 @@ int unit_kind(int u, int n_layer) { return u == 0 ? 0 : u == n_layer + 1 ? 2 : 1
 }  // namespace
 
 CostModel::CostModel(const Workload& w, const Hardware& hw, const Calibration* cal) : w_(w), hw_(hw), cal_(cal) {
+  static unsigned long long made = 0;
+  serial_ = ++made;
   if (!cal_) return;
   // The traced run's shape: its microbatch, tp split and fp32.
   Layout at;
@@ -43,41 +45,90 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
   UnitWork w;
   const int kind = unit_kind(u, m.n_layer);
   if (kind == 1) {
-    // Four GEMMs with 12 C^2 weights; attention scores and weighted sum over all T keys per head.
-    const double gemm = 2.0 * N * 12.0 * C * C / t, att = 4.0 * N * T * C / t;
+    // Four GEMMs with 12 C^2 weights (qkv, the attention projection, fc, its projection: column-,
+    // row-, column-, row-parallel); their input gradients and weight gradients in the backward.
+    const double out[4] = {3 * C / t, C, 4 * C / t, C}, in[4] = {C, C / t, C, 4 * C / t};
+    for (int i = 0; i < 4; ++i) {
+      w.forward.add_gemm({N, out[i], in[i]});
+      w.backward_input.add_gemm({N, in[i], out[i]});
+      w.backward_weight.add_gemm({out[i], in[i], N});
+    }
+    // Attention per head and sequence: scores (Tq x T x hs) and their product with v (Tq x hs x T),
+    // over all T keys (with context parallelism in cp ring steps of T / cp keys); the backward's
+    // four products are one of the first shape and three of the second.
+    const double hs = C / nh, Tq = T / l.cp, keys = T / l.cp, heads = double(b) * nh / t * l.cp;
+    w.forward.add_attention({Tq, keys, hs, heads});
+    w.forward.add_attention({Tq, hs, keys, heads});
+    w.backward_input.add_attention({Tq, keys, hs, heads});
+    w.backward_input.add_attention({Tq, hs, keys, 3 * heads});
     // Elementwise traffic (values read + written): LayerNorms and residual reads on the stream;
     // GELU, the attention matrix's softmax passes and head reshapes in the tensor-parallel region.
-    const double stream = 6.0 * R * C, region = N * (14.0 * C + 4.0 * nh * T) / t;
+    const double scores = l.fused_attention ? 0.0 : 4.0 * nh * T;  // (a fused kernel keeps them on chip)
+    const double stream = 6.0 * R * C, region = N * (14.0 * C + scores) / t;
     // The ring's tiles: per step and sequence up to four (a GEMM, a merge, a GEMM; the backward five).
     const int tiles = l.cp > 1 ? 4 * l.cp * b : 0;
-    w.forward = {gemm, att, bytes * (stream + region), 11 + 3 * tiles};
-    w.backward_input = {gemm, 2.0 * att, bytes * 2.0 * (stream + region), 14 + 5 * tiles};
-    w.backward_weight = {gemm, 0, bytes * 9.0 * C * N / t, 8};  // and the bias column sums
+    w.forward.bytes = bytes * (stream + region), w.forward.kernels = 11 + 3 * tiles;
+    w.backward_input.bytes = bytes * 2.0 * (stream + region), w.backward_input.kernels = 14 + 5 * tiles;
+    w.backward_weight.bytes = bytes * 9.0 * C * N / t, w.backward_weight.kernels = 8;  // and the bias column sums
   } else if (kind == 2) {
     // Final LayerNorm, logits, fused softmax + cross-entropy (logits in, their gradient out), and the
     // LM head's input and weight gradients, all in the trainer's forward.
-    w.forward = {6.0 * N * C * V, 0, bytes * (2.0 * R * C + 3.0 * N * V), 6};
-    w.backward_input = {0, 0, bytes * 4.0 * R * C, 2};  // the final LayerNorm's backward
+    w.forward.add_gemm({N, V, C});
+    w.forward.add_gemm({N, C, V});
+    w.forward.add_gemm({V, C, N});
+    w.forward.bytes = bytes * (2.0 * R * C + 3.0 * N * V), w.forward.kernels = 6;
+    w.backward_input.bytes = bytes * 4.0 * R * C, w.backward_input.kernels = 2;  // the final LayerNorm's backward
   } else {
-    w.forward = {0, 0, bytes * 3.0 * R * C, 1};           // token and position rows summed
-    w.backward_weight = {0, 0, bytes * 3.0 * N * C, 1};   // scattered into wte's and wpe's gradients
+    w.forward.bytes = bytes * 3.0 * R * C, w.forward.kernels = 1;                 // token and position rows summed
+    w.backward_weight.bytes = bytes * 3.0 * N * C, w.backward_weight.kernels = 1;  // scattered into wte's and wpe's gradients
   }
   return w;
 }
 
-double CostModel::modelled(const Work& work, const std::string& precision) const {
-  const double peak = hw_.peak(precision) * hw_.gemm_efficiency;
+double CostModel::gemm_seconds(const Gemm& g, const std::string& precision) const {
+  const double peak = hw_.peak(precision);
+  if (peak <= 0 || g.flops() <= 0) return 0;
+  if (hw_.multiprocessors <= 0) return g.flops() / (peak * hw_.gemm_efficiency);
+  const double sms = hw_.multiprocessors, TM = hw_.gemm_tile_m, TN = hw_.gemm_tile_n;
+  auto intensity = [](double a, double b) { return a * b / (a + b); };
+  const double big = intensity(TM, TN);
+  const double tiles_mn[6][2] = {{TM, TN}, {TN, TM}, {TM / 2, TN}, {TN, TM / 2}, {TM / 2, TN / 2}, {TM / 4, TN / 2}};
+  const double depth = g.k / (g.k + hw_.gemm_k_overhead);
+  double best = 1e300;
+  for (const auto& tile : tiles_mn) {
+    const double tm = std::max(1.0, tile[0]), tn = std::max(1.0, tile[1]);
+    const double rate = peak / sms * hw_.gemm_efficiency * std::sqrt(intensity(tm, tn) / big) * depth;
+    const double tiles = std::ceil(g.m / tm) * std::ceil(g.n / tn) * g.batch;
+    best = std::min(best, std::ceil(tiles / sms) * 2 * tm * tn * g.k / rate);
+  }
+  // Bytes at the GEMM's input precision (fp32 GEMMs read and write fp32).
+  const double value = precision == "fp32" ? 4 : 2;
+  const double traffic = value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch;
+  return std::max(best, traffic / (hw_.memory_bandwidth * hw_.memory_efficiency));
+}
+
+double CostModel::modelled(const Work& work, const std::string& precision, bool fused_attention) const {
+  const double peak = hw_.peak(precision);
   const double bw = hw_.memory_bandwidth * hw_.memory_efficiency;
-  return (peak > 0 ? (work.gemm_flops + work.attention_flops) / peak : 0) + work.bytes / bw +
-         work.kernels * hw_.kernel_overhead;
+  double gemm = 0;
+  if (hw_.multiprocessors <= 0) {
+    gemm = peak > 0 ? (work.gemm_flops + work.attention_flops) / (peak * hw_.gemm_efficiency) : 0;
+  } else {
+    for (int i = 0; i < work.n_gemms; ++i) gemm += gemm_seconds(work.gemms[i], precision);
+    if (fused_attention && hw_.flash_attention_efficiency > 0)  // the causal half of the products
+      gemm += peak > 0 ? 0.5 * work.attention_flops / (peak * hw_.flash_attention_efficiency) : 0;
+    else
+      for (int i = 0; i < work.n_attention; ++i) gemm += gemm_seconds(work.attention[i], precision);
+  }
+  return gemm + work.bytes / bw + work.kernels * hw_.kernel_overhead;
 }
 
 UnitTime CostModel::unit_time(int u, int b, const Layout& l) const {
   const UnitWork w = unit_work(u, b, l);
   UnitTime t;
-  t.forward = modelled(w.forward, l.precision) * scale(u, 0);
-  t.backward_input = modelled(w.backward_input, l.precision) * scale(u, 1);
-  t.backward_weight = modelled(w.backward_weight, l.precision) * scale(u, 1);
+  t.forward = modelled(w.forward, l.precision, l.fused_attention) * scale(u, 0);
+  t.backward_input = modelled(w.backward_input, l.precision, l.fused_attention) * scale(u, 1);
+  t.backward_weight = modelled(w.backward_weight, l.precision, l.fused_attention) * scale(u, 1);
   return t;
 }
 
@@ -130,7 +181,7 @@ double CostModel::tp_forward(int u, int b, const Layout& l) const {
   auto region = [&](int n) {
     return n * (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1));
   };
-  if (kind == 1) return region(2);
+  if (kind == 1) return l.tp_comm_overlap ? std::max(0.0, region(2) - unit_time(u, b, l).forward) : region(2);
   if (kind == 0) return sp ? reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1);
   // The head: the normed rows gathered (sp), the vocabulary-parallel loss's row maxima and sums, the
   // LM head's input gradient summed.
@@ -144,8 +195,10 @@ double CostModel::tp_backward(int u, int b, const Layout& l) const {
   const double stream = double(b) * w_.seq_len / l.cp * w_.model.n_embd * l.bytes_per_value();
   const int kind = unit_kind(u, w_.model.n_layer);
   const bool sp = l.sequence_parallel;
-  if (kind == 1)  // Megatron's f: the column-parallel input gradients summed, twice
-    return 2 * (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1));
+  if (kind == 1) {  // Megatron's f: the column-parallel input gradients summed, twice
+    const double c = 2 * (sp ? all_gather(stream, l.tp, 1) + reduce_scatter(stream, l.tp, 1) : all_reduce(stream, l.tp, 1));
+    return l.tp_comm_overlap ? std::max(0.0, c - unit_time(u, b, l).backward()) : c;
+  }
   if (kind == 0) return sp ? all_gather(stream, l.tp, 1) : 0.0;
   return 0;
 }
@@ -166,16 +219,41 @@ double CostModel::gradient_pass(double params) const {
   return params * 4.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;
 }
 
+CostModel::Group CostModel::group(int n, int stride) const {
+  Group g;
+  const int per_node = hw_.devices_per_node;
+  // Ranks fill nodes in order: members `stride` apart share a node while stride < devices_per_node.
+  g.per_node = stride >= per_node ? 1 : std::max(1, std::min(n, per_node / std::max(1, stride)));
+  g.nodes = (n + g.per_node - 1) / g.per_node;
+  return g;
+}
+
+double CostModel::ring(double steps, double bytes_per_rank, int n, int stride, int inter_steps) const {
+  // NCCL's ring model (src/graph/tuning.cc): a fixed cost, then every step a hop's latency -- the
+  // hops that cross nodes at the network's -- and the data at the slowest link's bandwidth.
+  const Group g = group(n, stride);
+  const double bandwidth = g.nodes > 1 ? std::min(hw_.intra.bandwidth, hw_.inter.bandwidth) : hw_.intra.bandwidth;
+  const double inter = g.nodes > 1 ? std::min(steps, double(inter_steps)) : 0;
+  return hw_.collective_latency + (steps - inter) * hw_.intra.latency + inter * hw_.inter.latency +
+         bytes_per_rank / bandwidth;
+}
+
 double CostModel::all_reduce(double bytes, int n, int stride) const {
   if (n <= 1 || free_comm_) return 0;
-  const Link& k = hw_.link(n, stride);
-  return 2.0 * (n - 1) * k.latency + 2.0 * (n - 1) / n * bytes / k.bandwidth;
+  const Group g = group(n, stride);
+  const double r = ring(2.0 * (n - 1), 2.0 * (n - 1) / n * bytes, n, stride, 2 * (g.nodes - 1));
+  if (g.nodes <= 2) return r;
+  // NCCL's tree across nodes (a chain inside each): 2 ((per node - 1) intra + log2(nodes) inter)
+  // hops; its bus bandwidth 0.9 of the ring's.
+  const double depth = std::ceil(std::log2(double(g.nodes)));
+  const double tree = hw_.collective_latency + 2 * ((g.per_node - 1) * hw_.intra.latency + depth * hw_.inter.latency) +
+                      2.0 * bytes / (0.9 * hw_.inter.bandwidth);
+  return std::min(r, tree);
 }
 
 double CostModel::reduce_scatter(double bytes, int n, int stride) const {
   if (n <= 1 || free_comm_) return 0;
-  const Link& k = hw_.link(n, stride);
-  return (n - 1) * k.latency + double(n - 1) / n * bytes / k.bandwidth;
+  return ring(n - 1.0, double(n - 1) / n * bytes, n, stride, group(n, stride).nodes - 1);
 }
 
 double CostModel::all_gather(double bytes, int n, int stride) const { return reduce_scatter(bytes, n, stride); }

@@ -3,21 +3,33 @@
 // gradients B and weight gradients W), the blocking tensor-parallel collectives, the data-parallel
 // and pipeline communication, the optimizer.
 //
-// Compute: each unit's work is counted -- GEMM FLOPs, attention FLOPs, bytes streamed by the
-// memory-bound kernels (LayerNorm, GELU, softmax, residuals, embedding, cross-entropy) and kernels
-// launched -- for a microbatch of b sequences on a tp split, and turned into time at the hardware's
-// rates (peak x gemm_efficiency, bandwidth x memory_efficiency, kernel_overhead each). With a
+// Compute: each unit's work is counted -- its GEMMs (shapes and FLOPs), attention's batched GEMMs,
+// bytes streamed by the memory-bound kernels (LayerNorm, GELU, softmax, residuals, embedding,
+// cross-entropy) and kernels launched -- for a microbatch of b sequences on a tp split, and turned
+// into time at the hardware's rates: bandwidth x memory_efficiency, kernel_overhead each, and each
+// GEMM by its shape (gemm_seconds: tiles in waves over the multiprocessors, a tile's fixed cost, the
+// memory roofline) where the hardware file gives multiprocessors, else peak x gemm_efficiency. With a
 // calibration trace every unit kind's time is the measured one scaled by (modelled time here) /
 // (modelled time at the traced shape): FLOPs and bytes carry it to other microbatch sizes,
 // tensor-parallel splits and precisions, the measurement fixes the machine's real rates.
 // tp divides the GEMMs, the attention and the tensor-parallel region's elementwise work; the
 // residual stream's (LayerNorms, residual adds) only with sequence parallelism.
 //
-// Communication (alpha-beta, ring algorithms as NCCL runs them, link by group placement):
-//   all-reduce      2 (n-1) alpha + 2 (n-1)/n * S / beta
-//   reduce-scatter  (n-1) alpha + (n-1)/n * S / beta     (S: the whole buffer)
-//   all-gather      (n-1) alpha + (n-1)/n * S / beta
-//   send / recv     alpha + S / beta
+// Layouts priced as other trainers run them (Layout's perf.* fields): fused attention drops the
+// scores' traffic and runs the causal half of attention at flash_attention_efficiency;
+// tp_comm_overlap leaves only what a block's collectives take beyond its compute.
+//
+// Communication (alpha-beta as NCCL's own tuning model prices its algorithms, src/graph/tuning.cc;
+// ranks fill nodes in order, so a group of n ranks `stride` apart spans `nodes` nodes):
+//   ring all-reduce  a0 + (2(n-1) - h) alpha_intra + h alpha_inter + 2 (n-1)/n * S / beta,
+//                    h = 2 (nodes - 1) steps cross a node
+//   tree all-reduce  a0 + 2 ((n/nodes - 1) alpha_intra + log2(nodes) alpha_inter) + 2 S / (0.9 beta)
+//                    (3 or more nodes; NCCL picks the faster of the two)
+//   reduce-scatter   a0 + (n-1 - h) alpha_intra + h alpha_inter + (n-1)/n * S / beta, h = nodes - 1
+//   all-gather       as reduce-scatter                      (S: the whole buffer)
+//   send / recv      alpha + S / beta
+// beta: the node's links inside one node, else each rank's share of the network (inter_node);
+// a0: the hardware's collective_latency.
 #include <string>
 #include <vector>
 
@@ -27,10 +39,21 @@
 
 namespace gpt2 {
 
+// A GEMM C (m x n) = A (m x k) B (k x n), `batch` of them (a strided batch).
+struct Gemm {
+  double m = 0, n = 0, k = 0, batch = 1;
+  double flops() const { return 2 * m * n * k * batch; }
+};
+
 // One unit's work for one microbatch on one rank.
 struct Work {
   double gemm_flops = 0, attention_flops = 0, bytes = 0;
   int kernels = 0;
+  // The shapes behind gemm_flops and attention_flops (attention: its batched products per head).
+  Gemm gemms[4], attention[4];
+  int n_gemms = 0, n_attention = 0;
+  void add_gemm(const Gemm& g) { gemms[n_gemms++] = g, gemm_flops += g.flops(); }
+  void add_attention(const Gemm& g) { attention[n_attention++] = g, attention_flops += g.flops(); }
 };
 
 struct UnitWork {
@@ -54,6 +77,9 @@ class CostModel {
   bool calibrated() const { return cal_ != nullptr; }
   // Prices every communication at zero (to see what communication adds to a step).
   void set_free_communication(bool free) { free_comm_ = free; }
+  bool free_communication() const { return free_comm_; }
+  // Different for every CostModel constructed (copies keep it): what a cache of its prices keys on.
+  unsigned long long serial() const { return serial_; }
 
   // Unit u: 0 embedding, 1 + l block l, n_layer + 1 head (as trace.units numbers them).
   UnitWork unit_work(int u, int b, const Layout& l) const;
@@ -75,6 +101,11 @@ class CostModel {
   double reduce_scatter(double bytes, int n, int stride) const;  // bytes: the whole buffer
   double all_gather(double bytes, int n, int stride) const;      // bytes: the whole buffer
   double send(double bytes, int stride) const;                   // one message to a neighbour
+  // Where a group of n ranks `stride` apart sits: members per node, nodes.
+  struct Group {
+    int per_node = 1, nodes = 1;
+  };
+  Group group(int n, int stride) const;
 
   // Relative standard deviation of a unit's compute time: the calibration trace's (0 without one).
   double jitter() const { return cal_ ? cal_->jitter : 0.0; }
@@ -87,16 +118,28 @@ class CostModel {
   // devices are all busy computes shared_slowdown times slower per rank (1 with one rank a node).
   double node_slowdown(const Layout& l) const;
 
-  // Seconds of `work` at this hardware's modelled rates at a precision.
-  double modelled(const Work& work, const std::string& precision) const;
+  // Seconds of `work` at this hardware's modelled rates at a precision (fused: attention as one
+  // fused kernel at the hardware's flash_attention_efficiency, where it gives one).
+  double modelled(const Work& work, const std::string& precision, bool fused_attention = false) const;
+  // Seconds of one GEMM (or strided batch) on this hardware at a precision: without multiprocessors in
+  // the hardware file, its FLOPs at peak x gemm_efficiency; with them, the fastest of the library's
+  // tiles (the largest, its transpose, and halves and quarters of it, each at gemm_efficiency x the
+  // square root of its arithmetic intensity against the largest's): ceil(m/tm) ceil(n/tn) batch tiles
+  // run in waves of `multiprocessors`, each at (K / (K + gemm_k_overhead)) of its rate; and never
+  // faster than reading A and B and writing C at the memory's rate.
+  double gemm_seconds(const Gemm& g, const std::string& precision) const;
 
  private:
   double scale(int u, int phase) const;  // calibration factor of a unit kind's phase (0 fwd, 1 bwd)
+  // A ring collective of `steps` steps moving bytes_per_rank through each rank, inter_steps of them
+  // across nodes.
+  double ring(double steps, double bytes_per_rank, int n, int stride, int inter_steps) const;
   Workload w_;
   Hardware hw_;
   const Calibration* cal_;
   double scale_[3][2] = {{1, 1}, {1, 1}, {1, 1}};  // [embedding, block, head][forward, backward]
   bool free_comm_ = false;
+  unsigned long long serial_ = 0;
 };
 
 }  // namespace gpt2

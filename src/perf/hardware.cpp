@@ -31,7 +31,8 @@ Hardware Hardware::load(const std::string& path) {
   double peak32 = unset, peak_tf = unset, peak16 = unset, gemm = unset, mem_gb = unset, bw = unset, mem_eff = unset,
          launch_us = unset, overlap = unset, intra_bw = unset, intra_lat = unset, inter_bw = unset, inter_lat = unset,
          per_node = unset, shared = unset, intra_p2p_bw = unset, intra_p2p_lat = unset, inter_p2p_bw = unset,
-         inter_p2p_lat = unset;
+         inter_p2p_lat = unset, sms = unset, tile_m = unset, tile_n = unset, k_overhead = unset, flash = unset,
+         coll_lat = unset;
   std::string name = "\x01";
   std::vector<DeckField> fields = {
       {"device.name", &name, "what the file describes"},
@@ -56,6 +57,13 @@ Hardware Hardware::load(const std::string& path) {
       {"intra_node.p2p_latency_us", &intra_p2p_lat, "one message's latency, microseconds (default: latency_us)"},
       {"inter_node.p2p_bandwidth_gbs", &inter_p2p_bw, "one message's bandwidth, GB/s (default: bandwidth_gbs)"},
       {"inter_node.p2p_latency_us", &inter_p2p_lat, "one message's latency, microseconds (default: latency_us)"},
+      // Optional: GEMM efficiency by shape and a collective's fixed cost (device files).
+      {"device.multiprocessors", &sms, "streaming multiprocessors (GEMM tiles run in waves of this many)"},
+      {"device.gemm_tile_m", &tile_m, "rows of the GEMM library's largest output tile (default 256)"},
+      {"device.gemm_tile_n", &tile_n, "columns of the GEMM library's largest output tile (default 128)"},
+      {"device.gemm_k_overhead", &k_overhead, "a GEMM tile's fixed cost as extra depth K (default 0)"},
+      {"device.flash_attention_efficiency", &flash, "fraction of peak a fused attention kernel reaches"},
+      {"node.collective_latency_us", &coll_lat, "a collective's fixed cost beyond its steps, microseconds"},
   };
   try {
     InputDeck::from_file(path).bind(fields);
@@ -63,7 +71,11 @@ Hardware Hardware::load(const std::string& path) {
     if (e.input() == path) throw;
     throw InputError(path, e.what());
   }
-  auto optional = [](const std::string& key) { return key.find(".p2p_") != std::string::npos; };
+  auto optional = [](const std::string& key) {
+    return key.find(".p2p_") != std::string::npos || key == "device.multiprocessors" || key.find("device.gemm_tile") == 0 ||
+           key == "device.gemm_k_overhead" || key == "device.flash_attention_efficiency" ||
+           key == "node.collective_latency_us";
+  };
   for (const DeckField& f : fields) {
     const bool missing = f.key == "device.name" ? name == "\x01" : std::isnan(*std::get<double*>(f.dst));
     if (missing && !optional(f.key)) fail_input(path, "missing key ", f.key, " (", f.help, ")");
@@ -74,15 +86,20 @@ Hardware Hardware::load(const std::string& path) {
     if (optional(f.key) && std::isnan(v)) continue;
     const bool may_be_zero = f.key == "device.peak_tflops_tf32" || f.key == "device.peak_tflops_bf16" ||
                              f.key == "device.kernel_overhead_us" || f.key == "node.comm_overlap" ||
+                             f.key == "device.gemm_k_overhead" || f.key == "device.flash_attention_efficiency" ||
                              f.key.find("latency") != std::string::npos;
     if (!(v >= 0) || (!may_be_zero && v == 0) || !std::isfinite(v))
       fail_input(path, f.key, ": expected a ", may_be_zero ? "non-negative" : "positive", " number, got ", v);
   }
-  for (double fraction : {gemm, mem_eff, overlap})
+  for (double fraction : {gemm, mem_eff, overlap, std::isnan(flash) ? 0.0 : flash})
     if (fraction > 1) fail_input(path, "efficiencies and comm_overlap are fractions between 0 and 1, got ", fraction);
   if (shared < 1) fail_input(path, "node.shared_slowdown: expected a factor >= 1, got ", shared);
   if (per_node != std::floor(per_node) || per_node < 1)
     fail_input(path, "node.devices_per_node: expected a whole number >= 1, got ", per_node);
+  for (const auto& [key, v] : {std::pair<const char*, double>{"device.multiprocessors", sms}, {"device.gemm_tile_m", tile_m},
+                               {"device.gemm_tile_n", tile_n}})
+    if (!std::isnan(v) && v != std::floor(v))
+      fail_input(path, key, ": expected a whole number, got ", v);
   Hardware h;
   h.file = path, h.name = name;
   h.peak_fp32 = peak32 * 1e12, h.peak_tf32 = peak_tf * 1e12, h.peak_bf16 = peak16 * 1e12;
@@ -97,6 +114,11 @@ Hardware Hardware::load(const std::string& path) {
   auto or_else = [](double v, double fallback) { return std::isnan(v) ? fallback : v; };
   h.intra_p2p = {or_else(intra_p2p_bw, intra_bw) * 1e9, or_else(intra_p2p_lat, intra_lat) * 1e-6};
   h.inter_p2p = {or_else(inter_p2p_bw, inter_bw) * 1e9, or_else(inter_p2p_lat, inter_lat) * 1e-6};
+  h.multiprocessors = int(or_else(sms, 0));
+  h.gemm_tile_m = int(or_else(tile_m, 256)), h.gemm_tile_n = int(or_else(tile_n, 128));
+  h.gemm_k_overhead = or_else(k_overhead, 0);
+  h.flash_attention_efficiency = or_else(flash, 0);
+  h.collective_latency = or_else(coll_lat, 0) * 1e-6;
   return h;
 }
 

@@ -13,6 +13,14 @@
 //   [intra_node] / [inter_node]  bandwidth_gbs (per device, one direction, what a ring collective
 //              reaches), latency_us (per message / per ring step); optional p2p_bandwidth_gbs,
 //              p2p_latency_us (one point-to-point message; default: the collective figures)
+// Optional keys of a device (GPU) file; a file without them (this box's) keeps one GEMM efficiency
+// for every shape and no fixed cost per collective:
+//   [device]   multiprocessors (SMs: GEMM tiles run in waves of this many), gemm_tile_m / gemm_tile_n
+//              (the library's largest output tile, default 256 x 128), gemm_k_overhead (a tile's fixed
+//              cost -- prologue, epilogue -- as extra K: a tile of depth K runs at K / (K + this) of
+//              gemm_efficiency), flash_attention_efficiency (fraction of peak a fused attention kernel
+//              reaches, for layouts priced with fused attention)
+//   [node]     collective_latency_us (a collective's fixed cost beyond its ring or tree steps)
 #include <string>
 
 namespace gpt2 {
@@ -33,6 +41,12 @@ struct Hardware {
   double shared_slowdown = 1;
   Link intra, inter;
   Link intra_p2p, inter_p2p;  // one point-to-point message (bandwidth 0: as the collectives)
+  // GEMM efficiency by shape (0 multiprocessors: gemm_efficiency for every GEMM).
+  int multiprocessors = 0;
+  int gemm_tile_m = 256, gemm_tile_n = 128;
+  double gemm_k_overhead = 0;
+  double flash_attention_efficiency = 0;  // 0: not given (fused attention priced as its GEMMs)
+  double collective_latency = 0;          // s per collective
 
   // Peak FLOP/s of the GEMMs at a precision ("fp32": TF32 tensor cores where the device has them,
   // as train.tf32 does; "bf16"); 0 when the device lacks the precision.

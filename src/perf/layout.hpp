@@ -26,9 +26,37 @@ struct Layout {
   std::vector<int> stage_layers;   // blocks per stage; empty: the cost-balanced split
   double bucket_mb = 0;            // gradient bucket MiB; 0: 1 without overlap (MPI), else 25 (NCCL)
   std::string recompute = "none";  // activation recomputation: none | selective | full
+  std::string grad_reduce_dtype = "fp32";   // gradients on the wire between replicas: fp32 | bf16
+  std::string param_gather_dtype = "auto";  // ZeRO's gathers: auto (16-bit matrices when mixed) | fp32
   int recompute_every = 1;         // of every this many blocks, the first recomputes
+  // Priced as other trainers run it (gpt2 simulate --batch's perf.* keys; the trainer itself refuses):
+  // ZeRO shards padded to a multiple of the replicas (DeepSpeed, FSDP) instead of units that share
+  // out evenly.
+  bool pad_shards = false;
+  // ZeRO 1/2: the parameters' all-gather after the update overlapped with the next step's first
+  // forward (Megatron-LM's --overlap-param-gather) instead of ending the step.
+  bool overlap_param_gather = false;
+  // ZeRO 0/1: the gradients reduced once the rank's last backward is done, bucket after bucket (as
+  // Megatron-LM's "local" DDP of 2021 did), instead of each unit's as its last backward completes.
+  bool reduce_after_backward = false;
+  // Attention as one fused kernel (FlashAttention, cuDNN's): no scores in memory, the causal half of
+  // the products at the hardware's flash_attention_efficiency.
+  bool fused_attention = false;
+  // A block's tensor-parallel collectives overlapped with its GEMMs (Megatron-LM's --tp-comm-overlap):
+  // only what exceeds the block's compute is exposed.
+  bool tp_comm_overlap = false;
 
   long long world() const { return (long long)dp * tp * pp * cp; }
+  // What a pipeline's passes cost depends on (every field but the ZeRO level and how the data-parallel
+  // communication runs): a key for caches of the performance model.
+  std::string pass_key() const {
+    std::string k = schedule + '|' + precision + '|' + recompute + '|';
+    for (int v : {dp, tp, pp, cp, microbatches, virtual_stages, recompute_every, int(sequence_parallel), int(fused_attention),
+                  int(tp_comm_overlap)})
+      k += std::to_string(v) + ',';
+    for (int n : stage_layers) k += std::to_string(n) + ';';
+    return k;
+  }
   int bytes_per_value() const { return precision == "fp32" ? 4 : 2; }
   // "dp 2 x tp 1 x pp 2, zero 0, 1f1b, m 4, fp32"
   std::string describe() const {

@@ -97,7 +97,7 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
                      l.tp, ")");
   }
   const int replicas = l.dp * l.cp;  // the ranks that hold the same parameters
-  if (l.zero > 0 && replicas > 1) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over them
+  if (l.zero > 0 && replicas > 1 && !l.pad_shards) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over them
     const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);
     const std::string over = l.cp > 1 ? "parallel.dp * parallel.cp = " : "parallel.dp = ";
     for (const Unit& u : whole.units())

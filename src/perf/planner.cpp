@@ -40,21 +40,20 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
       if (w.batch % dp) continue;
       for (long long m : divisors(w.batch / dp)) {
         if (m > o.max_microbatches) break;
-        for (int zero : levels) {
-          if (zero > 0 && dp == 1) continue;
-          for (const std::string& sched : pp == 1 ? std::vector<std::string>{single} : schedules)
-            // interleaved: 2 and 4 chunks a rank; the others run their own
-            for (int v : ScheduleRegistry::find(sched)->chunks == 0 ? std::vector<int>{2, 4} : std::vector<int>{1})
-              for (const std::string& prec : precisions)
-                for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
-                  for (const std::string& rc : o.recompute) {
+        for (const std::string& sched : pp == 1 ? std::vector<std::string>{single} : schedules)
+          // interleaved: 2 and 4 chunks a rank; the others run their own
+          for (int v : ScheduleRegistry::find(sched)->chunks == 0 ? std::vector<int>{2, 4} : std::vector<int>{1})
+            for (const std::string& prec : precisions)
+              for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+                for (const std::string& rc : o.recompute)
+                  for (int zero : levels) {  // innermost: levels 0-2 often share one pipeline simulation
+                    if (zero > 0 && dp == 1) continue;
                     Layout l;
                     l.dp = int(dp), l.tp = int(tp), l.pp = int(pp), l.zero = zero, l.microbatches = int(m);
                     l.schedule = sched, l.virtual_stages = v, l.precision = prec, l.sequence_parallel = sp;
                     l.recompute = rc, l.cp = int(cp);
                     if (check_layout(w, l).empty()) out.push_back(l);
                   }
-        }
       }
       }
     }
@@ -73,6 +72,10 @@ Plan plan_layouts(const CostModel& cm, const PlanOptions& o) {
     if (lower.peak_memory() > budget) {
       if (plan.too_big == 0 || lower.peak_memory() < plan.smallest_too_big.peak_memory()) plan.smallest_too_big = lower;
       ++plan.too_big;
+      if (o.predict_too_big) {
+        StepPrediction p = predict_step(cm, l, false);
+        if (p.valid()) plan.too_big_layouts.push_back(std::move(p));
+      }
       continue;
     }
     StepPrediction p = predict_step(cm, l, false);
@@ -83,6 +86,7 @@ Plan plan_layouts(const CostModel& cm, const PlanOptions& o) {
     if (p.peak_memory() > budget) {
       if (plan.too_big == 0 || p.peak_memory() < plan.smallest_too_big.peak_memory()) plan.smallest_too_big = p;
       ++plan.too_big;
+      if (o.predict_too_big) plan.too_big_layouts.push_back(std::move(p));
       continue;
     }
     plan.ranked.push_back(std::move(p));

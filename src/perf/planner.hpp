@@ -18,12 +18,14 @@ struct PlanOptions {
   size_t detailed = 50;           // the fastest layouts whose exposed communication is computed
   std::vector<std::string> recompute = {"none", "selective", "full"};  // train.recompute modes to consider
   int max_cp = 8;                 // context-parallel ranks per sequence to consider (those dividing T / 2)
+  bool predict_too_big = false;   // also predict the layouts that do not fit (Plan::too_big_layouts)
 };
 
 struct Plan {
   std::vector<StepPrediction> ranked;  // fitting layouts, fastest first
   size_t considered = 0, invalid = 0, too_big = 0;
   StepPrediction smallest_too_big;     // of the dropped ones, the one needing the least memory
+  std::vector<StepPrediction> too_big_layouts;  // with predict_too_big: the dropped ones, predicted
 };
 
 // The layouts considered (all pass check_layout).

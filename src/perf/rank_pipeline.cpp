@@ -26,6 +26,21 @@ const StageLayout& rank_layout(const ModelConfig& m, const std::vector<BlockRang
 }
 
 Pipeline pipeline_of(const Workload& w, const Layout& l) {
+  // Remembered for the last (model, schedule, ranks, chunks, split) asked: a plan asks for the same
+  // pipeline for many layouts in a row.
+  static std::vector<int> last_key;
+  static Pipeline last;
+  std::vector<int> key = {w.model.n_layer, w.model.n_embd, w.model.n_head, w.model.padded_vocab(), w.seq_len, l.pp,
+                          l.virtual_stages};
+  key.insert(key.end(), l.stage_layers.begin(), l.stage_layers.end());
+  for (char c : l.schedule) key.push_back(c);
+  if (key == last_key) return last;
+  last = make_pipeline(w, l);
+  last_key = key;
+  return last;
+}
+
+Pipeline make_pipeline(const Workload& w, const Layout& l) {
   const ScheduleEntry& e = ScheduleRegistry::get(l.schedule, "parallel.schedule");
   Pipeline pl;
   pl.placement = schedule_placement(e, l.pp, l.virtual_stages);

@@ -30,6 +30,7 @@ struct Pipeline {
   }
 };
 
-Pipeline pipeline_of(const Workload& w, const Layout& l);
+Pipeline pipeline_of(const Workload& w, const Layout& l);  // (the last one asked is remembered)
+Pipeline make_pipeline(const Workload& w, const Layout& l);
 
 }  // namespace gpt2

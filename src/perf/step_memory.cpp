@@ -1,6 +1,7 @@
 // The step model's memory side (perf/step_model.hpp): what each rank holds at rest and at its peak,
 // as ParamStore::memory() and the trainer's activation slots count it.
 #include <algorithm>
+#include <string>
 
 #include "model/activation_sizes.hpp"
 #include "model/stage_layout.hpp"
@@ -51,17 +52,52 @@ std::vector<double> StepPrediction::memory_per_rank() const {
   return out;
 }
 
-std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& in_flight) {
-  const ShardPolicy policy = zero_policy(l.zero);
+namespace {
+// What predict_memory needs of a pipeline rank whatever its ZeRO level and microbatches in flight.
+struct RankShape {
+  double psi = 0, largest = 0, slot = 0, scratch = 0, shared = 0;
+};
+
+// Every rank's, remembered for the last layout asked: a plan asks again for each ZeRO level and
+// once more with the simulated microbatches in flight.
+const std::vector<RankShape>& rank_shapes(const Workload& w, const Layout& l) {
+  static std::string last_key;
+  static std::vector<RankShape> last;
+  const ModelConfig& m = w.model;
+  std::string key = l.pass_key();
+  for (long long v : {(long long)m.n_layer, (long long)m.n_head, (long long)m.n_embd, (long long)m.vocab_size,
+                      (long long)m.block_size, (long long)w.seq_len, (long long)w.batch})
+    key += std::to_string(v) + ',';
+  if (key == last_key) return last;
+  last.clear();
   const Pipeline pipe = pipeline_of(w, l);
   const int b = int(w.batch / l.dp / l.microbatches);
-  std::vector<RankMemory> out;
   for (int r = 0; r < l.pp; ++r) {
     const std::vector<BlockRange> chunks = pipe.chunks_of(r);
     const StageLayout& sl = rank_layout(w.model, chunks, l.tp);
-    const double psi = double(sl.local_size()), shard = policy.optimizer ? psi / (l.dp * l.cp) : psi;
-    double largest = 0;
-    for (const Unit& u : sl.units()) largest = std::max(largest, double(u.range.size()));
+    RankShape rs;
+    rs.psi = double(sl.local_size());
+    for (const Unit& u : sl.units()) rs.largest = std::max(rs.largest, double(u.range.size()));
+    // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.
+    for (const BlockRange& c : chunks) {
+      double per_mb = 0, sc = 0, sh = 0;
+      activation_memory(w, l, c, sl.local_vocab(), pipe.split_backward, b, per_mb, sc, sh);
+      rs.slot = std::max(rs.slot, per_mb), rs.scratch += sc, rs.shared += sh;
+    }
+    last.push_back(rs);
+  }
+  last_key = key;
+  return last;
+}
+}  // namespace
+
+std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const std::vector<int>& in_flight) {
+  const ShardPolicy policy = zero_policy(l.zero);
+  const std::vector<RankShape>& shapes = rank_shapes(w, l);
+  std::vector<RankMemory> out;
+  for (int r = 0; r < l.pp; ++r) {
+    const RankShape& rs = shapes[size_t(r)];
+    const double psi = rs.psi, shard = policy.optimizer ? psi / (l.dp * l.cp) : psi;
     // As ParamStore::memory() counts it: the trainer keeps fp32 masters and gradients in every
     // precision, and under bf16 / fp16 16-bit working copies: of the whole parameters where it keeps
     // them whole (ZeRO 0-2), and of the shard (ZeRO 1-3; the gather's small tables left out).
@@ -71,17 +107,10 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
                (mixed ? 2 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) : 0);
     m.grads = 4 * ((policy.grads ? 0 : psi) + (policy.optimizer ? shard : 0));
     m.optimizer = 8 * shard;
-    // The executor's slots hold the largest chunk's activations; every chunk's Stage has scratch.
-    double slot = 0, scratch = 0, shared = 0;
-    for (const BlockRange& c : chunks) {
-      double per_mb = 0, s = 0, sh = 0;
-      activation_memory(w, l, c, sl.local_vocab(), pipe.split_backward, b, per_mb, s, sh);
-      slot = std::max(slot, per_mb), scratch += s, shared += sh;
-    }
-    m.activations = slot * in_flight[size_t(r)] + shared;
+    m.activations = rs.slot * in_flight[size_t(r)] + rs.shared;
     // ZeRO's pooled workspaces: about two units' gradients (2, 3) and two gathered units (3; with
     // their 16-bit matrices under mixed precision).
-    m.workspace = scratch + largest * ((policy.grads ? 8 : 0) + (policy.params ? (mixed ? 12 : 8) : 0));
+    m.workspace = rs.scratch + rs.largest * ((policy.grads ? 8 : 0) + (policy.params ? (mixed ? 12 : 8) : 0));
     out.push_back(m);
   }
   return out;

@@ -96,6 +96,26 @@ TEST(Hardware, ReadsEveryKeyAndNamesAMissingOne) {
   negative.replace(negative.find("memory_gb = 16"), 14, "memory_gb = -1");
   EXPECT_NE(error_of([&] { Hardware::load(write_file("hw_neg.toml", negative)); }).find("memory_gb"), std::string::npos);
   EXPECT_NE(error_of([] { Hardware::load("/nonexistent/hw.toml"); }).find("/nonexistent/hw.toml"), std::string::npos);
+
+  // Optional keys of a device file: GEMM efficiency by shape and a collective's fixed cost.
+  EXPECT_EQ(h.multiprocessors, 0);  // (absent: one efficiency for every GEMM)
+  EXPECT_DOUBLE_EQ(h.collective_latency, 0);
+  std::string device = kFullHardware;
+  const std::string after = "gemm_efficiency = 0.5\n";
+  device.insert(device.find(after) + after.size(),
+                "multiprocessors = 108\ngemm_tile_m = 128\ngemm_k_overhead = 256\nflash_attention_efficiency = 0.4\n");
+  device.insert(device.find("shared_slowdown"), "collective_latency_us = 8.4\n");
+  const Hardware d = Hardware::load(write_file("hw_device.toml", device));
+  EXPECT_EQ(d.multiprocessors, 108);
+  EXPECT_EQ(d.gemm_tile_m, 128);
+  EXPECT_EQ(d.gemm_tile_n, 128);  // the default
+  EXPECT_DOUBLE_EQ(d.gemm_k_overhead, 256);
+  EXPECT_DOUBLE_EQ(d.flash_attention_efficiency, 0.4);
+  EXPECT_DOUBLE_EQ(d.collective_latency, 8.4e-6);
+  std::string half_sm = device;
+  half_sm.replace(half_sm.find("multiprocessors = 108"), 21, "multiprocessors = 1.5");
+  EXPECT_NE(error_of([&] { Hardware::load(write_file("hw_half_sm.toml", half_sm)); }).find("device.multiprocessors"),
+            std::string::npos);
 }
 
 TEST(Hardware, GroupsInsideANodeUseItsLinks) {
@@ -214,11 +234,74 @@ TEST(CostModel, CollectivesFollowTheRingFormulas) {
   EXPECT_NEAR(cm.all_reduce(S, 2, 1), 2 * 1e-6 + S / 100e9, 1e-12);
   EXPECT_NEAR(cm.all_reduce(S, 8, 1), 14 * 1e-6 + 2.0 * 7 / 8 * S / 100e9, 1e-12);
   EXPECT_NEAR(cm.reduce_scatter(S, 4, 1), 3 * 1e-6 + 0.75 * S / 100e9, 1e-12);
-  EXPECT_NEAR(cm.all_reduce(S, 16, 1), 30 * 5e-6 + 2.0 * 15 / 16 * S / 10e9, 1e-12);  // spans nodes
+  // Two nodes: of the ring's 30 steps, 2 cross a node at the network's latency (NCCL's own model),
+  // the data at the network's bandwidth.
+  EXPECT_NEAR(cm.all_reduce(S, 16, 1), 28 * 1e-6 + 2 * 5e-6 + 2.0 * 15 / 16 * S / 10e9, 1e-12);
   EXPECT_NEAR(cm.send(S, 1), 1e-6 + S / 100e9, 1e-12);
   CostModel free = cm;
   free.set_free_communication(true);
   EXPECT_DOUBLE_EQ(free.all_reduce(S, 8, 1), 0);
+}
+
+TEST(CostModel, CollectivesFollowTheTopology) {
+  Hardware h = test_hardware();
+  h.collective_latency = 10e-6;
+  const CostModel cm(small_model(), h);
+  EXPECT_EQ(cm.group(16, 1).per_node, 8);  // ranks fill nodes in order
+  EXPECT_EQ(cm.group(16, 1).nodes, 2);
+  EXPECT_EQ(cm.group(4, 8).per_node, 1);   // tp 8 between them: one a node
+  EXPECT_EQ(cm.group(4, 8).nodes, 4);
+  EXPECT_EQ(cm.group(2, 4).nodes, 1);
+  // A ring's steps inside a node at the node's latency, the ones between nodes at the network's,
+  // and the collective's fixed cost once.
+  EXPECT_NEAR(cm.reduce_scatter(0, 16, 1), 10e-6 + 14 * 1e-6 + 1 * 5e-6, 1e-15);
+  EXPECT_NEAR(cm.all_gather(0, 4, 8), 10e-6 + 3 * 5e-6, 1e-15);
+  // Across many nodes a small all-reduce takes NCCL's tree: 2 (7 intra + log2(128) inter) hops
+  // instead of the ring's 2 x 1023 steps.
+  const double tree = 10e-6 + 2 * (7 * 1e-6 + 7 * 5e-6) + 2.0 * 1024 / (0.9 * 10e9);
+  EXPECT_NEAR(cm.all_reduce(1024, 1024, 1), tree, 1e-12);
+  EXPECT_GT(10e-6 + (2 * 1023 - 2 * 127) * 1e-6 + 2 * 127 * 5e-6, 5 * tree);
+  // Large buffers: the ring (its bandwidth term is the smaller).
+  EXPECT_NEAR(cm.all_reduce(1e10, 1024, 1), 10e-6 + (2 * 1023 - 2 * 127) * 1e-6 + 2 * 127 * 5e-6 + 2.0 * 1023 / 1024 * 1e10 / 10e9,
+              1e-9);
+}
+
+TEST(CostModel, GemmEfficiencyFollowsTheShape) {
+  Hardware h = test_hardware();  // 100 TFLOP/s fp32 at 0.5, 1 TB/s at 0.5
+  const Gemm square{2560, 1280, 4096};
+  EXPECT_DOUBLE_EQ(CostModel(small_model(), h).gemm_seconds(square, "fp32"), square.flops() / (100e12 * 0.5));
+  h.multiprocessors = 100, h.gemm_tile_m = 256, h.gemm_tile_n = 128;
+  const CostModel cm(small_model(), h);
+  // 10 x 10 = 100 large tiles: one full wave, at gemm_efficiency.
+  EXPECT_NEAR(cm.gemm_seconds(square, "fp32"), square.flops() / (100e12 * 0.5), 1e-9 * cm.gemm_seconds(square, "fp32"));
+  // One row more needs a second wave (or smaller, slower tiles): far slower than its 0.04% more work.
+  EXPECT_GT(cm.gemm_seconds({2561, 1280, 4096}, "fp32"), 1.3 * cm.gemm_seconds(square, "fp32"));
+  // A tile's fixed cost as extra depth: K = 4096 plus 4096 runs at half the rate.
+  Hardware slow_tiles = h;
+  slow_tiles.gemm_k_overhead = 4096;
+  EXPECT_NEAR(CostModel(small_model(), slow_tiles).gemm_seconds(square, "fp32"), 2 * cm.gemm_seconds(square, "fp32"),
+              1e-9 * cm.gemm_seconds(square, "fp32"));
+  // A skinny GEMM is bound by its memory traffic: A and B read, C written, 4 bytes a value in fp32.
+  const Gemm skinny{1 << 20, 8, 8};
+  const double traffic = 4.0 * ((1 << 20) * 8.0 * 2 + 64);
+  EXPECT_NEAR(cm.gemm_seconds(skinny, "fp32"), traffic / (1e12 * 0.5), 1e-9 * traffic / 5e11);
+  // Larger blocks run closer to the peak: a block's forward per FLOP, C 256 against C 2048.
+  Workload narrow = small_model(), wide = small_model();
+  wide.model.n_embd = 2048, wide.model.n_head = 16;
+  Layout l;
+  auto per_flop = [&](const Workload& w) {
+    const CostModel c(w, h);
+    const Work f = c.unit_work(1, 4, l).forward;
+    return c.modelled(f, "fp32") / (f.gemm_flops + f.attention_flops);
+  };
+  EXPECT_LT(per_flop(wide), 0.8 * per_flop(narrow));
+  // Unit work carries every GEMM's shape: the block's four forward GEMMs add up to its FLOPs.
+  const Work f = cm.unit_work(1, 4, l).forward;
+  double sum = 0;
+  for (int i = 0; i < f.n_gemms; ++i) sum += f.gemms[i].flops();
+  EXPECT_DOUBLE_EQ(sum, f.gemm_flops);
+  EXPECT_EQ(f.n_gemms, 4);
+  EXPECT_EQ(f.n_attention, 2);
 }
 
 TEST(StepModel, OneRankIsTheSumOfItsParts) {
@@ -282,6 +365,70 @@ TEST(StepModel, SlowerLinksNeverMakeAStepFaster) {
   Layout dp;
   dp.dp = 8, dp.microbatches = 1;
   EXPECT_GT(predict_step(CostModel(w, test_hardware(0.0)), dp).step_s, predict_step(CostModel(w, fast), dp).step_s);
+}
+
+TEST(StepModel, ZeroThreeGathersAndReductionsShareTheLinks) {
+  // ZeRO-3 over 64 ranks (8 nodes) on a slow network: each unit's parameters gathered for its
+  // forward and again for its backward, and its gradient reduce-scattered, one after another on the
+  // same links -- the step takes at least those three passes over the parameters.
+  Hardware h = test_hardware();
+  h.inter = {1e9, 5e-6};
+  const Workload w = gpt2_124m(64);
+  const CostModel cm(w, h);
+  Layout l;
+  l.dp = 64, l.zero = 3, l.bucket_mb = 1e6;  // one collective a unit
+  const StepPrediction p = predict_step(cm, l);
+  ASSERT_TRUE(p.valid()) << p.problem;
+  const double psi = double(ParamLayout(w.model).total());
+  const double pass = cm.all_gather(4 * psi, 64, 1);  // fp32: every value 4 bytes
+  EXPECT_GT(p.step_s, 3 * pass);
+  EXPECT_GT(p.exposed_comm_s, 2 * pass);  // far more than the compute hides
+  // The same with the trainer's 25 MiB buckets: every bucket pays the ring's latency.
+  Layout small = l;
+  small.bucket_mb = 25;
+  EXPECT_GT(predict_step(cm, small).step_s, p.step_s);
+}
+
+TEST(StepModel, OtherTrainersWaysArePriced) {
+  // perf.* of gpt2 simulate --batch: how published systems ran a layout.
+  Hardware h = test_hardware();
+  h.multiprocessors = 108;
+  const Workload w = gpt2_124m(64);
+  const CostModel cm(w, h);
+  Layout dp;
+  dp.dp = 8, dp.microbatches = 1;
+  Layout after = dp;
+  after.reduce_after_backward = true;  // Megatron-LM 2021's local DDP: nothing overlaps
+  EXPECT_GT(predict_step(cm, after).step_s, predict_step(cm, dp).step_s);
+  Layout z1 = dp;
+  z1.zero = 1;
+  Layout hidden = z1;
+  hidden.overlap_param_gather = true;  // the all-gather behind the next forward
+  EXPECT_LT(predict_step(cm, hidden).step_s, predict_step(cm, z1).step_s);
+  Layout fused = dp;
+  fused.fused_attention = true;  // no scores in memory (and no flash efficiency given: its GEMMs)
+  EXPECT_LT(predict_step(cm, fused).step_s, predict_step(cm, dp).step_s);
+  Layout tp;
+  tp.tp = 4, tp.dp = 2;
+  Layout overlapped = tp;
+  overlapped.tp_comm_overlap = true;
+  EXPECT_LT(predict_step(cm, overlapped).step_s, predict_step(cm, tp).step_s);
+  // Shards padded as DeepSpeed and FSDP pad them: a dp that divides no unit is priced, not refused.
+  Layout odd;
+  odd.dp = 1024, odd.zero = 1;
+  const Workload big = gpt2_124m(1024);
+  EXPECT_NE(check_layout(big, odd), "");
+  odd.pad_shards = true;
+  EXPECT_EQ(check_layout(big, odd), "");
+  // The gradients' wire type: fp32 by default (parallel.grad_reduce_dtype), as the trainer sends them.
+  Layout half = dp;
+  half.precision = "bf16";
+  Layout half_wire = half;
+  half_wire.grad_reduce_dtype = "bf16";
+  Hardware slow = h;
+  slow.inter = slow.intra = {1e9, 5e-6};
+  const CostModel sc(w, slow);
+  EXPECT_LT(predict_step(sc, half_wire).exposed_comm_s, predict_step(sc, half).exposed_comm_s);
 }
 
 TEST(StepModel, MemoryFollowsTheZeroTable) {
