@@ -18,14 +18,15 @@ struct PlanArgs {
   std::vector<std::string> sets;
   long long gpus = 0, batch = 0;
   int top = 10;
-  bool json = false;
+  bool json = false, all = false;
 };
 
 double gib(double b) { return b / 1073741824.0; }
 
-void json_prediction(Json& j, const StepPrediction& p) {
+void json_prediction(Json& j, const StepPrediction& p, int fits = -1) {
   const Layout& l = p.layout;
   j.begin_object();
+  if (fits >= 0) j.key("fits").value(fits == 1);
   j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("cp").value(l.cp).key("zero").value(l.zero);
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
   j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
@@ -33,6 +34,7 @@ void json_prediction(Json& j, const StepPrediction& p) {
   j.key("recompute").value(l.recompute).key("recompute_every").value(l.recompute_every);
   j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s).key("mfu").value(p.mfu);
   j.key("bubble").value(p.bubble).key("exposed_comm_ms").value(p.exposed_comm_s * 1e3);
+  j.key("exposed_comm_known").value(p.exposed_comm_known);
   j.key("compute_ms").value(p.compute_s * 1e3).key("peak_memory_bytes").value(p.peak_memory());
   j.end();
 }
@@ -107,6 +109,9 @@ Run add_plan(CLI::App& app) {
                 "hardware's peak x gemm_efficiency");
   c->add_option("--top", a->top, "Layouts to list")->check(positive_count());
   c->add_flag("--json", a->json, "Print one JSON object (the ranked layouts and the counts)");
+  c->add_flag("--all", a->all,
+              "With --json: every layout, the ones that do not fit predicted too (\"fits\": false), for "
+              "analysis/plot_plan.py; slower");
   c->footer("Example:\n  gpt2 plan inputs/gpt2-124M.toml --hardware inputs/hardware/h100.toml --gpus 1024");
   return [a]() -> int {
     const auto t0 = std::chrono::steady_clock::now();
@@ -127,6 +132,7 @@ Run add_plan(CLI::App& app) {
     PlanOptions o;
     o.devices = a->gpus;
     o.detailed = size_t(a->top);
+    o.predict_too_big = a->all;
     Plan plan = plan_layouts(cm, o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const size_t shown = std::min(plan.ranked.size(), size_t(a->top));
@@ -138,9 +144,11 @@ Run add_plan(CLI::App& app) {
       j.key("gpus").value(a->gpus).key("global_batch").value((long long)w.batch).key("seq_len").value(w.seq_len);
       j.key("considered").value((unsigned long long)plan.considered).key("fitting").value((unsigned long long)plan.ranked.size());
       j.key("too_big").value((unsigned long long)plan.too_big).key("invalid").value((unsigned long long)plan.invalid);
-      j.key("seconds").value(seconds);
+      j.key("seconds").value(seconds).key("usable_memory_bytes").value(o.usable_memory * hw.memory_bytes);
       j.key("layouts").begin_array();
-      for (size_t i = 0; i < shown; ++i) json_prediction(j, plan.ranked[i]);
+      for (size_t i = 0; i < (a->all ? plan.ranked.size() : shown); ++i) json_prediction(j, plan.ranked[i], a->all ? 1 : -1);
+      if (a->all)
+        for (const StepPrediction& p : plan.too_big_layouts) json_prediction(j, p, 0);
       j.end().end();
       std::printf("%s\n", j.str().c_str());
       return plan.ranked.empty() ? 1 : 0;
@@ -149,9 +157,13 @@ Run add_plan(CLI::App& app) {
                 w.model.describe().c_str(), w.seq_len, (long long)w.batch, (long long)w.batch * w.seq_len, a->gpus,
                 hw.name.c_str(), hw.file.c_str());
     if (cal) std::printf("costs: calibrated from %s\n", cal->path.c_str());
-    if (!node_note.empty()) std::printf("%s\n", node_note.c_str());
+    else if (hw.multiprocessors > 0)
+      std::printf("costs: uncalibrated: GEMMs by shape (tiles in waves over %d multiprocessors, up to %.0f%% of peak), "
+                  "%.0f%% of memory bandwidth for the rest\n",
+                  hw.multiprocessors, 100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
     else std::printf("costs: uncalibrated: %.0f%% of peak for GEMMs, %.0f%% of memory bandwidth for the rest\n",
                      100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
+    if (!node_note.empty()) std::printf("%s\n", node_note.c_str());
     std::printf("%zu layouts: %zu fit in %.0f%% of %.1f GiB, %zu do not, %zu invalid; %.2f s\n\n", plan.considered,
                 plan.ranked.size(), 100 * o.usable_memory, gib(hw.memory_bytes), plan.too_big, plan.invalid, seconds);
     if (plan.ranked.empty()) {

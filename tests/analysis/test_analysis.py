@@ -4,7 +4,8 @@
 Makes its own data (llm.c token shards written here) and input deck in --workdir, runs small
 trainings with trace.file set (2-rank pipeline 1f1b and gpipe with 4 microbatches, 2-rank data
 parallel, 1 rank), reads the traces back with h5py and checks their structure, then runs every script
-in analysis/ on them and checks exit status 0 and non-empty PNG/JSON outputs.
+in analysis/ on them and checks exit status 0 and non-empty PNG/JSON outputs; plot_plan.py plots
+`gpt2 plan --json --all` of the same model on 8 H100s.
 
 Trace checks:
   * /meta matches the run (world_size, dp, pp, microbatches, schedule, tokens_per_step);
@@ -281,6 +282,31 @@ def run_scripts(args, env, traces):
         check(False, f"to_perfetto.py: unreadable output {pf} ({e})")
 
 
+def check_plot_plan(args, env, deck):
+    """analysis/plot_plan.py over a small plan: gpt2 plan --json --all of the test's model on 8 H100s."""
+    py = sys.executable
+    plan = os.path.join(args.workdir, "plots", "plan.json")
+    os.makedirs(os.path.dirname(plan), exist_ok=True)
+    hw = os.path.join(HERE, "..", "..", "inputs", "hardware", "h100.toml")
+    p = subprocess.run([args.gpt2, "plan", deck, "--hardware", hw, "--gpus", "8", "--global-batch", "64", "--json",
+                        "--all"], cwd=args.workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    if p.returncode != 0:
+        check(False, f"gpt2 plan --json --all of the test's model failed: {p.stderr.strip()}")
+        return
+    with open(plan, "w") as f:
+        f.write(p.stdout)
+    p = run([py, os.path.join(ANALYSIS, "plot_plan.py"), "--help"], args.workdir, env, echo=False)
+    check(p is not None and "usage" in p.stdout, "plot_plan.py --help prints no usage")
+    png = os.path.join(args.workdir, "plots", "plan.png")
+    p = run([py, os.path.join(ANALYSIS, "plot_plan.py"), plan, "--out", png], args.workdir, env)
+    check_png(png)
+    check(p is not None and "Pareto front" in p.stdout and "chosen" in p.stdout,
+          "plot_plan.py names no Pareto front or chosen layout")
+    p = subprocess.run([py, os.path.join(ANALYSIS, "plot_plan.py"), deck, "--out", png], cwd=args.workdir, env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    check(p.returncode != 0 and "not the JSON of gpt2 plan" in p.stderr, "plot_plan.py accepts a file that is no plan")
+
+
 def check_checkpoint_report(args, env, folder):
     """analysis/checkpoint_report.py on the ZeRO-3 run's HDF5 checkpoint: its step, the layout that
     wrote it, every tensor at its global shape; a PNG; a trace is refused (exit 2)."""
@@ -346,6 +372,7 @@ def main():
     check_trace(traces["dp2_zero3"], 2, 2, 1, 1, None)
     if all(os.path.isfile(t) for t in traces.values()):
         run_scripts(args, env, traces)
+    check_plot_plan(args, env, deck)
 
     if failures:
         print(f"\n{len(failures)} check(s) failed:\n  " + "\n  ".join(failures))
