@@ -30,7 +30,7 @@ std::string default_hardware() { return std::string(GPT2_HARDWARE_DIR) + "/devbo
 
 namespace {
 struct SimulateArgs {
-  std::string config, calibrate, hardware, precision = "fp32";
+  std::string config, calibrate, hardware, precision = "fp32", batch;
   std::vector<std::string> sets;
   long long ranks = 0;
   bool json = false, measure = false, print_schedule = false;
@@ -127,6 +127,10 @@ void print_text(const StepPrediction& p, const SimulateArgs& a, const CostModel&
                 cal->path.c_str(), cal->has_units ? "unit events" : "stage events shared out by FLOPs",
                 cal->blas_threads > 0 ? (", " + std::to_string(cal->blas_threads) + " BLAS thread(s)").c_str() : "",
                 cal->microbatch, cal->tp, cal->steps_used, cal->forward.block * 1e3, cal->backward.block * 1e3);
+  else if (cm.hardware().multiprocessors > 0)
+    std::printf("calibration: none (GEMMs by shape: tiles in waves over %d multiprocessors at up to %.2f of peak; "
+                "bandwidth x %.2f)\n",
+                cm.hardware().multiprocessors, cm.hardware().gemm_efficiency, cm.hardware().memory_efficiency);
   else
     std::printf("calibration: none (the hardware's peak x gemm_efficiency %.2f, bandwidth x %.2f)\n",
                 cm.hardware().gemm_efficiency, cm.hardware().memory_efficiency);
@@ -211,6 +215,9 @@ Run add_simulate(CLI::App& app) {
   c->add_flag("--measure-comm", a->measure,
               "Measure this machine's point-to-point and collective times (run under mpiexec -n 2) and print "
               "hardware-file lines");
+  c->add_option("--batch", a->batch,
+                 "Predict every line of this file (\"-\": standard input) -- key=value words: id, hardware, precision, "
+                 "ranks, section.key overrides of CONFIG -- one JSON line each (src/app/simulate_batch.cpp)");
   c->add_flag("--print-schedule", a->print_schedule,
               "Print the deck's pipeline schedule as a schedule file (each rank's F, B, W passes), to edit and run "
               "with parallel.schedule_file");
@@ -220,6 +227,7 @@ Run add_simulate(CLI::App& app) {
   return [a]() -> int {
     if (a->measure) return measure_comm();
     if (a->config.empty()) fail_input("gpt2 simulate", "expected an input deck (CONFIG), or --measure-comm");
+    if (!a->batch.empty()) return simulate_batch(a->config, a->batch, a->hardware, a->precision);
     RunConfig cfg = RunConfig::load(a->config, a->sets);
     std::string dp_note;
     const long long pt = (long long)cfg.parallel.pp * cfg.parallel.tp;

@@ -22,6 +22,11 @@ Run add_simulate(CLI::App& app);
 Run add_plan(CLI::App& app);
 Run add_eval(CLI::App& app);
 
+// gpt2 simulate CONFIG --batch FILE: one prediction per line of FILE ("-": standard input), one JSON
+// line each (src/app/simulate_batch.cpp); hardware and precision: the defaults of a line.
+int simulate_batch(const std::string& config, const std::string& file, const std::string& hardware,
+                   const std::string& precision);
+
 // The hardware file simulate and plan use without --hardware: this development box's.
 std::string default_hardware();
 // A validator for counts (--gpus, --top, ...): one line, "a positive whole number is needed, got 0",

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """gpt2 simulate and gpt2 plan end to end (ctest: perf_model): a one-rank calibration trace of a tiny
-model, predictions from it (JSON keys, one memory entry per rank, a pipeline's bubble), the plan for
-GPT-2 124M on 1024 H100s (ranked, fitting), and bad input: a trace of another model shape, a hardware
-file missing a key, a file that is no trace, ranks that do not fit the grid -- each one line naming the
-input, exit status 2.
+model, predictions from it (JSON keys, one memory entry per rank, a pipeline's bubble), many
+predictions in one process (simulate --batch: one JSON line each, a bad line named and the rest
+predicted), the plan for GPT-2 124M on 1024 H100s (ranked, fitting) and for GPT-2 1.5B on 64 H100s
+(--json --all: the layouts that do not fit too; in seconds, not minutes), and bad input: a trace of
+another model shape, a hardware file missing a key, a file that is no trace, ranks that do not fit
+the grid -- each one line naming the input, exit status 2.
 """
 import json
 import os
@@ -57,6 +59,27 @@ def main():
     r = run("simulate", P("tiny.toml"))
     c.check(r.rc == 0 and "calibration: none" in r.out, "without a trace: the hardware's peak")
 
+    # Many predictions in one process: one JSON line each, in order; a line the model refuses gets
+    # its error and the others still run (exit 1).
+    with open(P("batch.txt"), "w") as f:
+        f.write("# a comment\n"
+                f"id=dp2 ranks=2 hardware={os.path.join(ROOT, 'inputs', 'hardware', 'a100.toml')} precision=bf16\n"
+                "\n"
+                "id=pp2 parallel.pp=2 parallel.microbatches=4 parallel.schedule=gpipe perf.fused_attention=true\n"
+                "id=bad parallel.tp=5\n")
+    r = run("simulate", P("tiny.toml"), "--batch", P("batch.txt"))
+    out = [json.loads(x) for x in r.out.splitlines() if x.strip()]
+    c.check(r.rc == 1 and [x.get("id") for x in out] == ["dp2", "pp2", "bad"], f"--batch: three lines in order, exit 1 ({r.rc}: {r.out}{r.err})")
+    if len(out) == 3:
+        c.check(out[0].get("world_size") == 2 and out[0].get("step_ms", 0) > 0 and "a100" in out[0].get("hardware", ""),
+                f"--batch: ranks and hardware per line: {out[0]}")
+        c.check("dp 1 x tp 1 x pp 2" in out[1].get("layout", "") and out[1].get("step_ms", 0) > 0, f"--batch: {out[1]}")
+        c.check("parallel.tp" in out[2].get("error", ""), f"--batch: the refused line names its key: {out[2]}")
+    with open(P("batch_bad.txt"), "w") as f:
+        f.write("id=x perf.no_such=true\n")
+    r = run("simulate", P("tiny.toml"), "--batch", P("batch_bad.txt"))
+    c.check(r.rc == 1 and "perf.no_such" in r.out, f"--batch: an unknown perf key is named ({r.out})")
+
     # The plan at scale.
     r = run("plan", os.path.join(ROOT, "inputs", "gpt2-124M.toml"), "--hardware",
             os.path.join(ROOT, "inputs", "hardware", "h100.toml"), "--gpus", "1024", "--json")
@@ -67,6 +90,17 @@ def main():
         c.check(len(tok) > 1 and tok == sorted(tok, reverse=True), "ranked by tokens/s")
         c.check(all(x["dp"] * x["tp"] * x["pp"] == 1024 for x in d["layouts"]), "every layout uses 1024 GPUs")
         c.check(d["fitting"] > 0 and d["considered"] >= d["fitting"], "counts")
+    # GPT-2 1.5B on 64 H100s, every layout (for analysis/plot_plan.py): those that do not fit too. The
+    # plan itself answers in under a second on an idle box; 5 s here keeps a loaded one from failing.
+    r = run("plan", os.path.join(ROOT, "inputs", "gpt2-1.5B.toml"), "--hardware",
+            os.path.join(ROOT, "inputs", "hardware", "h100.toml"), "--gpus", "64", "--json", "--all")
+    c.check(r.rc == 0, f"plan 1.5B on 64 H100s exits 0 ({r.err.strip()})")
+    if r.rc == 0:
+        d = json.loads(r.out)
+        fits = [x for x in d["layouts"] if x["fits"]]
+        c.check(len(fits) == d["fitting"] and len(d["layouts"]) > len(fits), "--all: every fitting layout and others")
+        c.check(all(x["peak_memory_bytes"] <= d["usable_memory_bytes"] for x in fits), "the fitting ones fit")
+        c.check(d["seconds"] < 5, f"the plan took {d['seconds']:.2f} s")
     r = run("plan", os.path.join(ROOT, "inputs", "gpt2-124M.toml"), "--hardware",
             os.path.join(ROOT, "inputs", "hardware", "h100.toml"), "--gpus", "8")
     c.check(r.rc == 0 and "best:" in r.out, f"plan text names the best layout ({r.err.strip()})")
