@@ -13,8 +13,8 @@
 #     distribution put it (NodeList, tasks per node); tensor-, context- and pipeline-parallel groups
 #     whose ranks fit in a node are on one host; pipelines that do not fit cross the node boundary
 #     (pp.slurm: stages 1 -> 2; the cp x tp job: stage 0 on one node, stage 1 on the other);
-#     gpt2 simulate --calibrate with the dp job's trace takes its node size (2 ranks a host) over
-#     the hardware file's;
+#     gpt2 simulate and gpt2 plan --calibrate with the dp job's trace take its node size (2 ranks
+#     a host) over the hardware file's;
 #  3. a checkpoint written from two nodes (the cp x tp job's step 4: every rank its part of one HDF5
 #     file) resumed on one node (dp.slurm -N 1: dp 2) and on one rank (gpt2 train): steps 5..8
 #     equal the one-rank run's losses;
@@ -284,6 +284,10 @@ if out=$("$BIN" simulate "$DECK" --hardware "$SRC/inputs/hardware/h100.toml" --c
 else
   fail "gpt2 simulate --calibrate did not take the node size (2) from the trace: $(head -n 3 <<<"$out")"
 fi
+n=$("$BIN" plan "$DECK" --hardware "$SRC/inputs/hardware/h100.toml" --gpus 16 --calibrate "$TRACE_DP" --json 2>&1 |
+  $PY -c 'import json, sys; print(json.load(sys.stdin)["devices_per_node"])' 2>&1)
+[[ $n == 2 ]] && ok "gpt2 plan --calibrate: devices_per_node 2 from the trace" ||
+  fail "gpt2 plan --calibrate did not take the node size (2) from the trace: $n"
 # MPI between the nodes went over the bridge (TCP), not through shared memory.
 moved=$((BYTES1 - BYTES0))
 ((moved > 2000000)) && ok "the nodes' links carried $((moved / 1000)) kB during those jobs (MPI over TCP)" ||
