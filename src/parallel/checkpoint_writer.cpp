@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <Kokkos_Core.hpp>
+
 #include "core/error.hpp"
 #include "model/checkpoint_h5.hpp"
 #include "model/hdf5_attributes.hpp"
@@ -54,6 +56,21 @@ uint64_t file_bound(const std::vector<size_t>& stored, size_t sections) {
   uint64_t data = 0;
   for (size_t n : stored) data += (uint64_t(n) * 4 + DirectWriter::kBlock - 1) / DirectWriter::kBlock * DirectWriter::kBlock;
   return (uint64_t(2) << 20) + data * sections + stored.size() * sections * DirectWriter::kBlock;
+}
+
+// run_checksum over the host's threads, in blocks (the synchronous path: its threads are idle; the
+// background writer's thread must not start Kokkos work beside the step's).
+uint64_t checksum_on_host_threads(const float* values, uint64_t first, size_t n) {
+  constexpr size_t kBlock = size_t(1) << 14;
+  uint64_t sum = 0;
+  Kokkos::parallel_reduce(
+      "checkpoint_checksum", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, (n + kBlock - 1) / kBlock),
+      [=](size_t b, uint64_t& acc) {
+        const size_t at = b * kBlock;
+        acc += run_checksum(values + at, first + at, std::min(kBlock, n - at));
+      },
+      sum);
+  return sum & kChecksumMask;
 }
 
 }  // namespace
@@ -176,7 +193,7 @@ std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section
   return out;
 }
 
-void H5CheckpointWriter::write_pieces(const std::vector<Piece>& ps, const Fetch& fetch) {
+void H5CheckpointWriter::write_pieces(const std::vector<Piece>& ps, const Fetch& fetch, bool host_threads) {
   if (!out_) out_ = std::make_unique<DirectWriter>(tmp_, buffer_bytes_);
   for (const Piece& p : ps) {
     uint64_t sum = uint64_t(sums_[p.dataset]);
@@ -184,7 +201,8 @@ void H5CheckpointWriter::write_pieces(const std::vector<Piece>& ps, const Fetch&
       const double t0 = MPI_Wtime();
       float* values = reinterpret_cast<float*>(dst);
       fetch(p.value + from / 4, n / 4, values);
-      sum += run_checksum(values, p.element + from / 4, n / 4);  // (while the values are in cache)
+      sum += host_threads ? checksum_on_host_threads(values, p.element + from / 4, n / 4)
+                          : run_checksum(values, p.element + from / 4, n / 4);  // (while the values are in cache)
       phases_.fill += MPI_Wtime() - t0;
     });
     sums_[p.dataset] = int64_t(sum & kChecksumMask);
@@ -204,7 +222,7 @@ void H5CheckpointWriter::write_section(const std::string& section, const ParamSt
   const size_t si = size_t(std::find(sections_.begin(), sections_.end(), section) - sections_.begin());
   if (si == sections_.size()) fail("H5CheckpointWriter: unknown section ", section);
   const double t0 = MPI_Wtime(), fill0 = phases_.fill;
-  write_pieces(pieces(si, mine), fetch);
+  write_pieces(pieces(si, mine), fetch, /*host_threads=*/true);
   phases_.disk += MPI_Wtime() - t0 - (phases_.fill - fill0);  // (waits for a free buffer)
 }
 
@@ -213,7 +231,8 @@ void H5CheckpointWriter::write_local(const std::vector<ParamStore::Owned>& stage
   for (size_t si = 0; si < staged.size(); ++si) {
     const std::vector<float>& values = staged[si].values;
     write_pieces(pieces(si, staged[si]),
-                 [&](size_t begin, size_t n, float* dst) { std::memcpy(dst, values.data() + begin, n * 4); });
+                 [&](size_t begin, size_t n, float* dst) { std::memcpy(dst, values.data() + begin, n * 4); },
+                 /*host_threads=*/false);
   }
   phases_.disk += MPI_Wtime() - t0 - phases_.fill;
   flush();

@@ -82,8 +82,9 @@ class H5CheckpointWriter {
   };
   void create(const CheckpointMeta& meta);  // world rank 0: the file, its attributes and datasets
   std::vector<Piece> pieces(size_t section, const ParamStore::Owned& mine) const;
-  // The pieces of a section through the direct writer, values from fetch (as write_section's).
-  void write_pieces(const std::vector<Piece>& ps, const Fetch& fetch);
+  // The pieces of a section through the direct writer, values from fetch (as write_section's);
+  // host_threads: the checksums on the host's threads (not from the background writer's thread).
+  void write_pieces(const std::vector<Piece>& ps, const Fetch& fetch, bool host_threads);
   void flush();  // the direct writer's end: its error kept, the disk time counted
 
   std::string path_, tmp_;
