@@ -6,9 +6,11 @@ The trace says where each kind goes and its colour (/meta kind_display, kind_col
 (compute passes, pipeline transfers, waits for collectives, data loading, the optimizer, ...) in
 the rank's row, "lane" kinds (collectives issued inside a compute pass) in a thin lane under it;
 "detail" and "unit" kinds are left out. Compute boxes carry their microbatch ("F3", "B3", "W3");
-where a rank runs several pipeline chunks (interleaved, zb-v), chunks after the first add theirs:
-"F3.1" is the forward of microbatch 3 on the rank's chunk 1, "F3" on its chunk 0. The grey band
-is the rank's `step` event; dashed lines mark each pipeline's compute window.
+where a rank runs several pipeline chunks (interleaved, interleaved-zb, zb-v, dualpipev), chunks
+after the first add theirs -- "F3.1" is the forward of microbatch 3 on the rank's chunk 1, "F3" on
+its chunk 0 -- and are hatched. A forward and a backward the schedule pairs (dualpipev's steady
+state: on a GPU one's computation overlaps the other's communication) are outlined together. The
+grey band is the rank's `step` event; dashed lines mark each pipeline's compute window.
 
 Bubble fraction (measured), per step and per pipeline (the ranks sharing dp, cp and tp rank):
     t0 = start of the first forward, t1 = end of the last compute pass of that step on any stage,
@@ -90,12 +92,22 @@ def plot_gantt(trace, step, plt):
         x, width = (e["start"] - ref) * 1e3, (e["end"] - e["start"]) * 1e3
         y, height = (e["rank"] + 0.22, 0.18) if int(e["kind"]) in lane_codes else (e["rank"] - 0.3, 0.5)
         ax.broken_barh([(x, max(width, span_ms * 1e-4))], (y, height), facecolors=trace.kind_colour(kind),
-                       edgecolors="black", linewidth=0.3, zorder=2)
+                       edgecolors="black", linewidth=0.3, zorder=2, hatch="///" if int(e["chunk"]) > 0 else None)
         seen.add(kind)
         text, fontsize = box_label(trace, e, width * pt_per_ms)
         if text:
             ax.text(x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=fontsize,
                     color="white", fontweight="bold", zorder=3)
+    # Paired passes: one outline around each pair's boxes.
+    paired = events[events["pair"] > 0] if "pair" in (events.dtype.names or ()) else events[:0]
+    for r in np.unique(paired["rank"]):
+        mine = paired[paired["rank"] == r]
+        for pair in np.unique(mine["pair"]):
+            both = mine[mine["pair"] == pair]
+            x0, x1 = (both["start"].min() - ref) * 1e3, (both["end"].max() - ref) * 1e3
+            ax.add_patch(plt.Rectangle((x0, r - 0.36), x1 - x0, 0.62, fill=False, edgecolor="#D81B60", lw=1.2,
+                                       zorder=5))
+        seen.add("(pair)")
     # Compute window of each pipeline (the denominator of the measured bubble).
     fwd, bwd = trace.code("forward"), trace.code("backward")
     compute = np.isin(events["kind"], [trace.code(k) for k in trace.compute_kinds])
@@ -117,12 +129,16 @@ def plot_gantt(trace, step, plt):
     # Legend: compute kinds, the rest of the row, then the lane; only kinds the step has.
     computes = [k for k in row_kinds if k in trace.compute_kinds]
     order = [k for k in computes + [k for k in row_kinds + lane_kinds if k not in computes] if k in seen]
+    pairs = "(pair)" in seen
     labels = list(order)
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=trace.kind_colour(k), edgecolor="black", linewidth=0.3)
                for k in order]
     if trace.has_chunks:
-        handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="none"))
-        labels.append("F3.1: microbatch 3 on the\nrank's chunk 1 (F3: chunk 0)")
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="///", linewidth=0.3))
+        labels.append("F3.1: microbatch 3 on the\nrank's chunk 1, hatched (F3: chunk 0)")
+    if pairs:
+        handles.append(plt.Rectangle((0, 0), 1, 1, fill=False, edgecolor="#D81B60", lw=1.2))
+        labels.append("a forward and a backward\nthe schedule pairs")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return fig

@@ -290,7 +290,7 @@ class Trace:
 
 _EVENT_DTYPE = np.dtype([("rank", "<i4"), ("kind", "<i4"), ("step", "<i4"), ("microbatch", "<i4"),
                          ("stage", "<i4"), ("start", "<f8"), ("end", "<f8"), ("bytes", "<i8"),
-                         ("chunk", "<i4"), ("unit", "<i4")])
+                         ("chunk", "<i4"), ("unit", "<i4"), ("pair", "<i4")])
 _METRIC_DTYPE = np.dtype([("step", "<i4"), ("loss", "<f8"), ("lr", "<f8"), ("grad_norm", "<f8"),
                           ("step_time", "<f8"), ("tokens_per_s", "<f8"), ("val_loss", "<f8"),
                           ("skipped", "i1")])

@@ -12,18 +12,10 @@ namespace gpt2 {
 
 namespace {
 std::vector<Action> interleaved(const ScheduleShape& s) {
-  const int p = s.stages, v = s.chunks, m = s.microbatches, r = s.stage, total = m * v;
-  auto mb = [&](int i) { return (i / (p * v)) * p + i % p; };
-  auto fwd = [&](int i) { return Action{ActionKind::forward, mb(i), -1, (i / p) % v}; };
-  auto bwd = [&](int i) { return Action{ActionKind::backward, mb(i), -1, v - 1 - (i / p) % v}; };
-  const int warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
-  std::vector<Action> compute;
-  for (int i = 0; i < warmup; ++i) compute.push_back(fwd(i));
-  for (int j = 0; j < total - warmup; ++j) compute.push_back(fwd(warmup + j)), compute.push_back(bwd(j));
-  for (int j = total - warmup; j < total; ++j) compute.push_back(bwd(j));
   Placement pl;
-  pl.ranks = p, pl.chunks = v;
-  return with_communication(compute, pl, r, /*pair_exchanges=*/true);
+  pl.ranks = s.stages, pl.chunks = s.chunks;
+  return with_communication(interleaved_order(s.stages, s.chunks, s.microbatches, s.stage), pl, s.stage,
+                            /*pair_exchanges=*/true);
 }
 
 [[maybe_unused]] const bool registered = ScheduleRegistry::add([] {

@@ -19,10 +19,19 @@ LayoutProblem problem(const char* key, const A&... a) {
   return {key, os.str()};
 }
 
+// "interleaved, interleaved-zb": the schedules that take parallel.virtual_stages.
+std::string chunked_schedules() {
+  std::string out;
+  for (const ScheduleEntry& e : ScheduleRegistry::entries())
+    if (e.chunks == 0 && e.file.empty()) out += (out.empty() ? "" : ", ") + e.name;
+  return out;
+}
+
 LayoutProblem schedule_problem(const Workload& w, const Layout& l, const ScheduleEntry& e) {
   const int chunks = schedule_chunks(e, l.virtual_stages), stages = l.pp * chunks;
   if (l.virtual_stages > 1 && e.chunks != 0)
-    return problem("parallel.virtual_stages", "is for the interleaved schedule; ", l.schedule,
+    return problem("parallel.virtual_stages", "is for the schedules whose chunks per rank you choose (",
+                   chunked_schedules(), "); ", l.schedule,
                    e.chunks > 1 ? " always runs " + std::to_string(e.chunks) + " chunks per rank" : " runs one chunk per rank",
                    ": leave it at 1");
   if (chunks > 1) {

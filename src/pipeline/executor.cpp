@@ -255,7 +255,8 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
         }
         {
           // Evaluation forwards are traced as `eval` so a step's forward count stays the schedule's.
-          Tracer::Scope t(tracer_, io.need_grad ? EventKind::forward : EventKind::eval, io.step, a.mb, 0, a.chunk);
+          Tracer::Scope t(tracer_, io.need_grad ? EventKind::forward : EventKind::eval, io.step, a.mb, 0, a.chunk,
+                          a.pair);
           Vec<float> losses = st.has_head() ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
           st.forward(*s.act, losses, io.need_grad, io.dloss);
         }
@@ -266,7 +267,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       case ActionKind::backward_input: {
         Slot& s = live_.at({a.mb, a.chunk});  // (its activation may still be on its way: backward does not touch it)
         if (k < S - 1) take(true, a.mb, a.chunk, st.dres(B).data(), elems, io);
-        Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb, 0, a.chunk);
+        Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb, 0, a.chunk, a.pair);
         if (a.kind == ActionKind::backward) {
           st.backward(*s.act);
           release(a.mb, a.chunk);  // the input gradient it leaves in dres is all that is still needed

@@ -161,6 +161,19 @@ std::vector<Action> one_f_one_b_order(int p, int m, int s) {
   return out;
 }
 
+std::vector<Action> interleaved_order(int p, int v, int m, int r) {
+  const int total = m * v;
+  auto mb = [&](int i) { return (i / (p * v)) * p + i % p; };
+  auto fwd = [&](int i) { return Action{ActionKind::forward, mb(i), -1, (i / p) % v}; };
+  auto bwd = [&](int i) { return Action{ActionKind::backward, mb(i), -1, v - 1 - (i / p) % v}; };
+  const int warmup = std::min((p - r - 1) * 2 + (v - 1) * p, total);
+  std::vector<Action> out;
+  for (int i = 0; i < warmup; ++i) out.push_back(fwd(i));
+  for (int j = 0; j < total - warmup; ++j) out.push_back(fwd(warmup + j)), out.push_back(bwd(j));
+  for (int j = total - warmup; j < total; ++j) out.push_back(bwd(j));
+  return out;
+}
+
 PassCosts pass_costs(int n_embd, int seq_len) {
   const double C = n_embd, T = seq_len, linear = 24 * C * C, forward = linear + 4 * T * C;
   PassCosts c;

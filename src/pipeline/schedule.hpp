@@ -34,6 +34,10 @@ struct Action {
   int recv_mb = -1;  // paired actions: the microbatch received
   int chunk = 0;     // the rank's chunk it concerns (paired: the sent one)
   int recv_chunk = 0;  // paired actions: the chunk the received message is for
+  // A forward and a backward a schedule pairs (dualpipev: on a GPU one's computation overlaps the
+  // other's communication) share a pair number > 0; the trace and the Gantt plot show it. Not part of
+  // the order: equal actions may differ in it.
+  int pair = 0;
   bool operator==(const Action& o) const {
     return kind == o.kind && mb == o.mb && recv_mb == o.recv_mb && chunk == o.chunk && recv_chunk == o.recv_chunk;
   }
@@ -114,6 +118,11 @@ std::vector<Action> forward_only_schedule(int stages, int microbatches, int stag
 // 1F1B's compute order for stage s (PipeDream-flush): min(p-s-1, m) warm-up forwards, then one
 // forward and one backward at a time, then the remaining backwards. A building block of schedules.
 std::vector<Action> one_f_one_b_order(int stages, int microbatches, int stage);
+
+// Megatron's interleaved 1F1B compute order for rank r of p with v chunks (round robin) and m
+// microbatches (a multiple of p): microbatches in groups of p, the i-th forward chunk (i / p) % v of
+// microbatch (i / (p v)) p + i % p, the backwards mirrored; 2 (p - r - 1) + (v - 1) p warm-up forwards.
+std::vector<Action> interleaved_order(int p, int v, int m, int r);
 
 // Adds the receives before and the sends after each compute action of `compute` (one rank's
 // forwards, backwards and weight passes, in order) that its virtual stage requires. With

@@ -39,17 +39,36 @@ struct Parser {
   [[noreturn]] void error(const Parts&... parts) const {
     fail_input(kKey, path, ":", line, ": ", parts...);
   }
-  // F3, B0.1, W12.2
+  // F3, B0.1, W12.2, BW3.1 (a whole backward where a file splits the others)
   Action pass(const std::string& tok) const {
+    const bool whole = tok.rfind("BW", 0) == 0;
     const char k = tok.empty() ? ' ' : tok[0];
-    const ActionKind kind = k == 'F' ? ActionKind::forward : k == 'B' ? ActionKind::backward : ActionKind::backward_weight;
-    const size_t dot = tok.find('.');
-    const int mb = number(tok.substr(1, dot == std::string::npos ? std::string::npos : dot - 1));
+    const ActionKind kind = whole ? ActionKind::backward
+                            : k == 'F' ? ActionKind::forward
+                            : k == 'B' ? ActionKind::backward_input
+                                       : ActionKind::backward_weight;
+    const size_t at = whole ? 2 : 1, dot = tok.find('.');
+    const int mb = number(tok.substr(at, dot == std::string::npos ? std::string::npos : dot - at));
     const int chunk = dot == std::string::npos ? 0 : number(tok.substr(dot + 1));
     if ((k != 'F' && k != 'B' && k != 'W') || mb < 0 || chunk < 0)
-      error("expected a pass such as F3, B3 or W3.1 (F, B or W, the microbatch, .chunk when a rank has several), got \"",
+      error("expected a pass such as F3, B3, W3.1 or BW3.1 (F, B, W or BW, the microbatch, .chunk when a rank has "
+            "several), got \"",
             tok, "\"");
     return {kind, mb, -1, chunk};
+  }
+  // One token of a rank's line: a pass, or two joined by + (a pair: F3.0+B1.1).
+  void passes(const std::string& tok, std::vector<Action>& out, int& pairs) const {
+    const size_t plus = tok.find('+');
+    if (plus == std::string::npos) {
+      out.push_back(pass(tok));
+      return;
+    }
+    Action a = pass(tok.substr(0, plus)), b = pass(tok.substr(plus + 1));
+    if (a.kind != ActionKind::forward || b.kind == ActionKind::forward || b.kind == ActionKind::backward_weight)
+      error("a pair is a forward and a backward (F3.0+B1.1), got \"", tok, "\"");
+    a.pair = b.pair = ++pairs;
+    out.push_back(a);
+    out.push_back(b);
   }
 };
 }  // namespace
@@ -73,8 +92,9 @@ ScheduleFile parse_schedule_file(const std::string& path, const std::string& tex
       if (r < 0) ps.error("expected \"rank N: passes\", got \"", l, "\"");
       if (ranks.count(r)) ps.error("rank ", r, " is listed twice");
       std::vector<Action>& out = ranks[r];
-      std::istringstream passes(l.substr(colon + 1));
-      for (std::string tok; passes >> tok;) out.push_back(ps.pass(tok));
+      std::istringstream tokens(l.substr(colon + 1));
+      int pairs = 0;
+      for (std::string tok; tokens >> tok;) ps.passes(tok, out, pairs);
       if (out.empty()) ps.error("rank ", r, " has no passes");
     } else if (eq != std::string::npos) {
       const std::string key = trim(l.substr(0, eq)), value = trim(l.substr(eq + 1));
@@ -121,13 +141,14 @@ ScheduleFile parse_schedule_file(const std::string& path, const std::string& tex
   for (auto& [r, passes] : ranks) {
     std::vector<std::vector<int>> seen(size_t(f.placement.chunks), std::vector<int>(size_t(m), 0));  // passes done
     for (Action& a : passes) {
-      if (f.split_backward && a.kind == ActionKind::backward) a.kind = ActionKind::backward_input;
+      if (!f.split_backward && a.kind == ActionKind::backward_input) a.kind = ActionKind::backward;  // no W: whole
       const int step = a.kind == ActionKind::forward ? 0 : a.kind == ActionKind::backward_weight ? 2 : 1;
+      const int after = a.kind == ActionKind::backward && f.split_backward ? 3 : step + 1;  // BW: B and W at once
       int& done = seen[size_t(a.chunk)][size_t(a.mb)];
       const std::string what = std::string(names[step]) + std::to_string(a.mb) + "." + std::to_string(a.chunk);
       if (done > step) whole("rank ", r, " runs ", what, " twice");
       if (done < step) whole("rank ", r, " runs ", what, " before ", names[done], a.mb, ".", a.chunk);
-      ++done;
+      done = after;
     }
     const int full = f.split_backward ? 3 : 2;
     for (int c = 0; c < f.placement.chunks; ++c)
@@ -151,15 +172,26 @@ std::string format_schedule_file(const std::string& name, const Placement& pl,
                                  const std::vector<std::vector<Action>>& per_rank) {
   std::ostringstream os;
   os << "# " << name << ": " << pl.ranks << " pipeline ranks; F forward, B backward"
-     << " (input gradients when the file has W passes), W weight gradients; microbatch.chunk\n";
+     << " (input gradients when the file has W passes), W weight gradients, BW a whole backward among split"
+     << " ones, F+B a pair; microbatch.chunk\n";
   os << "name = " << name << "-custom\n";
   os << "placement = " << (pl.kind == Placement::Kind::vee ? "vee" : "loop") << "\n";
   os << "chunks = " << pl.chunks << "\n";
+  bool split = false;
+  for (const auto& passes : per_rank)
+    for (const Action& a : passes) split = split || a.kind == ActionKind::backward_weight;
   for (size_t r = 0; r < per_rank.size(); ++r) {
     os << "rank " << r << ":";
+    int open_pair = 0;
     for (const Action& a : per_rank[r]) {
       if (!is_compute(a.kind)) continue;
-      os << ' ' << (a.kind == ActionKind::forward ? 'F' : a.kind == ActionKind::backward_weight ? 'W' : 'B') << a.mb;
+      os << (a.pair && a.pair == open_pair ? "+" : " ");
+      open_pair = a.pair && a.pair != open_pair ? a.pair : 0;
+      os << (a.kind == ActionKind::forward           ? "F"
+             : a.kind == ActionKind::backward_weight ? "W"
+             : a.kind == ActionKind::backward && split ? "BW"
+                                                       : "B")
+         << a.mb;
       if (pl.chunks > 1) os << '.' << a.chunk;
     }
     os << "\n";

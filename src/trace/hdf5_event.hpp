@@ -23,6 +23,7 @@ inline hid_t trace_event_type(hid_t in_file = -1) {
   add("bytes", HOFFSET(TraceEvent, bytes), H5T_NATIVE_INT64);
   add("chunk", HOFFSET(TraceEvent, chunk), H5T_NATIVE_INT32);
   add("unit", HOFFSET(TraceEvent, unit), H5T_NATIVE_INT32);
+  add("pair", HOFFSET(TraceEvent, pair), H5T_NATIVE_INT32);
   return t;
 }
 

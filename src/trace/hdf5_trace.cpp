@@ -136,7 +136,7 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   std::vector<TraceEvent> mine(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
     mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end, ev[i].bytes,
-               ev[i].chunk, ev[i].unit};
+               ev[i].chunk, ev[i].unit, ev[i].pair};
   // Recorded when they end (enclosing events after their contents): store them by start.
   std::stable_sort(mine.begin(), mine.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
   const int64_t count = int64_t(mine.size()), all_dropped = comm.host_sum(tracer.dropped());

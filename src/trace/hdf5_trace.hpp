@@ -25,13 +25,14 @@
 //             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
 //             "host issue times" (device work runs behind the host: an event ends when its work
 //             was queued, not done)
-//   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes, chunk, unit}: all
+//   /events   compound {rank, kind, step, microbatch, stage, start, end, bytes, chunk, unit, pair}: all
 //             ranks, rank order, each rank's events by start time; attribute kind_names lists the
 //             kind codes; dropped = events that did not fit. step is 0-based (eval events: the steps
 //             completed so far); microbatch is -1 for whole-step events and the bucket index for
 //             allreduce_issue; bytes: what a communication event moved (the collective's data volume
 //             as the ZeRO paper counts it); chunk: the pipeline chunk of a compute event; unit
-//             (trace.units): 0 embedding, 1 + l block l, n_layer + 1 the head and loss, else -1
+//             (trace.units): 0 embedding, 1 + l block l, n_layer + 1 the head and loss, else -1;
+//             pair: a forward and a backward the schedule pairs (dualpipev) share a number > 0
 //   /metrics  compound {step, loss, lr, grad_norm, step_time, tokens_per_s, val_loss, skipped} (one
 //             per step; skipped 1: update skipped for a non-finite loss or gradient norm)
 // The file is written to "<file>.tmp" and renamed when complete, so a crash mid-write keeps the
@@ -75,6 +76,7 @@ struct TraceEvent {
   double start = 0, end = 0;
   int64_t bytes = 0;
   int32_t chunk = 0, unit = -1;
+  int32_t pair = 0;  // a forward and a backward a schedule pairs (dualpipev) share a number > 0
 };
 
 // One optimizer step as /metrics stores it.

@@ -48,6 +48,7 @@ struct Event {
   int64_t bytes;      // moved by a communication event (0 otherwise)
   int32_t chunk;      // the pipeline chunk (virtual stage) of a compute event, 0 without chunks
   int32_t unit;       // unit events: 0 embedding, 1 + l block l, n_layer + 1 head and loss; else -1
+  int32_t pair;       // compute events a schedule pairs (Action::pair): the same number > 0; else 0
 };
 
 class Communicator;
@@ -68,10 +69,10 @@ class Tracer {
   double sync_clock(Communicator& comm);
 
   void record(EventKind k, int step, int mb, double start, double end, int64_t bytes = 0, int chunk = 0,
-              int unit = -1) {
+              int unit = -1, int pair = 0) {
     if (!enabled_) return;
     if (events_.size() < size_t(capacity_))
-      events_.push_back({int32_t(k), step, mb, stage_, start, end, bytes, chunk, unit});
+      events_.push_back({int32_t(k), step, mb, stage_, start, end, bytes, chunk, unit, pair});
     else ++dropped_;
   }
   void fence() const;  // device fence when sync is on
@@ -79,8 +80,8 @@ class Tracer {
   // Times a region: Scope s(tracer, EventKind::forward, step, mb);
   class Scope {
    public:
-    Scope(Tracer& t, EventKind k, int step, int mb = -1, size_t bytes = 0, int chunk = 0)
-        : t_(t), k_(k), step_(step), mb_(mb), chunk_(chunk), bytes_(int64_t(bytes)) {
+    Scope(Tracer& t, EventKind k, int step, int mb = -1, size_t bytes = 0, int chunk = 0, int pair = 0)
+        : t_(t), k_(k), step_(step), mb_(mb), chunk_(chunk), pair_(pair), bytes_(int64_t(bytes)) {
       if (t_.enabled_) {
         t_.fence();
         start_ = t_.now();
@@ -89,7 +90,7 @@ class Tracer {
     ~Scope() {
       if (t_.enabled_) {
         t_.fence();
-        t_.record(k_, step_, mb_, start_, t_.now(), bytes_, chunk_);
+        t_.record(k_, step_, mb_, start_, t_.now(), bytes_, chunk_, -1, pair_);
       }
     }
     Scope(const Scope&) = delete;
@@ -98,7 +99,7 @@ class Tracer {
    private:
     Tracer& t_;
     EventKind k_;
-    int step_, mb_, chunk_;
+    int step_, mb_, chunk_, pair_;
     int64_t bytes_;
     double start_ = 0;
   };

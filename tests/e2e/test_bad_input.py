@@ -143,7 +143,7 @@ def main():
          train(deck("s4", parallel__dp=1, parallel__pp=2, parallel__microbatches=2, parallel__schedule_file=P("hangs.sched"))), 2,
          "pass lists for parallel.pp = 2, parallel.microbatches = 2 cannot run: deadlock: rank 0 waits for the gradient of microbatch 0 from virtual stage 1"),
         ("virtual stages with a one-chunk schedule", train(deck("c33", parallel__virtual_stages=2)), 2,
-         "parallel.virtual_stages: is for the interleaved schedule"),
+         "parallel.virtual_stages: is for the schedules whose chunks per rank you choose"),
         ("unwritable trace folder", train(deck("c20", trace__file="/proc/gpt2/trace.h5")), 2, "trace.file: cannot create folder"),
         ("unwritable checkpoint folder", train(deck("c21", checkpoint__dir="/proc/gpt2-ckpt")), 2, "checkpoint.dir: cannot create folder"),
         ("unwritable trace folder, 1 rank", train(deck("c20b", parallel__dp=1, trace__file="/proc/gpt2/trace.h5")), 1, "trace.file: cannot create folder"),

@@ -45,7 +45,7 @@ AXES = {
     "pp": [1, 2, 4],
     "cp": [1, 2, 4],
     "zero": [0, 1, 2, 3],
-    "schedule": ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "file"],
+    "schedule": ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "interleaved-zb", "dualpipev", "file"],
     "virtual_stages": [1, 2, 4],
     "sequence_parallel": [False, True],
     "precision": ["fp32", "bf16", "fp16"],

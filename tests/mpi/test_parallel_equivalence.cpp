@@ -76,7 +76,8 @@ TEST(Parallel, PipelineForwardMatchesOneRankForAnyMicrobatchCount) {
 }
 
 // The pipeline frontier on an 8-layer model: interleaved 1F1B (two chunks per rank), ZB-H1 and ZB-V
-// (backwards split into B and W, the V's two chunks) against one rank over 6 steps.
+// (backwards split into B and W, the V's two chunks), interleaved zero bubble and DualPipeV (paired
+// passes, split and whole backwards mixed) against one rank over 6 steps.
 TEST(Parallel, InterleavedAndZeroBubbleSchedulesMatchOneRank) {
   struct Case {
     const char* schedule;
@@ -84,7 +85,9 @@ TEST(Parallel, InterleavedAndZeroBubbleSchedulesMatchOneRank) {
   };
   for (const Case& k : {Case{"interleaved", 2, 1, 2, 4}, Case{"interleaved", 4, 1, 2, 4}, Case{"zb-h1", 2, 1, 1, 4},
                         Case{"zb-h1", 4, 1, 1, 4}, Case{"zb-h1", 2, 2, 1, 2}, Case{"zb-v", 2, 1, 1, 4},
-                        Case{"zb-v", 4, 1, 1, 4}}) {
+                        Case{"zb-v", 4, 1, 1, 4}, Case{"interleaved-zb", 2, 1, 2, 4},
+                        Case{"interleaved-zb", 4, 1, 2, 4}, Case{"dualpipev", 2, 1, 1, 4}, Case{"dualpipev", 4, 1, 1, 8},
+                        Case{"dualpipev", 2, 2, 1, 4}}) {
     const int ranks = k.pp * k.dp;
     if (ranks > world_size()) continue;
     RunConfig c = tiny_config(data_dir());
@@ -146,10 +149,10 @@ TEST(Parallel, EveryScheduleEvaluatesAfterTrainingWithLargeMessages) {
   MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);
   const std::vector<double> ref = train_then_evaluate(base, self);
   MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / 2, 0, &pair);
-  for (const char* sched : {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}) {
+  for (const char* sched : {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "interleaved-zb", "dualpipev"}) {
     RunConfig c = base;
     c.parallel.pp = 2, c.parallel.microbatches = 4, c.parallel.schedule = sched;
-    c.parallel.virtual_stages = std::string(sched) == "interleaved" ? 2 : 1;
+    c.parallel.virtual_stages = std::string(sched).rfind("interleaved", 0) == 0 ? 2 : 1;
     const std::vector<double> got = train_then_evaluate(c, pair);
     ASSERT_EQ(got.size(), ref.size());
     for (size_t i = 0; i < ref.size(); ++i)
