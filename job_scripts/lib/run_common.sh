@@ -26,8 +26,8 @@
 # to the launcher, which passes them to every rank: the run finishes its step, checkpoints and exits
 # with status 4. A Slurm job stopped that way by SIGUSR1 requeues itself (scontrol requeue); the
 # requeued run (same job id, same run folder) resumes with checkpoint.resume = "auto". So does a
-# multi-node job whose run failed because a node of it stopped answering Slurm (it says so, and
-# requeues itself as Slurm does on NODE_FAIL when MPI noticed the loss first).
+# multi-node job submitted with --requeue that lost a node: Slurm ends it as NODE_FAIL and requeues
+# it (when MPI noticed the loss first, the script names the node and waits for Slurm to do so).
 # Environment (all optional; sbatch passes the submitting shell's environment to the job):
 #   GPT2_ROOT        the repository (found automatically)
 #   GPT2_SITE        env file in job_scripts/env/ to source (default: by hostname, see gpt2_load_site)
@@ -514,23 +514,31 @@ gpt2_job() {
     gpt2_warn "training failed with status $rc after $((SECONDS - t0)) s"
   fi
 
-  # -- a node lost: ranks died with it, or MPI noticed the dead peers first (before Slurm's own
-  # NODE_FAIL, which ends the whole job, this script included, and requeues it): say so, here on a
-  # node that survived, and requeue as Slurm would
-  local lost=""
+  # -- a node lost: its ranks died with it. When MPI noticed the dead peers before Slurm noticed
+  # the node, say so here, on a node that survived, and wait for Slurm: once the node is DOWN
+  # (SlurmdTimeout) it ends the job as NODE_FAIL, this script included, and requeues a --requeue
+  # job, which resumes from its newest checkpoint. (Requeueing it from here before the node is
+  # DOWN made Slurm 22.05 start the requeued job without its GPUs.)
   if ((in_slurm && ${SLURM_JOB_NUM_NODES:-1} > 1)) && [[ ! $rc =~ ^(0|2|4|5)$ ]]; then
+    local lost wait_s
     lost=$(gpt2_lost_nodes)
-    [[ -n $lost ]] && gpt2_warn "node(s) $lost of this job stopped answering Slurm: a node was lost, and the run with it (status $rc)"
+    if [[ -n $lost ]]; then
+      gpt2_warn "node(s) $lost of this job stopped answering Slurm: a node was lost, and the run with it (status $rc)"
+      wait_s=$(scontrol show config 2>/dev/null | sed -n 's/^SlurmdTimeout *= *\([0-9]*\).*/\1/p')
+      wait_s=$((2 * ${wait_s:-300} + 30))
+      gpt2_log "waiting up to $wait_s s for Slurm to set it DOWN and end the job (NODE_FAIL; requeued if submitted with --requeue)"
+      sleep "$wait_s"
+      gpt2_warn "Slurm did not end the job within $wait_s s: not requeued (resubmit; checkpoint.resume = \"auto\" continues)"
+    fi
   fi
 
-  # -- requeue: the time-limit warning stopped the run, or a node was lost; the requeued job
-  # resumes from its newest checkpoint
-  if ((in_slurm)) && [[ ${GPT2_REQUEUE:-1} != 0 ]] && [[ ($rc == 4 && $stopped_by == SIGUSR1) || -n $lost ]]; then
-    gpt2_log "requeueing job $SLURM_JOB_ID (restart $((restarts + 1))): it will resume from its newest checkpoint${lost:+ once it has nodes again}"
+  # -- requeue: the time-limit warning stopped the run; the requeued job resumes from its checkpoint
+  if ((rc == 4 && in_slurm)) && [[ $stopped_by == SIGUSR1 && ${GPT2_REQUEUE:-1} != 0 ]]; then
+    gpt2_log "requeueing job $SLURM_JOB_ID (restart $((restarts + 1))): it will resume from its newest checkpoint"
     gpt2_untee
     scontrol requeue "$SLURM_JOB_ID" ||
       echo "[gpt2-job] WARNING: scontrol requeue $SLURM_JOB_ID failed (submit with --requeue; GPT2_REQUEUE=0 turns this off)" >&2
-    return "$rc"
+    return 4
   fi
 
   # -- plots
