@@ -345,7 +345,7 @@ else
   fail "node-loss job $JOB_LOST still $state $T_END s after gpt2n2 was killed"
 fi
 # Either Slurm noticed first (NODE_FAIL: it ends the job and requeues it) or MPI did (the ranks
-# abort; the job script asks Slurm which node is gone, says so and requeues the job).
+# abort; the job script asks Slurm which node is gone, says so and waits for Slurm's NODE_FAIL).
 for i in $(seq 40); do
   msg=$(grep -m1 -E "Node failure on|node\(s\) .* stopped answering" "$(out_file "$JOB_LOST")")
   [[ -n $msg ]] && break
