@@ -346,14 +346,14 @@ else
 fi
 # Either Slurm noticed first (NODE_FAIL: it ends the job and requeues it) or MPI did (the ranks
 # abort; the job script asks Slurm which node is gone, says so and waits for Slurm's NODE_FAIL).
-for i in $(seq 40); do
+for _ in $(seq 40); do
   msg=$(grep -m1 -E "Node failure on|node\(s\) .* stopped answering" "$(out_file "$JOB_LOST")")
   [[ -n $msg ]] && break
   sleep 0.5
 done
 [[ -n $msg ]] && ok "its output (from gpt2n1) says: $msg" || { fail "the node-loss job's output has no node-failure message"; show_job "$JOB_LOST"; }
 # Nothing of the first run is left: no rank on gpt2n1 either (Slurm gives them KillWait, 5 s).
-for i in $(seq 30); do
+for _ in $(seq 30); do
   left=$(pgrep -f -- "train $LOST" || true)
   [[ -z $left ]] && break
   sleep 0.5
