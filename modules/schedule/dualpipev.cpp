@@ -88,6 +88,7 @@ std::vector<Action> dualpipev(const ScheduleShape& s) {
                   "state, part of the backwards split; m >= 2p",
                   7, dualpipev, Placement::Kind::vee, /*chunks=*/2, /*split_backward=*/true};
   e.max_in_flight = [](const ScheduleShape& s) { return std::min(2 * s.stages + 1, 2 * s.microbatches); };
+  e.min_microbatches_per_stage = 2;
   return e;
 }());
 }  // namespace

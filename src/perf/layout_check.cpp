@@ -43,6 +43,9 @@ LayoutProblem schedule_problem(const Workload& w, const Layout& l, const Schedul
       return problem("parallel.stage_layers", "applies to one chunk per rank; ", l.schedule,
                      " splits the blocks evenly into its chunks");
   }
+  if (l.microbatches < e.min_microbatches_per_stage * l.pp)
+    return problem("parallel.microbatches", "the ", l.schedule, " schedule needs at least ", e.min_microbatches_per_stage,
+                   " x parallel.pp = ", e.min_microbatches_per_stage * l.pp, " microbatches, got ", l.microbatches);
   if (e.microbatches_multiple_of_stages && l.microbatches % l.pp != 0)
     return problem("parallel.microbatches", "the ", l.schedule, " schedule runs microbatches in groups of parallel.pp (",
                    l.pp, "): need a multiple of it, got ", l.microbatches);

@@ -324,6 +324,7 @@ Detail simulate_step(const CostModel& cm, const Layout& l, const Pipeline& pipe)
     return a.kind == ActionKind::forward ? a.mb == cp.last_forward_mb : a.mb == cp.last_backward_mb;
   };
   SimCosts costs;
+  costs.timing_only = true;  // (the lists were proven where they were made)
   std::vector<double> own_clock(size_t(p), 0.0), channel_free(size_t(p), 0.0);  // ZeRO-3's, per rank
   costs.compute = [&](int r, const Action& a) {
     if (policy.params)

@@ -88,6 +88,7 @@ struct ScheduleEntry {
   int chunks = 1;              // chunks per rank; 0: parallel.virtual_stages
   bool split_backward = false;  // B and W actions instead of whole backwards
   bool microbatches_multiple_of_stages = false;  // m % p == 0 required
+  int min_microbatches_per_stage = 0;            // m >= this x p required (dualpipev: 2)
   // A schedule read from a file (parallel.schedule_file) runs the one shape it was written for.
   std::string file = {};
   int stages = 0, microbatches = 0;  // 0: any

@@ -1,12 +1,14 @@
 #include "pipeline/simulator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <unordered_map>
 
 namespace gpt2 {
 
@@ -41,8 +43,14 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
   std::vector<int> in_flight(p, 0);
   std::vector<bool> sent(p, false);  // the current paired action's send is out
   Progress done(S, m);
-  std::map<Message, double> mailbox;  // -> arrival time
-  std::map<std::pair<int, int>, std::vector<Message>> sends, receives;  // per (from, to), in program order
+  // The messages in flight by (destination stage, gradient?, microbatch): when each arrives (NaN:
+  // none). Flat: the planner simulates thousands of layouts.
+  std::vector<double> mailbox(size_t(S) * 2 * size_t(m), std::numeric_limits<double>::quiet_NaN());
+  size_t in_mailbox = 0;
+  auto slot = [&](int stage, int grad, int mb) -> double& { return mailbox[(size_t(stage) * 2 + size_t(grad)) * size_t(m) + size_t(mb)]; };
+  // Per (from, to) rank pair, in program order: every pair must receive in sending order.
+  std::unordered_map<int64_t, std::vector<Message>> sends, receives;
+  auto pair_key = [p](int from, int to) { return int64_t(from) * p + to; };
   auto complain = [&](int s, const std::string& what) {
     if (sim.problem.empty()) {
       std::ostringstream os;
@@ -81,8 +89,10 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
           else if (!activation && !done.bwd[k][a.mb]) complain(r, "sends a gradient before computing it");
           const Message msg{pl.rank_of(std::clamp(to_stage, 0, S - 1)), activation ? 0 : 1, a.mb, to_stage};
           const int to = std::get<0>(msg);
-          mailbox[msg] = clock[r] + (costs.transfer && to != r ? costs.transfer(r, to) : 0.0);
-          if (std::get<0>(msg) != r) sends[{r, std::get<0>(msg)}].push_back(msg);
+          double& arrives = slot(std::clamp(to_stage, 0, S - 1), activation ? 0 : 1, a.mb);
+          if (std::isnan(arrives)) ++in_mailbox;
+          arrives = clock[r] + (costs.transfer && to != r ? costs.transfer(r, to) : 0.0);
+          if (to != r && !costs.timing_only) sends[pair_key(r, to)].push_back(msg);
           if (activation && !trains[r]) --in_flight[r];
           sent[r] = true;
           progressed = true;
@@ -99,7 +109,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
           const int at = pl.stage(r, chunk);
           const Message msg{r, grad ? 1 : 0, mb, at};
           const int from = pl.rank_of(grad ? at + 1 : at - 1);
-          if (from != r) receives[{from, r}].push_back(msg);
+          if (from != r && !costs.timing_only) receives[pair_key(from, r)].push_back(msg);
           (grad ? done.grad : done.input)[at][mb] = true;
         }
         if (sends_now || receives_now) {
@@ -109,10 +119,11 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
           const bool needs_input = a.kind == ActionKind::forward && k > 0;
           const bool needs_grad = (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) && k < S - 1;
           if ((needs_input && done.input[k][a.mb]) || (needs_grad && done.grad[k][a.mb])) {
-            auto it = mailbox.find(Message{r, needs_grad ? 1 : 0, a.mb, k});
-            if (it == mailbox.end()) break;  // blocked
-            clock[r] = std::max(clock[r], it->second);
-            mailbox.erase(it);
+            double& arrives = slot(k, needs_grad ? 1 : 0, a.mb);
+            if (std::isnan(arrives)) break;  // blocked
+            clock[r] = std::max(clock[r], arrives);
+            arrives = std::numeric_limits<double>::quiet_NaN();
+            --in_mailbox;
           }
           double cost = costs.forward;
           if (a.kind == ActionKind::forward) {
@@ -164,7 +175,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const 
       if (!done.fwd[k][i] || (trains[r] && (!done.bwd[k][i] || !done.wgt[k][i])))
         complain(r, "does not run every microbatch through stage " + std::to_string(k));
   }
-  if (!mailbox.empty()) complain(0, "a message was sent but never received");
+  if (in_mailbox > 0) complain(0, "a message was sent but never received");
   for (const auto& [pair, s] : sends) sim.fifo_consistent = sim.fifo_consistent && receives[pair] == s;
   sim.makespan = *std::max_element(clock.begin(), clock.end());
   double total_busy = 0;

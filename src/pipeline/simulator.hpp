@@ -32,6 +32,9 @@ struct SimCosts {
   std::function<double(int rank, const Action& a)> compute;
   std::function<double(int from, int to)> transfer;
   std::vector<double> start;
+  // Timing lists already proven (the planner's thousands of layouts): the per-pair order of
+  // messages is not recorded and fifo_consistent stays true.
+  bool timing_only = false;
 };
 
 // The fixed costs of a schedule's passes (a whole backward = B + W).

@@ -121,7 +121,7 @@ def main():
         ("seq_len above block_size", train(deck("c18", data__seq_len=32)), 2, "data.seq_len: must be at most model.block_size (16)"),
         ("negative host threads", train(deck("c40", parallel__host_threads=-2)), 2, "parallel.host_threads: must be >= 0, got -2"),
         ("unknown schedule", train(deck("c19", parallel__schedule="zigzag")), 2,
-         "parallel.schedule: expected naive, gpipe, 1f1b, interleaved, zb-h1 or zb-v"),
+         "parallel.schedule: expected naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, interleaved-zb or dualpipev"),
         ("virtual stages that do not divide the layers",
          train(deck("c30", parallel__dp=1, parallel__pp=2, parallel__schedule="interleaved", parallel__virtual_stages=3)), 2,
          "parallel.virtual_stages: interleaved splits the blocks into 3 chunks per rank x parallel.pp = 6 virtual stages"),

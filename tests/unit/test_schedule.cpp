@@ -154,15 +154,15 @@ TEST(Schedule, OneFOneBPairsItsNeighbourExchangesAndGPipeDoesNot) {
 }
 
 TEST(Registry, ListsStrategiesInOrderAndNamesTheKeyForUnknownOnes) {
-  EXPECT_EQ(ScheduleRegistry::choices(), "naive, gpipe, 1f1b, interleaved, zb-h1 or zb-v");
-  EXPECT_EQ(ScheduleRegistry::names(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}));
+  EXPECT_EQ(ScheduleRegistry::choices(), "naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, interleaved-zb or dualpipev");
+  EXPECT_EQ(ScheduleRegistry::names(), (std::vector<std::string>{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "interleaved-zb", "dualpipev"}));
   for (const auto& e : ScheduleRegistry::entries()) EXPECT_FALSE(e.help.empty()) << e.name;
   try {
     make_schedule("zigzag", 2, 2, 0);
     FAIL() << "no exception";
   } catch (const InputError& e) {
     EXPECT_EQ(e.input(), "parallel.schedule");
-    EXPECT_NE(std::string(e.what()).find("expected naive, gpipe, 1f1b, interleaved, zb-h1 or zb-v, got zigzag"),
+    EXPECT_NE(std::string(e.what()).find("expected naive, gpipe, 1f1b, interleaved, zb-h1, zb-v, interleaved-zb or dualpipev, got zigzag"),
               std::string::npos) << e.what();
   }
 }
