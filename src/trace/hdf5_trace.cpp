@@ -124,6 +124,7 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   attr_per_rank(g, "optimizer_bytes", meta.optimizer_bytes, comm);
   attr_per_rank(g, "peak_workspace_bytes", meta.workspace_bytes, comm);
   attr_per_rank(g, "peak_activation_bytes", meta.activation_bytes, comm);
+  attr_per_rank(g, "peak_microbatches", meta.peak_microbatches, comm);
   attr_per_rank(g, "device_waits_per_step", meta.device_waits_per_step, comm);
   attr_per_rank(g, "allocations_per_step", meta.allocations_per_step, comm);
   attr_per_rank(g, "host_waits_per_step", meta.host_waits_per_step, comm);

@@ -15,7 +15,8 @@
 //             param_bytes, grad_bytes, optimizer_bytes (memory at rest), stage_param_bytes (the
 //             parameters of the rank's stage, unsharded: the Psi of ZeRO), param_gather_bytes (what
 //             one ZeRO all-gather of those delivers: 16-bit matrices under mixed precision; 0 without
-//             sharding), peak_activation_bytes,
+//             sharding), peak_activation_bytes, peak_microbatches (the most microbatch-chunks whose
+//             activations it held at once),
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces),
 //             what the device did in a steady-state training step (the most of any step from the
 //             second on; runtime/device_counters; -1 when a Kokkos tools library holds the
@@ -62,6 +63,7 @@ struct TraceMeta {
   double stage_param_bytes = 0;                                 // its stage's, unsharded
   double param_gather_bytes = 0;  // one ZeRO all-gather of its stage's parameters delivers (0: none)
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
+  double peak_microbatches = 0;  // the most microbatch-chunks it held activations for at once
   // This rank's most in one steady-state training step (runtime/device_counters; -1: not counted).
   double device_waits_per_step = -1, allocations_per_step = -1, host_waits_per_step = -1, stream_waits_per_step = -1;
   std::string event_timing;          // what event times mean on a device (fenced or issue times)

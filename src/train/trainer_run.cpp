@@ -48,6 +48,7 @@ void Trainer::write_trace() {
   meta.stage_param_bytes = double(stage_layout().local_size() * sizeof(float));
   meta.param_gather_bytes = double(store_->gather_bytes());
   meta.activation_bytes = double(activation_bytes());
+  meta.peak_microbatches = double(exec_->peak_slots());
   if (device_counters_installed()) {
     meta.device_waits_per_step = double(step_counts_.device_waits);
     meta.allocations_per_step = double(step_counts_.allocations + step_counts_.frees);
