@@ -255,6 +255,31 @@ void check_crossentropy(Outputs& out) {
   crossentropy_fused<float>(V(losses2), M(logits2, kN, kVp), targets, kV, dloss);
   out.add("crossentropy.fused.losses", losses2, false);
   out.add("crossentropy.fused.dlogits", logits2, false);
+  // Masked rows (a negative target: a translation pair's source): loss 0 and a zero gradient row.
+  std::vector<int> masked = ints(kN, 62, kV);
+  for (int n = 0; n < kN; n += 3) masked[size_t(n)] = kIgnoreTarget;
+  auto logits3 = dev(h);
+  auto losses3 = zeros(kN);
+  crossentropy_fused<float>(V(losses3), M(logits3, kN, kVp), dev_ints(masked), kV, dloss);
+  out.add("crossentropy.masked.losses", losses3, false);
+  out.add("crossentropy.masked.dlogits", logits3, false);
+}
+
+// Decoding with a KV cache: one sequence's rows appended as a prompt, one row, then the rest, each
+// piece's keys and values stored and its queries run against the cache.
+void check_cached_attention(Outputs& out) {
+  const std::vector<float> hq = uniform(size_t(kT) * 3 * kC, 44, 1.0f);
+  auto kv = zeros(size_t(kT) * 2 * kC), y = zeros(size_t(kT) * kC), att = zeros(size_t(kNH) * kT * kT);
+  int p0 = 0;
+  for (const int n : {kT / 2, 1, kT - kT / 2 - 1}) {
+    auto piece = dev(std::vector<float>(hq.begin() + long(p0) * 3 * kC, hq.begin() + long(p0 + n) * 3 * kC));
+    kv_cache_store<float>(M(kv, kT, 2 * kC), M(piece, n, 3 * kC), p0);
+    attention_forward_cached<float>(Mat<float>(y.data() + size_t(p0) * kC, n, kC), V(att), M(piece, n, 3 * kC),
+                                    M(kv, kT, 2 * kC), p0, kNH);
+    p0 += n;
+  }
+  out.add_class("attention.cached.kv", kv, kExact);
+  out.add("attention.cached.out", y, true);
 }
 
 void check_adamw(Outputs& out) {
@@ -383,6 +408,7 @@ Outputs run_all() {
   check_layernorm(out);
   check_matmul(out);
   check_attention(out);
+  check_cached_attention(out);
   check_gelu(out);
   check_crossentropy(out);
   check_adamw(out);
