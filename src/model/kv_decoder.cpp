@@ -81,6 +81,7 @@ Vec<T> KvDecoder<T>::append(const int* host_tokens, int n) {
   const TensorInfo& head = lay.tensor(Param::wte, -1);  // the tied wte (one rank: the embedding's)
   matmul_forward<T>(logits, lnf, CMat<T>(p + head.range.begin, Vp, C), CVec<T>());
   len_ += n;
+  rows_ += n;
   return Vec<T>(logits_.data(), Vp);
 }
 

@@ -23,6 +23,7 @@ class KvDecoder {
   const ModelConfig& config() const { return stage_.config(); }
   int capacity() const { return max_len_; }
   int length() const { return len_; }  // positions cached
+  int64_t rows_run() const { return rows_; }  // tokens run through the model since construction
   void reset() { len_ = 0; }           // forget them (the parameters may have changed)
   // Runs host_tokens[0, n) at positions [length, length + n) (length + n <= capacity), caches their
   // keys and values, and returns the (padded) vocabulary's logits at the last of them: a device view,
@@ -32,6 +33,7 @@ class KvDecoder {
  private:
   const Stage<T>& stage_;
   int max_len_, len_ = 0;
+  int64_t rows_ = 0;
   Buffer<T> kv_;  // (n_layer, max_len, 2C)
   Buffer<T> x_, res2_, ln_, qkv_, atty_, fch_, gelu_, att_, mean_, rstd_, lnf_, logits_;
   Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> tokens_;

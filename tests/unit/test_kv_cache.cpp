@@ -98,3 +98,26 @@ TEST(KvCache, CachedGenerationEqualsUncachedTokenForToken) {
     EXPECT_EQ(stopped, std::vector<int>(cached.begin(), cached.begin() + long(first)));
   }
 }
+
+// The past is not recomputed: a prompt of P tokens and N new ones run P + N - 1 rows through the
+// model while the sequence fits the window (the uncached way: a whole window per token); once it
+// slides, every step runs the window again (as the uncached way does).
+TEST(KvCache, EachNewTokenRunsOneRow) {
+  const ModelConfig cfg = decoding_model();
+  const ParamLayout layout(cfg);
+  Stage<float> stage(StageLayout(layout, 0, cfg.n_layer), 1, 16);
+  stage.init_params(13);
+  KvDecoder<float> decoder(stage);
+  SampleOptions o;
+  o.temperature = 0;
+  o.tokens = 10;
+  Rng rng(1, 2);
+  ASSERT_EQ(generate(decoder, {1, 2, 3, 4, 5}, o, rng).size(), 10u);
+  EXPECT_EQ(decoder.rows_run(), 5 + 9);
+  // 5 + 14 = 19 tokens: 11 appended one by one fill the 16 positions, then the window slides for
+  // the 12th and 13th new token's logits (the 14th needs none).
+  o.tokens = 14;
+  KvDecoder<float> sliding(stage);
+  generate(sliding, {1, 2, 3, 4, 5}, o, rng);
+  EXPECT_EQ(sliding.rows_run(), 5 + 11 + 2 * 16);
+}
