@@ -98,7 +98,7 @@ every = 4
 [parallel]
 microbatches = 4
 EOF
-LOST_STEPS=300
+LOST_STEPS=1200  # ~10 ms a step: seconds of run left after step 40 even when the box is busy
 LOST=$D/work/lost.toml # long enough to lose a node in the middle
 cat >"$LOST" <<EOF
 # Node-loss deck of tests/slurm/test_multinode.sh
