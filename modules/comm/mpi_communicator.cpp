@@ -78,19 +78,19 @@ int& MpiCommunicator::depth() {
   return d;
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool ordered) : ordered_(ordered) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool issue_order) : issue_order_(issue_order) {
   MPI_Comm_dup(comm, &comm_);
   MPI_Comm_dup(comm, &control_);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  if (ordered_) {
+  if (issue_order_) {
     set_background_progress(&MpiCommunicator::advance);
     set_device_drain(&MpiCommunicator::drain);
   }
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  if (ordered_) {  // nothing of this communicator stays queued (a run that failed may leave some)
+  if (issue_order_) {  // nothing of this communicator stays queued (a run that failed may leave some)
     auto mine = [this](const Queued& q) { return q.comm == this; };
     for (Group& g : queue()) g.erase(std::remove_if(g.begin(), g.end(), mine), g.end());
     queue().erase(std::remove_if(queue().begin(), queue().end(), [](const Group& g) { return g.empty(); }),
@@ -114,9 +114,9 @@ Request MpiCommunicator::start(Op op) {
     id = int(ops_.size());
     ops_.push_back(std::move(op));
   }
-  if (ordered_ && depth() > 0) {
+  if (issue_order_ && depth() > 0) {
     issuing().push_back({this, id});
-  } else if (ordered_) {
+  } else if (issue_order_) {
     queue().push_back({{this, id}});
     advance();
   } else if (ops_[size_t(id)].post) {
@@ -163,11 +163,11 @@ void MpiCommunicator::drain() {
 }
 
 void MpiCommunicator::group_start() {
-  if (ordered_) ++depth();
+  if (issue_order_) ++depth();
 }
 
 void MpiCommunicator::group_end() {
-  if (!ordered_) return;
+  if (!issue_order_) return;
   if (depth() == 0) fail("MPI communicator: group_end without group_start");
   if (--depth() > 0 || issuing().empty()) return;
   queue().push_back(std::move(issuing()));
@@ -254,7 +254,7 @@ Request MpiCommunicator::isend(const void* buf, size_t count, DType t, int peer,
   o.post = [this, buf, count, t, peer, tag](Op& self) {
     const void* p = kHostAccessible ? buf : static_cast<const void*>(self.staging.data());
     // Ordered: complete only once received, as NCCL's send does.
-    (ordered_ ? MPI_Issend : MPI_Isend)(p, int(count), mpi_datatype(t), peer, tag, comm_, &self.req);
+    (issue_order_ ? MPI_Issend : MPI_Isend)(p, int(count), mpi_datatype(t), peer, tag, comm_, &self.req);
   };
   return start(std::move(o));
 }
@@ -292,7 +292,7 @@ Request MpiCommunicator::isendrecv(const void* send, size_t send_count, int dest
     void* r = kHostAccessible ? self.result : static_cast<void*>(self.staging.data());
     const void* s = kHostAccessible ? send : static_cast<const void*>(self.send_staging.data());
     MPI_Irecv(r, int(recv_count), mpi_datatype(t), source, recv_tag, comm_, &self.req);
-    (ordered_ ? MPI_Issend : MPI_Isend)(s, int(send_count), mpi_datatype(t), dest, send_tag, comm_, &self.send_req);
+    (issue_order_ ? MPI_Issend : MPI_Isend)(s, int(send_count), mpi_datatype(t), dest, send_tag, comm_, &self.send_req);
   };
   return start(std::move(o));
 }
@@ -328,8 +328,8 @@ bool MpiCommunicator::poll(Op& op) {
 
 bool MpiCommunicator::test(Request& r) {
   if (!r.pending()) return true;
-  if (ordered_) advance();  // completes in order only
-  if (ordered_ ? !ops_[r.id].retired : !poll(ops_[r.id])) return false;
+  if (issue_order_) advance();  // completes in order only
+  if (issue_order_ ? !ops_[r.id].retired : !poll(ops_[r.id])) return false;
   free_.push_back(r.id);
   r.id = -1;
   return true;
@@ -361,7 +361,7 @@ void MpiCommunicator::hang(double waited, const Op& op) const {
 
 void MpiCommunicator::complete(Request& r) {
   if (!r.pending()) return;
-  if (ordered_) {
+  if (issue_order_) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int spins = 0; !test(r); ++spins) {
       if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -382,7 +382,7 @@ void MpiCommunicator::complete(Request& r) {
 }
 
 void MpiCommunicator::progress() {
-  if (ordered_) return advance();
+  if (issue_order_) return advance();
   for (Op& op : ops_)
     if ((op.req != MPI_REQUEST_NULL || op.send_req != MPI_REQUEST_NULL) && !op.done) poll(op);
 }

@@ -21,9 +21,9 @@ namespace gpt2 {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm, bool ordered = false);  // duplicates comm
+  explicit MpiCommunicator(MPI_Comm comm, bool issue_order = false);  // duplicates comm
   ~MpiCommunicator() override;
-  std::string backend() const override { return ordered_ ? "mpi-ordered" : "mpi"; }
+  std::string backend() const override { return issue_order_ ? "mpi-ordered" : "mpi"; }
   void group_start() override;
   void group_end() override;
   int rank() const override { return rank_; }
@@ -87,7 +87,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   std::vector<Op> ops_;
   std::vector<int> free_;
-  bool ordered_ = false;
+  bool issue_order_ = false;
 };
 
 }  // namespace gpt2

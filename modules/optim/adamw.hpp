@@ -1,6 +1,6 @@
 #pragma once
 // AdamW with decoupled weight decay on tensors of rank >= 2 (matmul weights and embeddings) only.
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 
 namespace gpt2 {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 
 namespace gpt2 {
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace gpt2 {
 

@@ -14,9 +14,9 @@
 #include "parallel/stage_partition.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/communicator.hpp"
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 #include "pipeline/schedule.hpp"
-#include "runtime/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "train/run_config.hpp"
 

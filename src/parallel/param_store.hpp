@@ -21,7 +21,7 @@
 #include "parallel/gradient_reducer.hpp"
 #include "parallel/mixed_gather.hpp"
 #include "parallel/shard_layout.hpp"
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 #include "parallel/zero.hpp"
 #include "tensor/buffer_pool.hpp"
 #include "tensor/reduce.hpp"

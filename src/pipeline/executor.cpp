@@ -184,7 +184,7 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
         Slot& s = live_.at({a.mb, a.chunk});
         Incoming* in = expect(true, a.recv_mb, a.recv_chunk, elems, i);
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
-        auto pair = p2p_.send_forward_recv_backward(s.act->output().data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
+        auto pair = p2p_.exchange_with_next(s.act->output().data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
                                                     a.recv_chunk, elems);
         s.send = pair.send, in->handle = pair.recv;
         break;
@@ -193,7 +193,7 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
         Incoming* in = expect(false, a.recv_mb, a.recv_chunk, elems, i);
         Outgoing& o = outgoing(stage(a.chunk).dres(B).data(), elems);  // (last: buffer() recycles outgoing_)
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
-        auto pair = p2p_.send_backward_recv_forward(o.buf.data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
+        auto pair = p2p_.exchange_with_previous(o.buf.data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
                                                     a.recv_chunk, elems);
         o.send = pair.send, in->handle = pair.recv;
         break;

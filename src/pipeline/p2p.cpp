@@ -43,14 +43,14 @@ PipelineP2P::Handle PipelineP2P::send_backward(const float* dx, size_t n, int mb
 PipelineP2P::Handle PipelineP2P::recv_backward(float* dy, size_t n, int mb, int chunk) {
   return start(false, dy, n, next(chunk).rank, true, mb, placement_.stage(rank_, chunk));
 }
-PipelineP2P::Pair PipelineP2P::send_forward_recv_backward(const float* out, int mb, int chunk, float* dy, int recv_mb,
+PipelineP2P::Pair PipelineP2P::exchange_with_next(const float* out, int mb, int chunk, float* dy, int recv_mb,
                                                           int recv_chunk, size_t n) {
   begin_group();
   Pair p{send_forward(out, n, mb, chunk), recv_backward(dy, n, recv_mb, recv_chunk)};
   end_group();
   return p;
 }
-PipelineP2P::Pair PipelineP2P::send_backward_recv_forward(const float* dx, int mb, int chunk, float* in, int recv_mb,
+PipelineP2P::Pair PipelineP2P::exchange_with_previous(const float* dx, int mb, int chunk, float* in, int recv_mb,
                                                           int recv_chunk, size_t n) {
   begin_group();
   Pair p{send_backward(dx, n, mb, chunk), recv_forward(in, n, recv_mb, recv_chunk)};

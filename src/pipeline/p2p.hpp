@@ -2,7 +2,7 @@
 // The only way activations and their gradients move between pipeline ranks: named operations on
 // a (microbatch, chunk) -- send_forward (a forward's output to the next virtual stage),
 // recv_forward, send_backward (an input gradient to the previous stage), recv_backward, and the
-// paired send_forward_recv_backward / send_backward_recv_forward of 1F1B's steady state.
+// paired exchange_with_next / exchange_with_previous of 1F1B's steady state.
 //
 // All of them run on the pipeline's one communicator. NCCL runs a rank's operations one at a time
 // in issue order, and a send completes only once received: two neighbours that each receive
@@ -43,9 +43,11 @@ class PipelineP2P {
   struct Pair {
     Handle send, recv;
   };
-  // Both directions with the same neighbour, as one group.
-  Pair send_forward_recv_backward(const float* out, int mb, int chunk, float* dy, int recv_mb, int recv_chunk, size_t n);
-  Pair send_backward_recv_forward(const float* dx, int mb, int chunk, float* in, int recv_mb, int recv_chunk, size_t n);
+  // One grouped exchange with one neighbour: to the next stage this chunk's output, from it the
+  // gradient of (recv_mb, recv_chunk) (exchange_with_next); to the previous stage the input-gradient,
+  // from it the input of (recv_mb, recv_chunk) (exchange_with_previous).
+  Pair exchange_with_next(const float* out, int mb, int chunk, float* dy, int recv_mb, int recv_chunk, size_t n);
+  Pair exchange_with_previous(const float* dx, int mb, int chunk, float* in, int recv_mb, int recv_chunk, size_t n);
 
   // The kernels issued afterwards run after h (a stream dependency; MPI completes it here).
   void order_after(Handle& h) { pipe_.order_after(h.request); }

@@ -4,7 +4,7 @@
 // modules/schedule and registers itself. Sends never block (they complete in the background);
 // receives block until the message is there. A send and a receive with the same neighbour that a
 // schedule wants to complete together are one paired action (Megatron's p2p names:
-// send_forward_recv_backward is send_activation_recv_grad here), so the executor and the simulator
+// exchange_with_next is send_activation_recv_grad here), so the executor and the simulator
 // need no look-ahead.
 //
 // Chunks: with interleaved and V schedules a rank runs several chunks of blocks (virtual stages).
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/registry.hpp"
+#include "core/registry.hpp"
 
 namespace gpt2 {
 

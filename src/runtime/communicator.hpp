@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "runtime/device_counters.hpp"
-#include "runtime/registry.hpp"
+#include "core/registry.hpp"
 
 namespace gpt2 {
 

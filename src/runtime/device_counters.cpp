@@ -1,5 +1,6 @@
 #include "runtime/device_counters.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -72,6 +73,21 @@ std::vector<std::string> recent_allocations() {
   std::vector<std::string> out;
   for (size_t i = 0; i < labels.size(); ++i) out.push_back(labels[(next_label + i) % labels.size()]);
   return out;
+}
+
+void SteadyStepCounts::end_step() {
+  if (steps_++ == 0) return;
+  const DeviceCounters c = device_counters() - start_;
+  if (c.allocations > 0 && allocations_.empty()) {  // the step's own: the newest c.allocations
+    allocations_ = recent_allocations();
+    if (allocations_.size() > c.allocations) allocations_.erase(allocations_.begin(), allocations_.end() - long(c.allocations));
+  }
+  max_.device_waits = std::max(max_.device_waits, c.device_waits);
+  max_.stream_waits = std::max(max_.stream_waits, c.stream_waits);
+  max_.host_waits = std::max(max_.host_waits, c.host_waits);
+  max_.allocations = std::max(max_.allocations, c.allocations);
+  max_.frees = std::max(max_.frees, c.frees);
+  max_.deep_copies = std::max(max_.deep_copies, c.deep_copies);
 }
 
 }  // namespace gpt2

@@ -33,4 +33,20 @@ void count_host_wait();            // a Communicator's host-blocking wait
 // allocates.
 std::vector<std::string> recent_allocations();
 
+// The most of each count one steady-state step made: every step of a process but its first (which
+// sizes the workspaces). Bracket each step with begin_step() and end_step().
+class SteadyStepCounts {
+ public:
+  void begin_step() { start_ = device_counters(); }
+  void end_step();
+  const DeviceCounters& maxima() const { return max_; }
+  // The labels of the latest allocations of the first steady step that allocated (empty: none).
+  const std::vector<std::string>& allocations() const { return allocations_; }
+
+ private:
+  DeviceCounters start_, max_;
+  int64_t steps_ = 0;
+  std::vector<std::string> allocations_;
+};
+
 }  // namespace gpt2

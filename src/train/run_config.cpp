@@ -3,11 +3,11 @@
 #include "core/error.hpp"
 #include "model/activation_sizes.hpp"
 #include "runtime/communicator.hpp"
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_file.hpp"
 #include "parallel/zero.hpp"
-#include "runtime/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 #include "tensor/precision.hpp"
 #include "train/loss_scale.hpp"
 
@@ -109,7 +109,8 @@ RunConfig RunConfig::from_deck(const InputDeck& deck) {
   return c;
 }
 
-std::string RunConfig::toml() { return InputDeck::to_toml(fields()); }
+// (fields() binds the members for reading and writing alike; to_toml only reads them.)
+std::string RunConfig::toml() const { return InputDeck::to_toml(const_cast<RunConfig*>(this)->fields()); }
 
 void RunConfig::validate(int world_size) const {
   model.validate();

@@ -129,7 +129,7 @@ struct RunConfig {
   // Checks values and their combinations (the layout's through the one rule set the planner uses);
   // world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
-  std::string toml();  // the effective configuration
+  std::string toml() const;  // the effective configuration
 };
 
 }  // namespace gpt2

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace gpt2 {
 

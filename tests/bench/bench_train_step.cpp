@@ -26,7 +26,7 @@
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "runtime/environment.hpp"
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 #include "runtime/serial_communicator.hpp"
 #include "parallel/zero.hpp"
 #include "tensor/adamw_update.hpp"

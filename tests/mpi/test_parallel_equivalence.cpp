@@ -41,7 +41,7 @@ TEST(Parallel, PipelineMatchesOneRankForEverySchedule) {
       // ordered communicator a slot stays until the next stage has received its activation.)
       const int m = c.parallel.microbatches;
       const int bound = std::string(sched) == "1f1b" ? std::min(m, r.stages - r.stage) : std::string(sched) == "gpipe" ? m : 1;
-      if (!ordered_test_comm()) {
+      if (!issue_ordered_test_comm()) {
         EXPECT_EQ(r.peak_slots, bound) << "pp=" << pp << " " << sched << " stage " << r.stage;
       }
       MPI_Comm_free(&g);

@@ -28,7 +28,8 @@ class Mutation:
 
 MUTATIONS = [
     Mutation("cp-loss-factor", "context parallelism's factor cp dropped from the loss gradient",
-             "src/train/trainer.cpp", "io.dloss = float(scale * topo_->cp() /", "io.dloss = float(scale /",
+             "src/train/trainer.cpp", "io.dloss = float(scale * cfg_.parallel.dp * e.topo->cp() /",
+             "io.dloss = float(scale * cfg_.parallel.dp /",
              "^(mpi_tests_np4|layout_matrix_refs|layout_matrix)$"),
     Mutation("dp-sum", "data-parallel gradients summed instead of averaged",
              "src/parallel/gradient_reducer.cpp",
@@ -53,7 +54,7 @@ MUTATIONS = [
              "void all_reduce_sum(float* buf, size_t n) override { all_reduce(buf, n, ReduceOp::max); }",
              "^mpi_tests_np2$"),
     Mutation("checkpoint-rng", "checkpoints leave out the sampler's random state",
-             "src/train/trainer_checkpoint.cpp", "  meta.rng = sample_rng_.state();\n", "", "^e2e_resume$"),
+             "src/train/checkpointer.cpp", "  meta.rng = state_.sample_rng.state();\n", "", "^e2e_resume$"),
     Mutation("data-position", "an off-by-one in the data position: every batch starts one sequence late",
              "src/data/loader.cpp", "const size_t pos = size_t(j * B_ + row);",
              "const size_t pos = size_t(j * B_ + row + 1);", "^e2e_pytorch_1rank$"),

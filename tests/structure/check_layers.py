@@ -15,7 +15,7 @@ ALLOWED = {
     "parallel": {"runtime", "trace", "model", "tensor", "core"},
     "perf": {"pipeline", "parallel", "runtime", "trace", "model", "core"},
     "trace": {"runtime", "model", "core"},
-    "runtime": {"model", "tensor", "core"},
+    "runtime": {"tensor", "core"},
     "model": {"tensor", "core"},
     "data": {"core"},
     "tensor": {"core"},

@@ -5,7 +5,7 @@
 
 #include "fixture.hpp"
 #include "model/stage.hpp"
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 #include "tensor/adamw_update.hpp"
 #include "test_util.hpp"
 

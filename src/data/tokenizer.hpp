@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/registry.hpp"
+#include "core/registry.hpp"
 
 namespace gpt2 {
 

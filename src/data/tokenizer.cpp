@@ -1,4 +1,4 @@
-#include "runtime/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace gpt2 {
 

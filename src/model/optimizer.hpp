@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/param_layout.hpp"
-#include "runtime/registry.hpp"
+#include "core/registry.hpp"
 #include "tensor/adamw_update.hpp"
 #include "tensor/views.hpp"
 

@@ -1,4 +1,4 @@
-#include "runtime/optimizer.hpp"
+#include "model/optimizer.hpp"
 
 namespace gpt2 {
 

@@ -1,0 +1,111 @@
+#include "train/rank_engine.hpp"
+
+#include <numeric>
+
+#include "parallel/stage_partition.hpp"
+#include "runtime/collective.hpp"
+#include "runtime/device_sync.hpp"
+#include "tensor/gemm.hpp"
+#include "tensor/precision.hpp"
+
+namespace gpt2 {
+
+RankEngine::RankEngine(const RunConfig& cfg, Environment& env, MPI_Comm comm) {
+  topo = std::make_unique<Topology>(comm, cfg.grid());
+  collective_phase(comm, [&] { groups = std::make_unique<CommGroups>(*topo, cfg.parallel.comm, env.local_size()); });
+}
+
+void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tracer, const int64_t& step) {
+  const auto& p = cfg.parallel;
+  mb_size = int(cfg.train.batch_size / p.dp / p.microbatches);
+  blas_threads = env.set_blas_threads(p.blas_threads);
+  gemm_set_tf32(cfg.train.tf32);
+  layout = std::make_unique<ParamLayout>(cfg.model);
+  const ScheduleEntry& schedule = ScheduleRegistry::get(p.schedule, "parallel.schedule");
+  placement = schedule_placement(schedule, p.pp, p.virtual_stages);
+  // Blocks per virtual stage: balanced by cost (or as the deck says) with one chunk per rank, an even
+  // split with several (the configuration checked that it divides).
+  if (placement.chunks == 1)
+    stage_layers = partition_stages(cfg.model, p.pp, cfg.data.seq_len, p.stage_layers);
+  else
+    stage_layers.assign(size_t(placement.stages()), cfg.model.n_layer / placement.stages());
+  const StageLayout stage_layout = layout_of(topo->coords());
+
+  OptimizerConfig oc;
+  oc.beta1 = cfg.train.beta1, oc.beta2 = cfg.train.beta2, oc.eps = cfg.train.eps;
+  oc.weight_decay = cfg.train.weight_decay;
+  const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups->bucket_mb;  // the backend's default
+  const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
+  Precision precision = Precision::fp32;
+  parse_precision(cfg.train.precision, precision);
+  store = std::make_unique<ParamStore>(stage_layout, groups->replicas(), zero_policy(p.zero), bucket,
+                                       cfg.train.optimizer, oc, tracer,
+                                       p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32, precision,
+                                       p.param_gather_dtype == "auto");
+  tp_group = std::make_unique<CommTpGroup>(*groups->tp, tracer);
+  cp_ring = std::make_unique<CommCpRing>(*groups->cp, tracer);
+  StageOptions<float> so = stage_options(cfg, tracer, step);
+  std::vector<Stage<float>*> chunks;
+  for (int c = 0; c < placement.chunks; ++c) {
+    so.chunk = c;
+    stages.push_back(std::make_unique<Stage<float>>(stage_layout, mb_size, cfg.data.seq_len, so));
+    chunks.push_back(stages.back().get());
+  }
+  // This rank's lists, from the one place that builds (and proves) every rank's.
+  PassLists lists = build_pass_lists(cfg.pipeline_shape());
+  train_actions = std::move(lists.train[size_t(topo->stage())]);
+  eval_actions = std::move(lists.eval[size_t(topo->stage())]);
+  exec = std::make_unique<PipelineExecutor>(chunks, placement, *groups->pipe, tracer, schedule.split_backward);
+}
+
+StageOptions<float> RankEngine::stage_options(const RunConfig& cfg, Tracer& tracer, const int64_t& step) {
+  StageOptions<float> so;
+  so.store = store.get();
+  so.tp = tp_group.get();
+  so.cp = cp_ring.get();
+  so.sequence_parallel = cfg.parallel.sequence_parallel && cfg.parallel.tp > 1;
+  parse_precision(cfg.train.precision, so.precision);
+  parse_recompute(cfg.train.recompute, so.recompute);
+  so.recompute_every = cfg.train.recompute_every;
+  // (The tracer is configured once the initial state is loaded: whether it records is the deck's.)
+  if (!cfg.trace.file.empty())
+    so.on_recompute = [&tracer, &step, start = 0.0](int unit, bool begin) mutable {
+      tracer.fence();
+      if (begin) start = tracer.now();
+      else tracer.record(EventKind::recompute, int(step), -1, start, tracer.now(), 0, 0, unit);
+    };
+  if (cfg.trace.units && !cfg.trace.file.empty()) {
+    // Unit timings for the performance model's calibration: fenced, so they cover the device work
+    // (these steps make a whole-device sync per unit: a calibration trace, not a timed run).
+    so.probe = [&tracer, &step, start = 0.0](Pass pass, int unit, bool begin) mutable {
+      device_sync("trace.units: a unit's bounds");
+      if (begin) {
+        start = tracer.now();
+        return;
+      }
+      const EventKind k = pass == Pass::forward           ? EventKind::unit_forward
+                          : pass == Pass::backward_weight ? EventKind::unit_backward_weight
+                                                          : EventKind::unit_backward;
+      tracer.record(k, int(step), -1, start, tracer.now(), 0, 0, unit);
+    };
+  }
+  return so;
+}
+
+StageLayout RankEngine::layout_of(const GridCoords& c) const {
+  std::vector<BlockRange> chunks;
+  for (int ch = 0; ch < placement.chunks; ++ch) {
+    const int k = placement.stage(c.pp, ch);
+    const int first = std::accumulate(stage_layers.begin(), stage_layers.begin() + k, 0);
+    chunks.push_back({first, first + stage_layers[size_t(k)]});
+  }
+  return StageLayout(*layout, chunks, TpSplit{topo->tp(), c.tp});
+}
+
+size_t RankEngine::activation_bytes() const {
+  size_t shared = 0;
+  for (const auto& s : stages) shared += s->recompute_bytes();
+  return size_t(exec->peak_slots()) * exec->slot_bytes() + shared;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,209 @@
+#include "train/reporter.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "pipeline/simulator.hpp"
+#include "tensor/gemm_lowp.hpp"
+#include "train/sampler.hpp"
+
+namespace gpt2 {
+
+Reporter::Reporter(const RunConfig& cfg, const TrainOptions& opts, Environment& env, RankEngine& engine,
+                   TrainData& data, TrainState& state, ModelGather& gather, Tracer& tracer)
+    : cfg_(cfg), opts_(opts), env_(env), engine_(engine), data_(data), state_(state), gather_(gather), tracer_(tracer) {}
+
+Reporter::~Reporter() = default;
+
+void Reporter::open_log() {
+  if (root()) log_ = std::make_unique<MetricsLog>(opts_.metrics_jsonl, state_.step);
+}
+
+void Reporter::begin_run() {
+  first_ = state_.step;
+  timed_ = Sums();
+  if (!root() || opts_.quiet) return;
+  const Topology& topo = *engine_.topo;
+  std::printf("gpt2 train: %s | %d ranks (%s, %s, %s) | %s with %d threads, %d BLAS threads/rank\n",
+              cfg_.model.describe().c_str(), topo.world_size(), topo.shape().describe().c_str(),
+              cfg_.parallel.schedule.c_str(), engine_.groups->backend.c_str(), env_.execution_space().c_str(),
+              env_.host_threads(), engine_.blas_threads);
+  std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
+              engine_.layout->total() / 1e6, (long long)cfg_.train.batch_size, cfg_.data.seq_len,
+              cfg_.parallel.microbatches, engine_.mb_size, (long long)data_.train().batches_per_epoch());
+  if (cfg_.train.precision != "fp32")
+    std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", cfg_.train.precision.c_str(),
+                gemm_lowp_backend(cfg_.train.precision == "bf16").c_str(),
+                state_.loss_scale.dynamic() ? ", dynamic loss scaling" : "");
+  std::fflush(stdout);
+}
+
+void Reporter::step(const StepMetrics& m, const std::string& bad, bool last) {
+  if (state_.step > first_ + 1 || cfg_.train.steps - first_ == 1) {  // the first step includes warm-up costs
+    timed_.step_s += m.step_ms / 1e3, timed_.tok_s += m.tokens_per_s, timed_.rank_tok_s += m.rank_tokens_per_s;
+    ++timed_.steps;
+  }
+  skipped_ += m.skipped;
+  // The trace's /metrics needs every step; without a trace only the last one is used (the final
+  // loss), and keeping them all grew every rank's memory by 64 bytes a step without end.
+  if (cfg_.trace.file.empty() && !history_.empty())
+    history_.back() = m;
+  else
+    history_.push_back(m);
+  if (root()) print_step(m, bad, last);
+}
+
+void Reporter::print_step(const StepMetrics& m, const std::string& bad, bool last) {
+  const auto& t = cfg_.train;
+  const int64_t step = state_.step;
+  log_->step(m);
+  if (m.val_loss >= 0) log_->eval(m.step, m.val_loss);
+  if (!opts_.quiet && (step % t.log_every == 0 || last || step == first_ + 1 || !bad.empty())) {
+    const double mean = timed_.steps ? timed_.mean(&Sums::step_s) : m.step_ms / 1e3;
+    std::printf("%s\n", progress_line(m, t.steps, mean * double(t.steps - step)).c_str());
+    if (m.val_loss >= 0) std::printf("step %d | val loss %.4f\n", m.step, m.val_loss);
+  }
+  if (m.skipped && state_.loss_scale.dynamic() && std::isfinite(m.loss))
+    std::printf("step %d: gradient overflow at loss scale %g: update skipped, loss scale now %g\n", m.step,
+                m.loss_scale, state_.loss_scale.scale());
+  else if (m.skipped)
+    std::printf("step %d: non-finite %s: update skipped (train.nonfinite = \"skip\")\n", m.step, bad.c_str());
+  std::fflush(stdout);
+}
+
+void Reporter::bleu(const BleuReport& r) {
+  if (!root()) return;
+  if (log_) log_->bleu(int(state_.step), r.epoch, r.score, r.train_s, r.tokens_per_s, r.elapsed_s);
+  if (opts_.quiet) return;
+  std::printf("epoch %.4g | step %lld | BLEU %.2f | training %.2f s, %.0f tok/s since the last | %zu pairs "
+              "translated in %.2f s | elapsed %s\n",
+              r.epoch, (long long)state_.step, r.score, r.train_s, r.tokens_per_s, r.pairs, r.seconds,
+              format_duration(r.elapsed_s).c_str());
+  std::fflush(stdout);
+}
+
+void Reporter::maybe_sample() {
+  const int every = cfg_.train.sample_every;
+  const int64_t step = state_.step;
+  if (every <= 0 || step % every != 0) return;
+  const WaitContext context([step] { return "sampling after step " + std::to_string(step); });
+  if (engine_.topo->pp() > 1) {
+    static bool told = false;
+    if (root() && !told) std::printf("(samples during training need parallel.pp = 1; use gpt2 sample)\n");
+    told = true;
+    return;
+  }
+  Stage<float>* stage = &engine_.stage();
+  // ZeRO-3, tensor or context parallelism or a rank with several chunks: the whole model gathered
+  // (every rank helps) on rank 0.
+  if (engine_.store->policy().params || engine_.topo->tp() > 1 || engine_.topo->cp() > 1 || engine_.stages.size() > 1)
+    stage = gather_.whole_model_on_root();
+  if (!root()) return;
+  std::unique_ptr<Tokenizer> tok = make_sample_tokenizer(cfg_.data.tokenizer, cfg_.model.vocab_size);
+  const std::vector<int> prompt = {tok->eot() >= 0 ? tok->eot() : int('\n')};
+  SampleOptions so;
+  so.tokens = cfg_.train.sample_tokens;
+  const std::vector<int> out = generate(*stage, prompt, so, state_.sample_rng);
+  std::printf("--- sample at step %lld ---\n%s\n---\n", (long long)step, tok->decode(out).c_str());
+  std::fflush(stdout);
+}
+
+void Reporter::summary() {
+  struct RankStats {
+    double step_s, tok_s, param_mib, grad_mib, opt_mib, act_mib, peak_mb;
+  };
+  const double step_s = timed_.mean(&Sums::step_s), tok_s = timed_.mean(&Sums::tok_s);
+  const MemoryUse mem = engine_.store->memory();
+  const RankStats mine{step_s, timed_.mean(&Sums::rank_tok_s), mem.params / 1048576.0, mem.grads / 1048576.0,
+                       mem.optimizer / 1048576.0, engine_.activation_bytes() / 1048576.0,
+                       double(engine_.exec->peak_slots())};
+  const std::vector<RankStats> all = engine_.groups->world->host_gather_all(mine);
+  if (!root()) return;
+  const Topology& topo = *engine_.topo;
+  const int64_t per_epoch = data_.train().batches_per_epoch();
+  if (!opts_.quiet && step_s > 0) {
+    std::printf("done: %lld steps | mean step %.1f ms | %.0f tok/s in all (sum over dp ranks) | time per epoch %s\n",
+                (long long)state_.step, step_s * 1e3, tok_s, format_duration(step_s * per_epoch).c_str());
+    const int size = topo.world_size();
+    for (int r = 0; r < size && r < 16; ++r) {
+      const RankStats& s = all[size_t(r)];
+      const GridCoords c = Topology::coords_of(topo.shape(), r);
+      std::printf("  rank %d (dp %d, stage %d%s): %.0f tok/s on its data, time per epoch %s | params %.1f MiB | "
+                  "grads %.1f MiB | optimizer %.1f MiB | peak activations %.1f MiB (%.0f microbatches)\n",
+                  r, c.dp, c.pp,
+                  ((topo.cp() > 1 ? ", cp " + std::to_string(c.cp) : std::string()) +
+                   (topo.tp() > 1 ? ", tp " + std::to_string(c.tp) : std::string())).c_str(), s.tok_s,
+                  format_duration(s.step_s * per_epoch).c_str(), s.param_mib, s.grad_mib, s.opt_mib, s.act_mib,
+                  s.peak_mb);
+    }
+    if (size > 16) std::printf("  (%d more ranks)\n", size - 16);
+    if (!history_.empty()) std::printf("final loss %.4f\n", history_.back().loss);
+  }
+  if (skipped_ > 0)
+    std::printf("%lld update(s) skipped for non-finite values (%s)\n", (long long)skipped_,
+                state_.loss_scale.dynamic() ? "fp16 gradient overflows under loss scaling, or train.nonfinite = \"skip\""
+                                            : "train.nonfinite = \"skip\"");
+  std::fflush(stdout);
+}
+
+void Reporter::write_trace(const SteadyStepCounts& counts) {
+  if (cfg_.trace.file.empty()) return;
+  std::vector<StepRecord> records;
+  for (const StepMetrics& m : history_)
+    records.push_back({m.step, m.loss, m.lr, m.grad_norm, m.step_ms / 1e3, m.tokens_per_s, m.val_loss, m.skipped});
+  write_hdf5_trace(cfg_.trace.file, *engine_.groups->world, trace_meta(counts), tracer_, records);
+}
+
+TraceMeta Reporter::trace_meta(const SteadyStepCounts& counts) const {
+  const Topology& topo = *engine_.topo;
+  TraceMeta meta;
+  meta.config_toml = cfg_.toml();
+  meta.world_size = topo.world_size();
+  meta.grid = topo.shape();
+  meta.coords = topo.coords();
+  meta.host = env_.host(), meta.local_rank = env_.local_rank();
+  meta.microbatches = cfg_.parallel.microbatches;
+  meta.schedule = cfg_.parallel.schedule;
+  meta.recompute = cfg_.train.recompute, meta.recompute_every = cfg_.train.recompute_every;
+  meta.virtual_stages = engine_.placement.chunks;
+  // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
+  // the schedule's own bubble, as the trainer ordered it.
+  const PassCosts pc = cfg_.pass_costs();
+  meta.bubble_theory = simulate_schedule(cfg_.parallel.schedule, topo.pp(), cfg_.parallel.microbatches,
+                                         cfg_.parallel.virtual_stages, sim_costs(pc), pc)
+                           .bubble_fraction;
+  meta.execution_space = env_.execution_space();
+  meta.device = env_.device();
+  meta.comm = engine_.groups->backend;
+  meta.blas_threads = engine_.blas_threads;
+  meta.host_threads = env_.host_threads();
+  meta.stage_layers = engine_.stage_layers;
+  meta.tokens_per_step = cfg_.train.batch_size * cfg_.data.seq_len;
+  meta.num_params = int64_t(engine_.layout->total());
+  meta.model = cfg_.model;
+  meta.seq_len = cfg_.data.seq_len;
+  meta.batch_size = cfg_.train.batch_size;
+  const ParamStore& store = *engine_.store;
+  const MemoryUse mem = store.memory();
+  meta.param_bytes = double(mem.params), meta.grad_bytes = double(mem.grads), meta.optimizer_bytes = double(mem.optimizer);
+  meta.workspace_bytes = double(store.peak_workspace_bytes());
+  meta.zero = cfg_.parallel.zero;
+  meta.stage_param_bytes = double(engine_.stage_layout().local_size() * sizeof(float));
+  meta.param_gather_bytes = double(store.gather_bytes());
+  meta.activation_bytes = double(engine_.activation_bytes());
+  meta.peak_microbatches = double(engine_.exec->peak_slots());
+  if (device_counters_installed()) {
+    const DeviceCounters& c = counts.maxima();
+    meta.device_waits_per_step = double(c.device_waits);
+    meta.allocations_per_step = double(c.allocations + c.frees);
+    meta.host_waits_per_step = double(c.host_waits);
+    meta.stream_waits_per_step = double(c.stream_waits);
+  }
+  meta.event_timing = cfg_.trace.sync ? "fenced per event" : cfg_.trace.units ? "fenced per unit" : "host issue times";
+  meta.steps = cfg_.train.steps;
+  meta.batches_per_epoch = data_.train().batches_per_epoch();
+  meta.train_tokens = data_.train_tokens();
+  return meta;
+}
+
+}  // namespace gpt2

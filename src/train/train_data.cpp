@@ -1,0 +1,43 @@
+#include "train/train_data.hpp"
+
+namespace gpt2 {
+
+TrainData::TrainData(const RunConfig& cfg)
+    : cfg_(cfg), mb_size_(int(cfg.train.batch_size / cfg.parallel.dp / cfg.parallel.microbatches)) {
+  const auto& d = cfg.data;
+  const int V = cfg.model.vocab_size;
+  train_set_ = std::make_unique<TokenDataset>(d.train, "data.train", d.seq_len, V);
+  train_loader_ = std::make_unique<DataLoader>(*train_set_, cfg.train.batch_size, d.shuffle,
+                                               uint64_t(cfg.train.seed), "data.train");
+  if (!d.val.empty()) {
+    val_set_ = std::make_unique<TokenDataset>(d.val, "data.val", d.seq_len, V);
+    val_loader_ = std::make_unique<DataLoader>(*val_set_, cfg.train.batch_size, false, 0, "data.val");
+  }
+  host_inputs_.resize(size_t(mb_size_) * d.seq_len);
+  host_targets_.resize(host_inputs_.size());
+}
+
+// The microbatch's sequences of this dp rank; with context parallelism, this rank's tokens of each
+// (its chunks i and 2cp-1-i: the Stage's local rows).
+void TrainData::load_microbatch(DataLoader& loader, int64_t batch, int mb, const Topology& topo, Activations<float>& a) {
+  const int64_t row0 = int64_t(topo.dp_rank()) * (cfg_.train.batch_size / cfg_.parallel.dp) + int64_t(mb) * mb_size_;
+  loader.load(batch, row0, mb_size_, host_inputs_.data(), host_targets_.data());
+  const int cp = topo.cp();
+  if (cp > 1) {
+    const int T = cfg_.data.seq_len, Tl = T / cp, L = Tl / 2, i = topo.cp_rank();
+    // In place: local row (b, j) comes from a position at or after it, b * T + t >= b * Tl + j, and
+    // rows are taken in increasing order (chunk i, then chunk 2cp-1-i >= i), so no source is
+    // overwritten before it is read.
+    int* in = host_inputs_.data();
+    int* tg = host_targets_.data();
+    for (int b = 0; b < mb_size_; ++b)
+      for (int j = 0; j < Tl; ++j) {
+        const int t = j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L);
+        in[size_t(b) * Tl + j] = in[size_t(b) * T + t];
+        tg[size_t(b) * Tl + j] = tg[size_t(b) * T + t];
+      }
+  }
+  a.load(host_inputs_.data(), host_targets_.data());
+}
+
+}  // namespace gpt2
