@@ -31,159 +31,218 @@ struct Progress {
         input(stages, std::vector<char>(m)), grad(stages, std::vector<char>(m)) {}
 };
 using Message = std::tuple<int, int, int, int>;  // destination rank, gradient?, microbatch, destination stage
+
+// One simulation: every rank's place in its list, its clock, and the messages in flight.
+class Simulator {
+ public:
+  Simulator(const std::vector<std::vector<Action>>& ranks, int m, const SimCosts& costs, const Placement& pl)
+      : ranks_(ranks), costs_(costs), pl_(pl), p_(int(ranks.size())), S_(pl.stages()), m_(m), pc_(p_, 0),
+        clock_(p_, 0), busy_(p_, 0), in_flight_(p_, 0), sent_(p_, false), done_(S_, m),
+        mailbox_(size_t(S_) * 2 * size_t(m), std::numeric_limits<double>::quiet_NaN()), trains_(p_) {
+    sim_.peak_in_flight.assign(p_, 0);
+    if (costs.start.size() == size_t(p_)) clock_ = costs.start;
+    // A rank whose list has no backward evaluates: a microbatch-chunk is let go once its output is
+    // sent (at the last virtual stage, once computed), as the executor does.
+    for (int r = 0; r < p_; ++r)
+      trains_[r] = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
+        return a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
+      });
+  }
+  int ranks() const { return p_; }
+  bool advance(int r);
+  Simulation finish();
+
+ private:
+  // The message in flight to (stage, gradient?, microbatch): when it arrives (NaN: none).
+  double& slot(int stage, int grad, int mb) {
+    return mailbox_[(size_t(stage) * 2 + size_t(grad)) * size_t(m_) + size_t(mb)];
+  }
+  int64_t pair_key(int from, int to) const { return int64_t(from) * p_ + to; }
+  void complain(int s, const std::string& what) {
+    if (sim_.problem.empty()) {
+      std::ostringstream os;
+      os << "rank " << s << ": " << what;
+      sim_.problem = os.str();
+    }
+  }
+  bool valid(int mb, int chunk) const { return mb >= 0 && mb < m_ && chunk >= 0 && chunk < pl_.chunks; }
+  void send(int r, const Action& a, int k);
+  bool receive(int r, const Action& a, bool paired);
+  bool compute(int r, const Action& a, int k);
+  double record_pass(int r, const Action& a, int k);
+  void name_stuck_ranks();
+
+  const std::vector<std::vector<Action>>& ranks_;
+  const SimCosts& costs_;
+  const Placement& pl_;
+  const int p_, S_, m_;
+  Simulation sim_;
+  std::vector<size_t> pc_;
+  std::vector<double> clock_, busy_;
+  std::vector<int> in_flight_;
+  std::vector<bool> sent_;  // the current paired action's send is out
+  Progress done_;
+  // The messages in flight by (destination stage, gradient?, microbatch). Flat: the planner
+  // simulates thousands of layouts.
+  std::vector<double> mailbox_;
+  size_t in_mailbox_ = 0;
+  // Per (from, to) rank pair, in program order: every pair must receive in sending order.
+  std::unordered_map<int64_t, std::vector<Message>> sends_, receives_;
+  std::vector<bool> trains_;
+};
+
+// Runs rank r's list as far as it can go (a compute waits for its message); true when it moved.
+bool Simulator::advance(int r) {
+  bool progressed = false;
+  while (pc_[r] < ranks_[r].size()) {
+    const Action a = ranks_[r][pc_[r]];
+    if (!valid(a.mb, a.chunk)) {
+      complain(r, "microbatch or chunk out of range");
+      pc_[r] = ranks_[r].size();
+      break;
+    }
+    const int k = pl_.stage(r, a.chunk);
+    // A paired action is its send (done once, on the first visit) and then its receive.
+    const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
+    const bool sends_now = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
+    const bool receives_now = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
+    if (sends_now && !sent_[r]) {
+      send(r, a, k);
+      progressed = true;
+    }
+    if (receives_now && !receive(r, a, paired)) break;
+    if (sends_now || receives_now) sent_[r] = false;
+    else if (!compute(r, a, k)) break;  // blocked
+    ++pc_[r];
+    progressed = true;
+  }
+  return progressed;
+}
+
+// Rank r sends the output of virtual stage k (an activation onward, a gradient back).
+void Simulator::send(int r, const Action& a, int k) {
+  const bool activation = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_activation_recv_grad;
+  const int to_stage = activation ? k + 1 : k - 1;
+  if (to_stage < 0 || to_stage >= S_) complain(r, "sends past the end of the pipeline");
+  else if (activation && !done_.fwd[k][a.mb]) complain(r, "sends an activation before computing it");
+  else if (!activation && !done_.bwd[k][a.mb]) complain(r, "sends a gradient before computing it");
+  const Message msg{pl_.rank_of(std::clamp(to_stage, 0, S_ - 1)), activation ? 0 : 1, a.mb, to_stage};
+  const int to = std::get<0>(msg);
+  double& arrives = slot(std::clamp(to_stage, 0, S_ - 1), activation ? 0 : 1, a.mb);
+  if (std::isnan(arrives)) ++in_mailbox_;
+  arrives = clock_[r] + (costs_.transfer && to != r ? costs_.transfer(r, to) : 0.0);
+  if (to != r && !costs_.timing_only) sends_[pair_key(r, to)].push_back(msg);
+  if (activation && !trains_[r]) --in_flight_[r];
+  sent_[r] = true;
+}
+
+// Rank r posts a receive (the compute that needs it waits for it); false when it names no
+// microbatch or chunk of the run.
+bool Simulator::receive(int r, const Action& a, bool paired) {
+  const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
+  const int mb = paired ? a.recv_mb : a.mb, chunk = paired ? a.recv_chunk : a.chunk;
+  if (!valid(mb, chunk)) {
+    complain(r, "receives a microbatch or chunk out of range");
+    pc_[r] = ranks_[r].size();
+    return false;
+  }
+  const int at = pl_.stage(r, chunk);
+  const Message msg{r, grad ? 1 : 0, mb, at};
+  const int from = pl_.rank_of(grad ? at + 1 : at - 1);
+  if (from != r && !costs_.timing_only) receives_[pair_key(from, r)].push_back(msg);
+  (grad ? done_.grad : done_.input)[at][mb] = true;
+  return true;
+}
+
+// Rank r runs a compute of virtual stage k once the message it needs (posted by an earlier
+// receive) has arrived; false while it has not.
+bool Simulator::compute(int r, const Action& a, int k) {
+  const bool needs_input = a.kind == ActionKind::forward && k > 0;
+  const bool needs_grad = (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) && k < S_ - 1;
+  if ((needs_input && done_.input[k][a.mb]) || (needs_grad && done_.grad[k][a.mb])) {
+    double& arrives = slot(k, needs_grad ? 1 : 0, a.mb);
+    if (std::isnan(arrives)) return false;
+    clock_[r] = std::max(clock_[r], arrives);
+    arrives = std::numeric_limits<double>::quiet_NaN();
+    --in_mailbox_;
+  }
+  double cost = record_pass(r, a, k);
+  if (costs_.compute) cost = costs_.compute(r, a);
+  sim_.computes.push_back({a.kind, a.mb, r, clock_[r], a.chunk, clock_[r] + cost});
+  clock_[r] += cost, busy_[r] += cost;
+  return true;
+}
+
+// Marks the pass done (checking what it needs was done) and counts the microbatch-chunks rank r
+// holds; returns the pass's fixed cost.
+double Simulator::record_pass(int r, const Action& a, int k) {
+  if (a.kind == ActionKind::forward) {
+    if (k > 0 && !done_.input[k][a.mb]) complain(r, "forward without its input");
+    done_.fwd[k][a.mb] = true;
+    sim_.peak_in_flight[r] = std::max(sim_.peak_in_flight[r], ++in_flight_[r]);
+    if (!trains_[r] && k == S_ - 1) --in_flight_[r];
+    return costs_.forward;
+  }
+  if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
+    if (!done_.fwd[k][a.mb]) complain(r, "backward before its forward");
+    if (k < S_ - 1 && !done_.grad[k][a.mb]) complain(r, "backward without its output gradient");
+    done_.bwd[k][a.mb] = true;
+    if (a.kind == ActionKind::backward_input) return costs_.backward_input;
+    done_.wgt[k][a.mb] = true;
+    --in_flight_[r];
+    return costs_.backward;
+  }
+  // weight pass
+  if (!done_.bwd[k][a.mb]) complain(r, "weight pass before its input pass");
+  done_.wgt[k][a.mb] = true;
+  --in_flight_[r];
+  return costs_.backward_weight;
+}
+
+// Only a compute waiting for its message blocks: name what each stuck rank waits for.
+void Simulator::name_stuck_ranks() {
+  std::ostringstream stuck;
+  for (int r = 0; r < p_; ++r) {
+    if (pc_[r] >= ranks_[r].size()) continue;
+    const Action& a = ranks_[r][pc_[r]];
+    const bool grad = a.kind != ActionKind::forward;
+    const int k = pl_.stage(r, a.chunk);
+    stuck << (sim_.deadlock ? "; " : "") << "rank " << r << " waits for the " << (grad ? "gradient" : "activation")
+          << " of microbatch " << a.mb << " from virtual stage " << (grad ? k + 1 : k - 1);
+    sim_.deadlock = true;
+  }
+  if (sim_.deadlock && sim_.problem.empty()) sim_.problem = "deadlock: " + stuck.str() + " (no rank can send it)";
+}
+
+// Once no rank moves: what went wrong, and the clocks.
+Simulation Simulator::finish() {
+  name_stuck_ranks();
+  for (int k = 0; k < S_; ++k) {
+    const int r = pl_.rank_of(k);
+    for (int i = 0; i < m_; ++i)
+      if (!done_.fwd[k][i] || (trains_[r] && (!done_.bwd[k][i] || !done_.wgt[k][i])))
+        complain(r, "does not run every microbatch through stage " + std::to_string(k));
+  }
+  if (in_mailbox_ > 0) complain(0, "a message was sent but never received");
+  for (const auto& [pair, s] : sends_) sim_.fifo_consistent = sim_.fifo_consistent && receives_[pair] == s;
+  sim_.makespan = *std::max_element(clock_.begin(), clock_.end());
+  double total_busy = 0;
+  for (double b : busy_) total_busy += b;
+  sim_.bubble_fraction = sim_.makespan > 0 ? 1.0 - total_busy / (p_ * sim_.makespan) : 0;
+  sim_.finish = clock_;
+  sim_.busy = busy_;
+  return std::move(sim_);
+}
 }  // namespace
 
 Simulation simulate(const std::vector<std::vector<Action>>& ranks, int m, const SimCosts& costs, const Placement& pl) {
-  const int p = int(ranks.size()), S = pl.stages();
-  Simulation sim;
-  sim.peak_in_flight.assign(p, 0);
-  std::vector<size_t> pc(p, 0);
-  std::vector<double> clock(p, 0), busy(p, 0);
-  if (costs.start.size() == size_t(p)) clock = costs.start;
-  std::vector<int> in_flight(p, 0);
-  std::vector<bool> sent(p, false);  // the current paired action's send is out
-  Progress done(S, m);
-  // The messages in flight by (destination stage, gradient?, microbatch): when each arrives (NaN:
-  // none). Flat: the planner simulates thousands of layouts.
-  std::vector<double> mailbox(size_t(S) * 2 * size_t(m), std::numeric_limits<double>::quiet_NaN());
-  size_t in_mailbox = 0;
-  auto slot = [&](int stage, int grad, int mb) -> double& { return mailbox[(size_t(stage) * 2 + size_t(grad)) * size_t(m) + size_t(mb)]; };
-  // Per (from, to) rank pair, in program order: every pair must receive in sending order.
-  std::unordered_map<int64_t, std::vector<Message>> sends, receives;
-  auto pair_key = [p](int from, int to) { return int64_t(from) * p + to; };
-  auto complain = [&](int s, const std::string& what) {
-    if (sim.problem.empty()) {
-      std::ostringstream os;
-      os << "rank " << s << ": " << what;
-      sim.problem = os.str();
-    }
-  };
-  auto valid = [&](int mb, int chunk) { return mb >= 0 && mb < m && chunk >= 0 && chunk < pl.chunks; };
-  // A rank whose list has no backward evaluates: a microbatch-chunk is let go once its output is sent
-  // (at the last virtual stage, once computed), as the executor does.
-  std::vector<bool> trains(p);
-  for (int r = 0; r < p; ++r)
-    trains[r] = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
-      return a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
-    });
+  Simulator s(ranks, m, costs, pl);
   for (bool progressed = true; progressed;) {
     progressed = false;
-    for (int r = 0; r < p; ++r) {
-      while (pc[r] < ranks[r].size()) {
-        const Action a = ranks[r][pc[r]];
-        if (!valid(a.mb, a.chunk)) {
-          complain(r, "microbatch or chunk out of range");
-          pc[r] = ranks[r].size();
-          break;
-        }
-        const int k = pl.stage(r, a.chunk);
-        // A paired action is its send (done once, on the first visit) and then its receive.
-        const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
-        const bool sends_now = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
-        const bool receives_now = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
-        if (sends_now && !sent[r]) {
-          const bool activation = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_activation_recv_grad;
-          const int to_stage = activation ? k + 1 : k - 1;
-          if (to_stage < 0 || to_stage >= S) complain(r, "sends past the end of the pipeline");
-          else if (activation && !done.fwd[k][a.mb]) complain(r, "sends an activation before computing it");
-          else if (!activation && !done.bwd[k][a.mb]) complain(r, "sends a gradient before computing it");
-          const Message msg{pl.rank_of(std::clamp(to_stage, 0, S - 1)), activation ? 0 : 1, a.mb, to_stage};
-          const int to = std::get<0>(msg);
-          double& arrives = slot(std::clamp(to_stage, 0, S - 1), activation ? 0 : 1, a.mb);
-          if (std::isnan(arrives)) ++in_mailbox;
-          arrives = clock[r] + (costs.transfer && to != r ? costs.transfer(r, to) : 0.0);
-          if (to != r && !costs.timing_only) sends[pair_key(r, to)].push_back(msg);
-          if (activation && !trains[r]) --in_flight[r];
-          sent[r] = true;
-          progressed = true;
-        }
-        if (receives_now) {
-          const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
-          const int mb = paired ? a.recv_mb : a.mb, chunk = paired ? a.recv_chunk : a.chunk;
-          if (!valid(mb, chunk)) {
-            complain(r, "receives a microbatch or chunk out of range");
-            pc[r] = ranks[r].size();
-            break;
-          }
-          // Posted here; the compute that needs it waits for it.
-          const int at = pl.stage(r, chunk);
-          const Message msg{r, grad ? 1 : 0, mb, at};
-          const int from = pl.rank_of(grad ? at + 1 : at - 1);
-          if (from != r && !costs.timing_only) receives[pair_key(from, r)].push_back(msg);
-          (grad ? done.grad : done.input)[at][mb] = true;
-        }
-        if (sends_now || receives_now) {
-          sent[r] = false;
-        } else {
-          // The message the compute needs (posted by an earlier receive) must have arrived.
-          const bool needs_input = a.kind == ActionKind::forward && k > 0;
-          const bool needs_grad = (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) && k < S - 1;
-          if ((needs_input && done.input[k][a.mb]) || (needs_grad && done.grad[k][a.mb])) {
-            double& arrives = slot(k, needs_grad ? 1 : 0, a.mb);
-            if (std::isnan(arrives)) break;  // blocked
-            clock[r] = std::max(clock[r], arrives);
-            arrives = std::numeric_limits<double>::quiet_NaN();
-            --in_mailbox;
-          }
-          double cost = costs.forward;
-          if (a.kind == ActionKind::forward) {
-            if (k > 0 && !done.input[k][a.mb]) complain(r, "forward without its input");
-            done.fwd[k][a.mb] = true;
-            sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], ++in_flight[r]);
-            if (!trains[r] && k == S - 1) --in_flight[r];
-          } else if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
-            if (!done.fwd[k][a.mb]) complain(r, "backward before its forward");
-            if (k < S - 1 && !done.grad[k][a.mb]) complain(r, "backward without its output gradient");
-            done.bwd[k][a.mb] = true;
-            if (a.kind == ActionKind::backward) {
-              done.wgt[k][a.mb] = true;
-              --in_flight[r];
-              cost = costs.backward;
-            } else {
-              cost = costs.backward_input;
-            }
-          } else {  // weight pass
-            if (!done.bwd[k][a.mb]) complain(r, "weight pass before its input pass");
-            done.wgt[k][a.mb] = true;
-            --in_flight[r];
-            cost = costs.backward_weight;
-          }
-          if (costs.compute) cost = costs.compute(r, a);
-          sim.computes.push_back({a.kind, a.mb, r, clock[r], a.chunk, clock[r] + cost});
-          clock[r] += cost, busy[r] += cost;
-        }
-        ++pc[r];
-        progressed = true;
-      }
-    }
+    for (int r = 0; r < s.ranks(); ++r)
+      if (s.advance(r)) progressed = true;
   }
-  // Only a compute waiting for its message blocks: name what each stuck rank waits for.
-  std::ostringstream stuck;
-  for (int r = 0; r < p; ++r) {
-    if (pc[r] >= ranks[r].size()) continue;
-    const Action& a = ranks[r][pc[r]];
-    const bool grad = a.kind != ActionKind::forward;
-    const int k = pl.stage(r, a.chunk);
-    stuck << (sim.deadlock ? "; " : "") << "rank " << r << " waits for the " << (grad ? "gradient" : "activation")
-          << " of microbatch " << a.mb << " from virtual stage " << (grad ? k + 1 : k - 1);
-    sim.deadlock = true;
-  }
-  if (sim.deadlock && sim.problem.empty()) sim.problem = "deadlock: " + stuck.str() + " (no rank can send it)";
-  for (int k = 0; k < S; ++k) {
-    const int r = pl.rank_of(k);
-    for (int i = 0; i < m; ++i)
-      if (!done.fwd[k][i] || (trains[r] && (!done.bwd[k][i] || !done.wgt[k][i])))
-        complain(r, "does not run every microbatch through stage " + std::to_string(k));
-  }
-  if (in_mailbox > 0) complain(0, "a message was sent but never received");
-  for (const auto& [pair, s] : sends) sim.fifo_consistent = sim.fifo_consistent && receives[pair] == s;
-  sim.makespan = *std::max_element(clock.begin(), clock.end());
-  double total_busy = 0;
-  for (double b : busy) total_busy += b;
-  sim.bubble_fraction = sim.makespan > 0 ? 1.0 - total_busy / (p * sim.makespan) : 0;
-  sim.finish = clock;
-  sim.busy = busy;
-  return sim;
+  return s.finish();
 }
 
 namespace {
