@@ -53,21 +53,9 @@ bool communication_kind(EventKind k) { return event_class(k) == EventClass::comm
 }  // namespace
 
 namespace {
-void write_trace_file(const std::string& path, const std::string& tmp, Communicator& comm, const TraceMeta& meta,
-                      const Tracer& tracer, const std::vector<StepRecord>& metrics) {
-  const int rank = comm.rank();
-
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, once
-  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-  H5Pset_fapl_mpio(fapl, comm.mpi_comm(), MPI_INFO_NULL);
-  hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  H5Pclose(fapl);
-  if (file < 0) fail_write(path, "cannot create the HDF5 trace", hdf5_error_reason());
-  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
-
-  // /meta: attributes only (collective metadata: every rank makes the same calls).
-  hid_t g = H5Gcreate2(file, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+// The trace's /meta attributes that say what ran: the deck, the build, the grid and the model
+// (the same on every rank).
+void write_run_attributes(hid_t g, const TraceMeta& meta) {
   h5_attr_text(g, "config", meta.config_toml);
   h5_attr_text(g, "git_revision", git_revision());
   h5_attr_text(g, "versions", versions());
@@ -108,6 +96,11 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   h5_attr_text(g, "dp_collective_kinds", kind_names(is_dp_collective));
   h5_attr_text(g, "kind_display", kind_list(any_kind, event_display));
   h5_attr_text(g, "kind_colours", kind_list(any_kind, event_colour));
+}
+
+// The /meta attributes with a value per rank (collective): its coordinates, where it ran, its
+// memory and its waits.
+void write_rank_attributes(hid_t g, const TraceMeta& meta, const Tracer& tracer, Communicator& comm) {
   for (Axis a : kAxes) attr_per_rank<int64_t>(g, (std::string(axis_name(a)) + "_rank").c_str(), meta.coords[a], comm);
   // Where each rank ran: its host and its rank among the processes there.
   std::array<char, 256> host{};
@@ -129,17 +122,33 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   attr_per_rank(g, "allocations_per_step", meta.allocations_per_step, comm);
   attr_per_rank(g, "host_waits_per_step", meta.host_waits_per_step, comm);
   attr_per_rank(g, "stream_waits_per_step", meta.stream_waits_per_step, comm);
+}
+
+// /meta: attributes only (collective metadata: every rank makes the same calls).
+void write_meta(hid_t file, const TraceMeta& meta, const Tracer& tracer, Communicator& comm) {
+  hid_t g = H5Gcreate2(file, "meta", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  write_run_attributes(g, meta);
+  write_rank_attributes(g, meta, tracer, comm);
   h5_attr_text(g, "event_timing", meta.event_timing);
   H5Gclose(g);
+}
 
-  // /events: every rank's events at its offset.
+// This rank's events as the file stores them: recorded when they end (enclosing events after their
+// contents), stored by start.
+std::vector<TraceEvent> events_by_start(const Tracer& tracer, int rank) {
   const auto& ev = tracer.events();
   std::vector<TraceEvent> mine(ev.size());
   for (size_t i = 0; i < ev.size(); ++i)
     mine[i] = {rank, ev[i].kind, ev[i].step, ev[i].microbatch, ev[i].stage, ev[i].start, ev[i].end, ev[i].bytes,
                ev[i].chunk, ev[i].unit, ev[i].pair};
-  // Recorded when they end (enclosing events after their contents): store them by start.
   std::stable_sort(mine.begin(), mine.end(), [](const TraceEvent& a, const TraceEvent& b) { return a.start < b.start; });
+  return mine;
+}
+
+// /events: every rank's events at its offset.
+void write_events(hid_t file, hid_t dxpl, const std::string& path, Communicator& comm, const Tracer& tracer) {
+  const int rank = comm.rank();
+  const std::vector<TraceEvent> mine = events_by_start(tracer, rank);
   const int64_t count = int64_t(mine.size()), all_dropped = comm.host_sum(tracer.dropped());
   const std::vector<int64_t> counts = comm.host_gather_all(count);
   int64_t offset = 0, total = 0;
@@ -160,12 +169,11 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   h5_attr_int(ds, "dropped", all_dropped);
   h5_attr_text(ds, "time_unit", "seconds on a clock shared by all ranks (offsets measured at start-up)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(et);
+}
 
-  // /metrics: rank 0's per-step records.
-  int64_t msteps = int64_t(metrics.size());
-  comm.host_broadcast(&msteps, sizeof msteps, 0);
+// The file's record of one step (StepRecord's fields).
+hid_t metric_type() {
   using MetricRecord = StepRecord;
-  const std::vector<MetricRecord>& recs = metrics;
   hid_t mt = H5Tcreate(H5T_COMPOUND, sizeof(MetricRecord));
   H5Tinsert(mt, "step", HOFFSET(MetricRecord, step), H5T_NATIVE_INT32);
   H5Tinsert(mt, "loss", HOFFSET(MetricRecord, loss), H5T_NATIVE_DOUBLE);
@@ -175,26 +183,58 @@ void write_trace_file(const std::string& path, const std::string& tmp, Communica
   H5Tinsert(mt, "tokens_per_s", HOFFSET(MetricRecord, tokens_per_s), H5T_NATIVE_DOUBLE);
   H5Tinsert(mt, "val_loss", HOFFSET(MetricRecord, val_loss), H5T_NATIVE_DOUBLE);
   H5Tinsert(mt, "skipped", HOFFSET(MetricRecord, skipped), H5T_NATIVE_INT8);
-  dims = hsize_t(msteps);
-  fs = H5Screate_simple(1, &dims, nullptr);
-  ds = H5Dcreate2(file, "metrics", mt, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  n = rank == 0 ? dims : 0;
-  ms = H5Screate_simple(1, &n, nullptr);
+  return mt;
+}
+
+// /metrics: rank 0's per-step records.
+void write_metrics(hid_t file, hid_t dxpl, const std::string& path, Communicator& comm,
+                   const std::vector<StepRecord>& metrics) {
+  const int rank = comm.rank();
+  int64_t msteps = int64_t(metrics.size());
+  comm.host_broadcast(&msteps, sizeof msteps, 0);
+  hid_t mt = metric_type();
+  hsize_t dims = hsize_t(msteps);
+  hid_t fs = H5Screate_simple(1, &dims, nullptr);
+  hid_t ds = H5Dcreate2(file, "metrics", mt, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t n = rank == 0 ? dims : 0;
+  hid_t ms = H5Screate_simple(1, &n, nullptr);
   if (!n) H5Sselect_none(ms), H5Sselect_none(fs);
-  MetricRecord dummy_metric{};
+  StepRecord dummy_metric{};
   if (msteps > 0)
-    check(H5Dwrite(ds, mt, ms, fs, dxpl, recs.empty() || rank != 0 ? &dummy_metric : recs.data()), "write of /metrics", path);
+    check(H5Dwrite(ds, mt, ms, fs, dxpl, metrics.empty() || rank != 0 ? &dummy_metric : metrics.data()),
+          "write of /metrics", path);
   h5_attr_text(ds, "units", "step_time in seconds; val_loss < 0 where no evaluation ran; skipped 1 where the "
                           "update was skipped (non-finite loss or gradient norm)");
   H5Sclose(ms), H5Sclose(fs), H5Dclose(ds), H5Tclose(mt);
+}
 
-  H5Pclose(dxpl);
+// Closes the file every rank wrote to `tmp` and renames it to `path`: every rank learns whether it
+// worked, and fails alike.
+void close_and_rename(hid_t file, const std::string& path, const std::string& tmp, Communicator& comm) {
+  const int rank = comm.rank();
   if (H5Fclose(file) < 0) fail_write(path, "HDF5 close failed", hdf5_error_reason());
   comm.host_sum(0);  // every rank has closed the file
   int renamed = rank != 0 || std::rename(tmp.c_str(), path.c_str()) == 0;
   const std::string why = renamed ? "" : std::strerror(errno);
-  if (comm.host_sum(1 - renamed) != 0)  // every rank learns whether it worked, and fails alike
+  if (comm.host_sum(1 - renamed) != 0)
     fail_write(path, "cannot rename ", tmp, rank == 0 ? ": " + why : std::string());
+}
+
+void write_trace_file(const std::string& path, const std::string& tmp, Communicator& comm, const TraceMeta& meta,
+                      const Tracer& tracer, const std::vector<StepRecord>& metrics) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, once
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  H5Pset_fapl_mpio(fapl, comm.mpi_comm(), MPI_INFO_NULL);
+  hid_t file = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (file < 0) fail_write(path, "cannot create the HDF5 trace", hdf5_error_reason());
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+  write_meta(file, meta, tracer, comm);
+  write_events(file, dxpl, path, comm, tracer);
+  write_metrics(file, dxpl, path, comm, metrics);
+  H5Pclose(dxpl);
+  close_and_rename(file, path, tmp, comm);
 }
 
 }  // namespace
