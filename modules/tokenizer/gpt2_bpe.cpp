@@ -327,12 +327,13 @@ std::unique_ptr<Gpt2Bpe> Gpt2Bpe::load(const std::string& vocab_path, const std:
   return parse(vocab, merges, vocab_path, merges_path);
 }
 
-std::unique_ptr<Gpt2Bpe> Gpt2Bpe::parse(std::string_view vocab_json, std::string_view merges_text,
-                                        const std::string& vocab_name, const std::string& merges_name) {
-  auto impl = std::make_unique<Impl>();
+namespace {
+using TokenIds = std::unordered_map<std::string, int>;
 
-  // encoder.json: token string -> id.
-  std::unordered_map<std::string, int> ids;
+// encoder.json: token string -> id. Fills `impl`'s bytes of each id, each byte's token and
+// <|endoftext|>'s id; returns the ids by token bytes.
+TokenIds read_vocabulary(std::string_view vocab_json, const std::string& vocab_name, Gpt2Bpe::Impl& impl) {
+  TokenIds ids;
   std::vector<std::pair<int, std::string>> entries;
   ids.reserve(1 << 17);
   FlatJsonReader(vocab_json, vocab_name).read_object([&](const std::vector<uint32_t>& cps, long long v) {
@@ -349,24 +350,62 @@ std::unique_ptr<Gpt2Bpe> Gpt2Bpe::parse(std::string_view vocab_json, std::string
     entries.emplace_back(static_cast<int>(v), std::move(bytes));
   });
   const int vocab_size = static_cast<int>(entries.size());
-  impl->id_bytes.assign(vocab_size, std::string());
+  impl.id_bytes.assign(vocab_size, std::string());
   std::vector<bool> seen(vocab_size, false);
   for (auto& [id, bytes] : entries) {
     if (id >= vocab_size) fail_input(vocab_name, "token ids must be 0..", vocab_size - 1, ", found ", id);
     if (seen[id]) fail_input(vocab_name, "token id ", id, " is used twice");
     seen[id] = true;
-    impl->id_bytes[id] = std::move(bytes);
+    impl.id_bytes[id] = std::move(bytes);
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = ids.find(std::string(1, static_cast<char>(b)));
     if (it == ids.end())
       fail_input(vocab_name, "no token for byte ", b, " (not a GPT-2 byte-level vocabulary?)");
-    impl->byte_id[b] = it->second;
+    impl.byte_id[b] = it->second;
   }
-  if (const auto it = ids.find("<|endoftext|>"); it != ids.end()) impl->eot = it->second;
+  if (const auto it = ids.find("<|endoftext|>"); it != ids.end()) impl.eot = it->second;
+  return ids;
+}
 
-  // vocab.bpe: "#version: ..." then one "A B" merge a line; the line index is the rank.
-  std::vector<int> ma, mb, mm;
+// The tokens of one merge line, split on ASCII whitespace (tokens never contain it: the byte map
+// moves it to U+0100..): the first two as bytes into `part`; returns how many there are. (`cps`:
+// scratch.)
+int merge_line_tokens(std::string_view line, size_t line_no, const std::string& merges_name,
+                      std::vector<uint32_t>& cps, std::string part[2]) {
+  int nparts = 0;
+  for (size_t k = 0; k < line.size();) {
+    while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
+    if (k >= line.size()) break;
+    size_t e = k;
+    while (e < line.size() && line[e] != ' ' && line[e] != '\t') ++e;
+    if (nparts < 2) {
+      cps.clear();
+      for (size_t c = k; c < e;) {
+        uint32_t cp;
+        const int l = decode_utf8(reinterpret_cast<const unsigned char*>(line.data()) + c, e - c, cp);
+        if (l == 0) fail_input(merges_name, "line ", line_no, ": invalid UTF-8");
+        cps.push_back(cp);
+        c += static_cast<size_t>(l);
+      }
+      if (!token_bytes(cps, part[nparts]))
+        fail_input(merges_name, "line ", line_no, ": \"", printable(cps), "\" is not in GPT-2's byte alphabet");
+    }
+    ++nparts;
+    k = e;
+  }
+  return nparts;
+}
+
+// The merges by rank: the ids of the pair (a, b) and of the token it makes.
+struct Merges {
+  std::vector<int> a, b, merged;
+};
+
+// vocab.bpe: "#version: ..." then one "A B" merge a line; the line index is the rank.
+Merges read_merges(std::string_view merges_text, const TokenIds& ids, const std::string& merges_name,
+                   const std::string& vocab_name) {
+  Merges m;
   size_t pos = 0, line_no = 0;
   std::vector<uint32_t> cps;
   std::string part[2];
@@ -378,57 +417,48 @@ std::unique_ptr<Gpt2Bpe> Gpt2Bpe::parse(std::string_view vocab_json, std::string
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line_no == 1 && !line.empty() && line[0] == '#') continue;  // version comment
-    // split on ASCII whitespace (tokens never contain it: the byte map moves it to U+0100..)
-    int nparts = 0;
-    for (size_t k = 0; k < line.size();) {
-      while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
-      if (k >= line.size()) break;
-      size_t e = k;
-      while (e < line.size() && line[e] != ' ' && line[e] != '\t') ++e;
-      if (nparts < 2) {
-        cps.clear();
-        for (size_t c = k; c < e;) {
-          uint32_t cp;
-          const int l = decode_utf8(reinterpret_cast<const unsigned char*>(line.data()) + c, e - c, cp);
-          if (l == 0) fail_input(merges_name, "line ", line_no, ": invalid UTF-8");
-          cps.push_back(cp);
-          c += static_cast<size_t>(l);
-        }
-        if (!token_bytes(cps, part[nparts]))
-          fail_input(merges_name, "line ", line_no, ": \"", printable(cps),
-                     "\" is not in GPT-2's byte alphabet");
-      }
-      ++nparts;
-      k = e;
-    }
+    const int nparts = merge_line_tokens(line, line_no, merges_name, cps, part);
     if (nparts == 0) continue;
     if (nparts != 2) fail_input(merges_name, "line ", line_no, ": expected two tokens \"A B\", got ", nparts);
     const auto ia = ids.find(part[0]), ib = ids.find(part[1]), im = ids.find(part[0] + part[1]);
     if (ia == ids.end() || ib == ids.end() || im == ids.end())
       fail_input(merges_name, "line ", line_no, ": merge \"", std::string(line),
                  "\" uses or makes a token missing from ", vocab_name);
-    ma.push_back(ia->second);
-    mb.push_back(ib->second);
-    mm.push_back(im->second);
+    m.a.push_back(ia->second);
+    m.b.push_back(ib->second);
+    m.merged.push_back(im->second);
   }
-  if (ma.empty()) fail_input(merges_name, "no merges found (expected GPT-2's vocab.bpe)");
-  impl->pairs.reserve(ma.size());
-  for (size_t r = 0; r < ma.size(); ++r) impl->pairs.insert(ma[r], mb[r], static_cast<int>(r), mm[r]);
+  if (m.a.empty()) fail_input(merges_name, "no merges found (expected GPT-2's vocab.bpe)");
+  return m;
+}
 
-  // The heap algorithm merges the leftmost lowest-rank pair one at a time; it equals the reference
-  // (all occurrences of the lowest-rank pair per pass) when every merge that uses a token ranks
-  // after every merge that makes it (true for GPT-2: BPE training appends merges in order).
+// The heap algorithm merges the leftmost lowest-rank pair one at a time; it equals the reference
+// (all occurrences of the lowest-rank pair per pass) when every merge that uses a token ranks
+// after every merge that makes it (true for GPT-2: BPE training appends merges in order).
+bool heap_equals_reference(const PairTable& pairs, const Merges& m, int vocab_size) {
   std::vector<int> made(vocab_size, -1);
-  for (size_t r = 0; r < ma.size(); ++r) {
-    const auto* e = impl->pairs.find(ma[r], mb[r]);
-    if (e->rank == static_cast<int>(r)) made[mm[r]] = std::max(made[mm[r]], e->rank);
+  for (size_t r = 0; r < m.a.size(); ++r) {
+    const auto* e = pairs.find(m.a[r], m.b[r]);
+    if (e->rank == static_cast<int>(r)) made[m.merged[r]] = std::max(made[m.merged[r]], e->rank);
   }
-  impl->heap_ok = true;
-  for (size_t r = 0; r < ma.size(); ++r) {
-    const auto* e = impl->pairs.find(ma[r], mb[r]);
+  bool ok = true;
+  for (size_t r = 0; r < m.a.size(); ++r) {
+    const auto* e = pairs.find(m.a[r], m.b[r]);
     if (e->rank != static_cast<int>(r)) continue;  // overridden duplicate
-    if (made[ma[r]] >= e->rank || made[mb[r]] >= e->rank) impl->heap_ok = false;
+    if (made[m.a[r]] >= e->rank || made[m.b[r]] >= e->rank) ok = false;
   }
+  return ok;
+}
+}  // namespace
+
+std::unique_ptr<Gpt2Bpe> Gpt2Bpe::parse(std::string_view vocab_json, std::string_view merges_text,
+                                        const std::string& vocab_name, const std::string& merges_name) {
+  auto impl = std::make_unique<Impl>();
+  const TokenIds ids = read_vocabulary(vocab_json, vocab_name, *impl);
+  const Merges m = read_merges(merges_text, ids, merges_name, vocab_name);
+  impl->pairs.reserve(m.a.size());
+  for (size_t r = 0; r < m.a.size(); ++r) impl->pairs.insert(m.a[r], m.b[r], static_cast<int>(r), m.merged[r]);
+  impl->heap_ok = heap_equals_reference(impl->pairs, m, static_cast<int>(impl->id_bytes.size()));
   return std::unique_ptr<Gpt2Bpe>(new Gpt2Bpe(std::move(impl)));
 }
 
