@@ -35,10 +35,27 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
       on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
       chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
   if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
-  const ModelConfig& c = config();
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
   first_ = layout_.chunks()[size_t(chunk_)].first;
   end_ = layout_.chunks()[size_t(chunk_)].end;
+  make_missing_parts();
+  const int cp = cp_->size();
+  if (seq_len % (2 * cp) != 0 && cp > 1) fail("Stage: context parallelism over ", cp, " ranks needs T divisible by ", 2 * cp);
+  T_ = seq_len / cp;
+  positions_ = decltype(positions_)("positions", T_);
+  chunk_positions(positions_, cp, cp_->rank());
+  const size_t tp = size_t(tp_->size());
+  if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
+  if (sp_ && (size_t(max_batch) * seq_len) % tp != 0)
+    fail("Stage: sequence parallelism needs the microbatch's tokens divisible by tp");
+  allocate_scratch(max_batch);
+  const ActivationSizes sizes = activation_sizes(activation_shape(max_batch, false));
+  allocate_recompute_scratch(max_batch, sizes);
+  check_scratch(sizes);
+}
+
+template <class T>
+void Stage<T>::make_missing_parts() {
   if (!store_) {
     own_ = std::make_unique<FlatStore<T>>(layout_);
     store_ = own_.get();
@@ -53,15 +70,13 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
     single_cp_ = std::make_unique<SingleCp<T>>();
     cp_ = single_cp_.get();
   }
+}
+
+template <class T>
+void Stage<T>::allocate_scratch(int max_batch) {
+  const ModelConfig& c = config();
   const int cp = cp_->size();
-  if (seq_len % (2 * cp) != 0 && cp > 1) fail("Stage: context parallelism over ", cp, " ranks needs T divisible by ", 2 * cp);
-  T_ = seq_len / cp;
-  positions_ = decltype(positions_)("positions", T_);
-  chunk_positions(positions_, cp, cp_->rank());
   const size_t tp = size_t(tp_->size());
-  if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
-  if (sp_ && (size_t(max_batch) * seq_len) % tp != 0)
-    fail("Stage: sequence parallelism needs the microbatch's tokens divisible by tp");
   const size_t N = size_t(max_batch) * T_, C = c.n_embd;
   dres_ = uninitialized<T>("dres", N * C);
   dln_ = uninitialized<T>("dln", N * C);
@@ -93,7 +108,10 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
     lse_ = uninitialized<T>("lse", N);
     if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
   }
-  const ActivationSizes sizes = activation_sizes(activation_shape(max_batch, false));
+}
+
+template <class T>
+void Stage<T>::allocate_recompute_scratch(int max_batch, const ActivationSizes& sizes) {
   if (recomputed_blocks(recompute_, recompute_every_, first_, end_) > 0) {
     // What recomputed blocks share: the size table's part of the scratch for them.
     ActivationShape none = activation_shape(max_batch, false);
@@ -103,6 +121,10 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
     if (sizes.scratch16 > without.scratch16)
       recompute_mem16_ = uninitialized<uint16_t>("recompute16", sizes.scratch16 - without.scratch16);
   }
+}
+
+template <class T>
+void Stage<T>::check_scratch(const ActivationSizes& sizes) const {
   size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0) + recompute_mem16_.extent(0);
   for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
                              &logits_, &lse_, &ce_, &recompute_mem_, &ring_kv_[0], &ring_kv_[1], &ring_dkv_[0],
@@ -145,6 +167,83 @@ ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   return s;
 }
 
+namespace {
+// Hands out an Activations' slices in order: of its memory (and, for GEMM inputs under mixed
+// precision, of its 16-bit memory), and of the stage's memory that recomputed blocks share.
+template <class T>
+struct Slicer {
+  T* mem;
+  uint16_t* mem16;
+  T* shared;
+  uint16_t* shared16;
+  bool mixed;
+  size_t off = 0, off16 = 0, shared_off = 0, shared_off16 = 0;
+
+  T* take(size_t n) {
+    T* p = mem + off;
+    off += pad_values(n);
+    return p;
+  }
+  Mat<T> m(size_t rows, size_t cols) { return Mat<T>(take(rows * cols), rows, cols); }
+  GemmInput<T> g(size_t rows, size_t cols) {  // a GEMM input
+    if (!mixed) return GemmInput<T>(m(rows, cols));
+    uint16_t* p = mem16 + off16;
+    off16 += pad_values(rows * cols);
+    return GemmInput<T>::low_bits(p, rows, cols);
+  }
+  T* take_shared(size_t n) {
+    T* p = shared + shared_off;
+    shared_off += pad_values(n);
+    return p;
+  }
+  Mat<T> ms(size_t rows, size_t cols) { return Mat<T>(take_shared(rows * cols), rows, cols); }
+  GemmInput<T> gs(size_t rows, size_t cols) {
+    if (!mixed) return GemmInput<T>(ms(rows, cols));
+    uint16_t* p = shared16 + shared_off16;
+    shared_off16 += pad_values(rows * cols);
+    return GemmInput<T>::low_bits(p, rows, cols);
+  }
+};
+
+// A block's activation sizes: tokens N, stream rows R, channels C, tp ranks, and attention's
+// slice (att values as att_rows x att_cols).
+struct BlockDims {
+  size_t N, R, C, tp, att, att_rows, att_cols;
+};
+
+// One block's slices. full: everything but the output shared; under a split backward the weight
+// pass's inputs (ln1, atty, res2, ln2, fch_gelu, the statistics) stay in the slot and only q, k, v,
+// attention and fc are shared (recomputed once, in the input pass). selective: attention shared.
+template <class T>
+void slice_block(Slicer<T>& sl, typename Activations<T>::Block& s, const BlockDims& d, bool full, bool selective,
+                 bool split) {
+  const size_t N = d.N, R = d.R, C = d.C, tp = d.tp;
+  const bool whole = full && !split;
+  sl.shared_off = sl.shared_off16 = 0;
+  auto mm = [&](size_t rows, size_t cols) { return whole ? sl.ms(rows, cols) : sl.m(rows, cols); };
+  auto gg = [&](size_t rows, size_t cols) { return whole ? sl.gs(rows, cols) : sl.g(rows, cols); };
+  auto vv = [&]() { return whole ? Vec<T>(sl.take_shared(R), R) : Vec<T>(sl.take(R), R); };
+  auto dropped = [&](size_t rows, size_t cols) { return full ? sl.ms(rows, cols) : sl.m(rows, cols); };
+  s.ln1 = gg(R, C);
+  s.qkv = dropped(N, 3 * C / tp);
+  s.att = Mat<T>(full || selective ? sl.take_shared(d.att) : sl.take(d.att), d.att_rows, d.att_cols);
+  s.atty = gg(N, C / tp);
+  s.res2 = mm(R, C);
+  s.ln2 = gg(R, C);
+  s.fch = dropped(N, 4 * C / tp);
+  s.fch_gelu = gg(N, 4 * C / tp);
+  s.res3 = sl.m(R, C);
+  s.ln1_mean = vv();
+  s.ln1_rstd = vv();
+  s.ln2_mean = vv();
+  s.ln2_rstd = vv();
+  if (split) {
+    s.d3 = sl.m(R, C), s.d2 = sl.m(R, C), s.dln2 = sl.m(R, C), s.dln1 = sl.m(R, C);
+    s.dfch = sl.m(N, 4 * C / tp), s.dqkv = sl.m(N, 3 * C / tp);
+  }
+}
+}  // namespace
+
 template <class T>
 Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const ModelConfig& c = config();
@@ -157,7 +256,6 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const int nblocks = end_ - first_;
   const size_t embed = split && has_embedding() ? 1 : 0;
   const ActivationSizes sizes = activation_sizes(activation_shape(B, split));
-  auto pad = pad_values;
   Activations<T> a;
   a.B = B;
   a.seq_len = T_;
@@ -165,80 +263,28 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   if (mixed) a.mem16 = uninitialized<uint16_t>("activations16", sizes.values16);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
-  size_t off = 0;
-  auto take = [&](size_t n) {
-    T* p = a.mem.data() + off;
-    off += pad(n);
-    return p;
-  };
-  size_t off16 = 0;
-  auto m = [&](size_t rows, size_t cols) { return Mat<T>(take(rows * cols), rows, cols); };
-  auto g = [&](size_t rows, size_t cols) {  // a GEMM input
-    if (!mixed) return GemmInput<T>(m(rows, cols));
-    uint16_t* p = a.mem16.data() + off16;
-    off16 += pad(rows * cols);
-    return GemmInput<T>::low_bits(p, rows, cols);
-  };
-  // Recomputed blocks' dropped tensors: views of the stage's shared memory (the same for each).
-  size_t shared_off = 0, shared_off16 = 0;
-  auto take_shared = [&](size_t n) {
-    T* p = recompute_mem_.data() + shared_off;
-    shared_off += pad(n);
-    return p;
-  };
-  auto ms = [&](size_t rows, size_t cols) { return Mat<T>(take_shared(rows * cols), rows, cols); };
-  auto gs = [&](size_t rows, size_t cols) {
-    if (!mixed) return GemmInput<T>(ms(rows, cols));
-    uint16_t* p = recompute_mem16_.data() + shared_off16;
-    shared_off16 += pad(rows * cols);
-    return GemmInput<T>::low_bits(p, rows, cols);
-  };
-  a.input = m(R, C);
+  // (Recomputed blocks' dropped tensors: views of the stage's shared memory, the same for each.)
+  Slicer<T> sl{a.mem.data(), a.mem16.data(), recompute_mem_.data(), recompute_mem16_.data(), mixed};
+  a.input = sl.m(R, C);
+  const BlockDims dims{N, R, C, tp, att, size_t(B) * c.n_head / tp * T_, att_cols};
   a.blocks.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
-    auto& s = a.blocks[size_t(i)];
-    // full: everything but the output shared; under a split backward the weight pass's inputs
-    // (ln1, atty, res2, ln2, fch_gelu, the statistics) stay in the slot and only q, k, v,
-    // attention and fc are shared (recomputed once, in the input pass).
     const bool full = recomputed(first_ + i) && recompute_ == Recompute::full;
     const bool selective = recomputed(first_ + i) && recompute_ == Recompute::selective;
-    const bool whole = full && !split;
-    shared_off = shared_off16 = 0;
-    auto mm = [&](size_t rows, size_t cols) { return whole ? ms(rows, cols) : m(rows, cols); };
-    auto gg = [&](size_t rows, size_t cols) { return whole ? gs(rows, cols) : g(rows, cols); };
-    auto vv = [&]() { return whole ? Vec<T>(take_shared(R), R) : Vec<T>(take(R), R); };
-    auto dropped = [&](size_t rows, size_t cols) { return full ? ms(rows, cols) : m(rows, cols); };
-    s.ln1 = gg(R, C);
-    s.qkv = dropped(N, 3 * C / tp);
-    s.att = Mat<T>(full || selective ? take_shared(att) : take(att), size_t(B) * c.n_head / tp * T_, att_cols);
-    s.atty = gg(N, C / tp);
-    s.res2 = mm(R, C);
-    s.ln2 = gg(R, C);
-    s.fch = dropped(N, 4 * C / tp);
-    s.fch_gelu = gg(N, 4 * C / tp);
-    s.res3 = m(R, C);
-    s.ln1_mean = vv();
-    s.ln1_rstd = vv();
-    s.ln2_mean = vv();
-    s.ln2_rstd = vv();
-    if (split) {
-      s.d3 = m(R, C), s.d2 = m(R, C), s.dln2 = m(R, C), s.dln1 = m(R, C);
-      s.dfch = m(N, 4 * C / tp), s.dqkv = m(N, 3 * C / tp);
-    }
-    if (shared_off > recompute_mem_.extent(0) || shared_off16 > recompute_mem16_.extent(0))
-      fail("Stage::make_activations: a recomputed block takes ", shared_off, " + ", shared_off16,
+    slice_block(sl, a.blocks[size_t(i)], dims, full, selective, split);
+    if (sl.shared_off > recompute_mem_.extent(0) || sl.shared_off16 > recompute_mem16_.extent(0))
+      fail("Stage::make_activations: a recomputed block takes ", sl.shared_off, " + ", sl.shared_off16,
            " values of the stage's ", recompute_mem_.extent(0), " + ", recompute_mem16_.extent(0));
   }
-  auto v = [&]() { return Vec<T>(take(R), R); };
   if (has_head()) {
-    a.lnf_mean = v();
-    a.lnf_rstd = v();
-    a.dlnf = m(R, C);
+    a.lnf_mean = Vec<T>(sl.take(R), R);
+    a.lnf_rstd = Vec<T>(sl.take(R), R);
+    a.dlnf = sl.m(R, C);
   }
-  if (embed) a.dembed = m(R, C);
-  if (off != sizes.values || off16 != sizes.values16)
-    fail("Stage::make_activations: the slices take ", off, " + ", off16, " values, the size table says ", sizes.values,
-         " + ", sizes.values16, " (model/activation_sizes)");
+  if (embed) a.dembed = sl.m(R, C);
+  if (sl.off != sizes.values || sl.off16 != sizes.values16)
+    fail("Stage::make_activations: the slices take ", sl.off, " + ", sl.off16, " values, the size table says ",
+         sizes.values, " + ", sizes.values16, " (model/activation_sizes)");
   return a;
 }
 

@@ -161,6 +161,13 @@ class Stage {
   Mat<T> dres(int B) const { return Mat<T>(dres_.data(), size_t(stream_rows(B)), config().n_embd); }
 
  private:
+  // The constructor's parts: the store and the single-rank groups it makes where none were given;
+  // the scratch buffers for max_batch, and the part recomputed blocks share; the check that they
+  // take what the size table says.
+  void make_missing_parts();
+  void allocate_scratch(int max_batch);
+  void allocate_recompute_scratch(int max_batch, const ActivationSizes& sizes);
+  void check_scratch(const ActivationSizes& sizes) const;
   struct BlockParams {
     Vec<T> ln1w, ln1b, qkvb, attprojb, ln2w, ln2b, fcb, fcprojb;
     Mat<T> qkvw, attprojw, fcw, fcprojw;
