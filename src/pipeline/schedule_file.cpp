@@ -70,16 +70,48 @@ struct Parser {
     out.push_back(a);
     out.push_back(b);
   }
+  // "rank N: passes"
+  void rank_line(const std::string& l, size_t colon, std::map<int, std::vector<Action>>& ranks) const {
+    const int r = number(trim(l.substr(4, colon - 4)));
+    if (r < 0) error("expected \"rank N: passes\", got \"", l, "\"");
+    if (ranks.count(r)) error("rank ", r, " is listed twice");
+    std::vector<Action>& out = ranks[r];
+    std::istringstream tokens(l.substr(colon + 1));
+    int pairs = 0;
+    for (std::string tok; tokens >> tok;) passes(tok, out, pairs);
+    if (out.empty()) error("rank ", r, " has no passes");
+  }
 };
-}  // namespace
 
-ScheduleFile parse_schedule_file(const std::string& path, const std::string& text) {
-  ScheduleFile f;
-  f.path = path;
-  f.name = stem(path);
-  std::string placement = "loop";
+// What the lines of a file say: its settings and each rank's passes.
+struct FileLines {
+  std::string name, placement = "loop";
   int chunks = 0;  // 0: not given
   std::map<int, std::vector<Action>> ranks;
+};
+
+// "key = value": name, placement or chunks.
+void setting(const Parser& ps, const std::string& key, const std::string& value, FileLines& out) {
+  if (key == "name") {
+    const bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    });
+    if (!ok) ps.error("name: expected letters, digits, '-', '_' or '.', got \"", value, "\"");
+    out.name = value;
+  } else if (key == "placement") {
+    if (value != "loop" && value != "vee") ps.error("placement: expected loop or vee, got \"", value, "\"");
+    out.placement = value;
+  } else if (key == "chunks") {
+    out.chunks = number(value);
+    if (out.chunks < 1 || out.chunks > 64) ps.error("chunks: expected a whole number from 1 to 64, got \"", value, "\"");
+  } else {
+    ps.error("unknown setting \"", key, "\" (expected name, placement or chunks)");
+  }
+}
+
+FileLines read_lines(const std::string& path, const std::string& text) {
+  FileLines out;
+  out.name = stem(path);
   Parser ps{path};
   std::istringstream in(text);
   for (std::string raw; std::getline(in, raw);) {
@@ -87,76 +119,75 @@ ScheduleFile parse_schedule_file(const std::string& path, const std::string& tex
     const std::string l = trim(raw.substr(0, raw.find('#')));
     if (l.empty()) continue;
     const size_t colon = l.find(':'), eq = l.find('=');
-    if (l.rfind("rank", 0) == 0 && colon != std::string::npos) {
-      const int r = number(trim(l.substr(4, colon - 4)));
-      if (r < 0) ps.error("expected \"rank N: passes\", got \"", l, "\"");
-      if (ranks.count(r)) ps.error("rank ", r, " is listed twice");
-      std::vector<Action>& out = ranks[r];
-      std::istringstream tokens(l.substr(colon + 1));
-      int pairs = 0;
-      for (std::string tok; tokens >> tok;) ps.passes(tok, out, pairs);
-      if (out.empty()) ps.error("rank ", r, " has no passes");
-    } else if (eq != std::string::npos) {
-      const std::string key = trim(l.substr(0, eq)), value = trim(l.substr(eq + 1));
-      if (key == "name") {
-        const bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
-          return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-        });
-        if (!ok) ps.error("name: expected letters, digits, '-', '_' or '.', got \"", value, "\"");
-        f.name = value;
-      } else if (key == "placement") {
-        if (value != "loop" && value != "vee") ps.error("placement: expected loop or vee, got \"", value, "\"");
-        placement = value;
-      } else if (key == "chunks") {
-        chunks = number(value);
-        if (chunks < 1 || chunks > 64) ps.error("chunks: expected a whole number from 1 to 64, got \"", value, "\"");
-      } else {
-        ps.error("unknown setting \"", key, "\" (expected name, placement or chunks)");
-      }
-    } else {
-      ps.error("expected \"rank N: passes\" or a setting (name, placement, chunks), got \"", l, "\"");
-    }
+    if (l.rfind("rank", 0) == 0 && colon != std::string::npos) ps.rank_line(l, colon, out.ranks);
+    else if (eq != std::string::npos) setting(ps, trim(l.substr(0, eq)), trim(l.substr(eq + 1)), out);
+    else ps.error("expected \"rank N: passes\" or a setting (name, placement, chunks), got \"", l, "\"");
   }
-  auto whole = [&](const auto&... parts) { fail_input(kKey, path, ": ", parts...); };
-  if (ranks.empty()) whole("no \"rank N: passes\" lines: expected one per pipeline rank");
-  const int p = int(ranks.size());
-  if (ranks.rbegin()->first != p - 1) whole("expected lines for ranks 0 to ", p - 1, ", got a line for rank ", ranks.rbegin()->first);
-  f.placement.kind = placement == "vee" ? Placement::Kind::vee : Placement::Kind::loop;
-  f.placement.ranks = p;
-  f.placement.chunks = chunks ? chunks : placement == "vee" ? 2 : 1;
-  if (placement == "vee" && f.placement.chunks != 2) whole("placement vee runs 2 chunks per rank, got chunks = ", chunks);
+  return out;
+}
 
+template <class... Parts>
+[[noreturn]] void fail_file(const std::string& path, const Parts&... parts) {
+  fail_input(kKey, path, ": ", parts...);
+}
+
+// The microbatches (the highest one run, plus one); whether a backward is split (a W pass).
+void count_microbatches(const std::map<int, std::vector<Action>>& ranks, ScheduleFile& f) {
   int m = 0;
   for (const auto& [r, passes] : ranks)
     for (const Action& a : passes) {
       m = std::max(m, a.mb + 1);
       if (a.chunk >= f.placement.chunks)
-        whole("rank ", r, " runs chunk ", a.chunk, ", but ranks have ", f.placement.chunks, " (set chunks)");
+        fail_file(f.path, "rank ", r, " runs chunk ", a.chunk, ", but ranks have ", f.placement.chunks, " (set chunks)");
       f.split_backward = f.split_backward || a.kind == ActionKind::backward_weight;
     }
-  if (m > 4096) whole("microbatch ", m - 1, " is past the limit of 4096 microbatches");
+  if (m > 4096) fail_file(f.path, "microbatch ", m - 1, " is past the limit of 4096 microbatches");
   f.microbatches = m;
-  // Every rank runs each microbatch through each of its chunks once: F, then B, then W if split.
+}
+
+// Rank r runs each microbatch through each of its chunks once: F, then B, then W if split (a B in
+// a file without W is a whole backward).
+void check_rank_passes(int r, std::vector<Action>& passes, const ScheduleFile& f) {
   static const char* names[] = {"F", "B", "W"};
-  for (auto& [r, passes] : ranks) {
-    std::vector<std::vector<int>> seen(size_t(f.placement.chunks), std::vector<int>(size_t(m), 0));  // passes done
-    for (Action& a : passes) {
-      if (!f.split_backward && a.kind == ActionKind::backward_input) a.kind = ActionKind::backward;  // no W: whole
-      const int step = a.kind == ActionKind::forward ? 0 : a.kind == ActionKind::backward_weight ? 2 : 1;
-      const int after = a.kind == ActionKind::backward && f.split_backward ? 3 : step + 1;  // BW: B and W at once
-      int& done = seen[size_t(a.chunk)][size_t(a.mb)];
-      const std::string what = std::string(names[step]) + std::to_string(a.mb) + "." + std::to_string(a.chunk);
-      if (done > step) whole("rank ", r, " runs ", what, " twice");
-      if (done < step) whole("rank ", r, " runs ", what, " before ", names[done], a.mb, ".", a.chunk);
-      done = after;
-    }
-    const int full = f.split_backward ? 3 : 2;
-    for (int c = 0; c < f.placement.chunks; ++c)
-      for (int mb = 0; mb < m; ++mb)
-        if (seen[size_t(c)][size_t(mb)] != full)
-          whole("rank ", r, " never runs ", names[seen[size_t(c)][size_t(mb)]], mb, ".", c,
-                " (every rank runs F, B", f.split_backward ? " and W" : "", " of every microbatch, ", m,
-                " of them, through each of its chunks)");
+  const int m = f.microbatches;
+  std::vector<std::vector<int>> seen(size_t(f.placement.chunks), std::vector<int>(size_t(m), 0));  // passes done
+  for (Action& a : passes) {
+    if (!f.split_backward && a.kind == ActionKind::backward_input) a.kind = ActionKind::backward;  // no W: whole
+    const int step = a.kind == ActionKind::forward ? 0 : a.kind == ActionKind::backward_weight ? 2 : 1;
+    const int after = a.kind == ActionKind::backward && f.split_backward ? 3 : step + 1;  // BW: B and W at once
+    int& done = seen[size_t(a.chunk)][size_t(a.mb)];
+    const std::string what = std::string(names[step]) + std::to_string(a.mb) + "." + std::to_string(a.chunk);
+    if (done > step) fail_file(f.path, "rank ", r, " runs ", what, " twice");
+    if (done < step) fail_file(f.path, "rank ", r, " runs ", what, " before ", names[done], a.mb, ".", a.chunk);
+    done = after;
+  }
+  const int full = f.split_backward ? 3 : 2;
+  for (int c = 0; c < f.placement.chunks; ++c)
+    for (int mb = 0; mb < m; ++mb)
+      if (seen[size_t(c)][size_t(mb)] != full)
+        fail_file(f.path, "rank ", r, " never runs ", names[seen[size_t(c)][size_t(mb)]], mb, ".", c,
+                  " (every rank runs F, B", f.split_backward ? " and W" : "", " of every microbatch, ", m,
+                  " of them, through each of its chunks)");
+}
+}  // namespace
+
+ScheduleFile parse_schedule_file(const std::string& path, const std::string& text) {
+  FileLines lines = read_lines(path, text);
+  ScheduleFile f;
+  f.path = path;
+  f.name = lines.name;
+  if (lines.ranks.empty()) fail_file(path, "no \"rank N: passes\" lines: expected one per pipeline rank");
+  const int p = int(lines.ranks.size());
+  if (lines.ranks.rbegin()->first != p - 1)
+    fail_file(path, "expected lines for ranks 0 to ", p - 1, ", got a line for rank ", lines.ranks.rbegin()->first);
+  f.placement.kind = lines.placement == "vee" ? Placement::Kind::vee : Placement::Kind::loop;
+  f.placement.ranks = p;
+  f.placement.chunks = lines.chunks ? lines.chunks : lines.placement == "vee" ? 2 : 1;
+  if (lines.placement == "vee" && f.placement.chunks != 2)
+    fail_file(path, "placement vee runs 2 chunks per rank, got chunks = ", lines.chunks);
+  count_microbatches(lines.ranks, f);
+  for (auto& [r, passes] : lines.ranks) {
+    check_rank_passes(r, passes, f);
     f.compute.push_back(passes);
   }
   return f;
