@@ -92,6 +92,105 @@ void explain(Plan& plan, const CostModel& cm) {
                 100 * p->exposed_comm_s / p->step_s, gib(p->peak_memory()));
   }
 }
+
+// What a plan is made from: the deck's model, the hardware (its node size the traced run's where a
+// calibration trace gives one) and the calibration.
+struct PlanInputs {
+  RunConfig cfg;
+  Hardware hw;
+  std::unique_ptr<Calibration> cal;
+  std::string node_note;
+};
+
+PlanInputs load_inputs(const PlanArgs& a) {
+  PlanInputs in{RunConfig::load(a.config, a.sets), {}, nullptr, ""};
+  const RunConfig& cfg = in.cfg;
+  cfg.model.validate();
+  if (cfg.data.seq_len < 1 || cfg.data.seq_len > cfg.model.block_size)
+    fail_input("data.seq_len", "must be between 1 and model.block_size (", cfg.model.block_size, "), got ", cfg.data.seq_len);
+  in.hw = Hardware::load(a.hardware);
+  if (!a.calibrate.empty()) {
+    in.cal = std::make_unique<Calibration>(Calibration::load(a.calibrate));
+    in.cal->require_shape(cfg.model, cfg.data.seq_len, a.config);
+    in.node_note = in.cal->apply_node_size(in.hw);  // the traced run's ranks per host
+  }
+  return in;
+}
+
+// --json: the plan's counts and its layouts (--all: those that do not fit too).
+int print_json(const PlanArgs& a, const PlanInputs& in, const Workload& w, const PlanOptions& o, const Plan& plan,
+               double seconds) {
+  const size_t shown = std::min(plan.ranked.size(), size_t(a.top));
+  Json j;
+  j.begin_object();
+  j.key("config").value(a.config).key("hardware").value(in.hw.file).key("calibration").value(in.cal ? in.cal->path : "");
+  j.key("devices_per_node").value(in.hw.devices_per_node);
+  j.key("gpus").value(a.gpus).key("global_batch").value((long long)w.batch).key("seq_len").value(w.seq_len);
+  j.key("considered").value((unsigned long long)plan.considered).key("fitting").value((unsigned long long)plan.ranked.size());
+  j.key("too_big").value((unsigned long long)plan.too_big).key("invalid").value((unsigned long long)plan.invalid);
+  j.key("seconds").value(seconds).key("usable_memory_bytes").value(o.usable_memory * in.hw.memory_bytes);
+  j.key("layouts").begin_array();
+  for (size_t i = 0; i < (a.all ? plan.ranked.size() : shown); ++i) json_prediction(j, plan.ranked[i], a.all ? 1 : -1);
+  if (a.all)
+    for (const StepPrediction& p : plan.too_big_layouts) json_prediction(j, p, 0);
+  j.end().end();
+  std::printf("%s\n", j.str().c_str());
+  return plan.ranked.empty() ? 1 : 0;
+}
+
+// The text's head: what was planned, where the costs come from, how many layouts were considered.
+void print_header(const PlanArgs& a, const PlanInputs& in, const Workload& w, const PlanOptions& o, const Plan& plan,
+                  double seconds) {
+  const Hardware& hw = in.hw;
+  std::printf("plan: %s, T %d, global batch %lld sequences (%lld tokens) on %lld x %s (%s)\n",
+              w.model.describe().c_str(), w.seq_len, (long long)w.batch, (long long)w.batch * w.seq_len, a.gpus,
+              hw.name.c_str(), hw.file.c_str());
+  if (in.cal) std::printf("costs: calibrated from %s\n", in.cal->path.c_str());
+  else if (hw.multiprocessors > 0)
+    std::printf("costs: uncalibrated: GEMMs by shape (tiles in waves over %d multiprocessors, up to %.0f%% of peak), "
+                "%.0f%% of memory bandwidth for the rest\n",
+                hw.multiprocessors, 100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
+  else std::printf("costs: uncalibrated: %.0f%% of peak for GEMMs, %.0f%% of memory bandwidth for the rest\n",
+                   100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
+  if (!in.node_note.empty()) std::printf("%s\n", in.node_note.c_str());
+  std::printf("%zu layouts: %zu fit in %.0f%% of %.1f GiB, %zu do not, %zu invalid; %.2f s\n\n", plan.considered,
+              plan.ranked.size(), 100 * o.usable_memory, gib(hw.memory_bytes), plan.too_big, plan.invalid, seconds);
+}
+
+// The text: the head, then the ranked layouts and the best one explained (or why none fits).
+int print_text(const PlanArgs& a, const PlanInputs& in, const Workload& w, const PlanOptions& o, Plan& plan,
+               const CostModel& cm, double seconds) {
+  print_header(a, in, w, o, plan, seconds);
+  if (plan.ranked.empty()) {
+    std::printf("no layout fits");
+    if (plan.too_big) std::printf(": the smallest (%s) needs %.2f GiB", plan.smallest_too_big.layout.describe().c_str(),
+                                  gib(plan.smallest_too_big.peak_memory()));
+    std::printf("\n");
+    return 1;
+  }
+  std::printf("rank  %-46s %9s %11s %6s %7s %8s %6s %8s\n", "layout", "step ms", "tokens/s", "MFU", "bubble",
+              "comm ms", "comm%", "mem GiB");
+  const size_t shown = std::min(plan.ranked.size(), size_t(a.top));
+  for (size_t i = 0; i < shown; ++i) print_row(int(i + 1), plan.ranked[i]);
+  explain(plan, cm);
+  return 0;
+}
+
+int run_plan(const PlanArgs& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const PlanInputs in = load_inputs(a);
+  const RunConfig& cfg = in.cfg;
+  const Workload w{cfg.model, cfg.data.seq_len, a.batch > 0 ? a.batch : std::max<long long>(1, (1 << 19) / cfg.data.seq_len)};
+  const CostModel cm(w, in.hw, in.cal.get());
+  PlanOptions o;
+  o.devices = a.gpus;
+  o.detailed = size_t(a.top);
+  o.predict_too_big = a.all;
+  Plan plan = plan_layouts(cm, o);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (a.json) return print_json(a, in, w, o, plan, seconds);
+  return print_text(a, in, w, o, plan, cm, seconds);
+}
 }  // namespace
 
 Run add_plan(CLI::App& app) {
@@ -113,72 +212,7 @@ Run add_plan(CLI::App& app) {
               "With --json: every layout, the ones that do not fit predicted too (\"fits\": false), for "
               "analysis/plot_plan.py; slower");
   c->footer("Example:\n  gpt2 plan inputs/gpt2-124M.toml --hardware inputs/hardware/h100.toml --gpus 1024");
-  return [a]() -> int {
-    const auto t0 = std::chrono::steady_clock::now();
-    const RunConfig cfg = RunConfig::load(a->config, a->sets);
-    cfg.model.validate();
-    if (cfg.data.seq_len < 1 || cfg.data.seq_len > cfg.model.block_size)
-      fail_input("data.seq_len", "must be between 1 and model.block_size (", cfg.model.block_size, "), got ", cfg.data.seq_len);
-    Hardware hw = Hardware::load(a->hardware);
-    std::unique_ptr<Calibration> cal;
-    std::string node_note;
-    if (!a->calibrate.empty()) {
-      cal = std::make_unique<Calibration>(Calibration::load(a->calibrate));
-      cal->require_shape(cfg.model, cfg.data.seq_len, a->config);
-      node_note = cal->apply_node_size(hw);  // the traced run's ranks per host
-    }
-    const Workload w{cfg.model, cfg.data.seq_len, a->batch > 0 ? a->batch : std::max<long long>(1, (1 << 19) / cfg.data.seq_len)};
-    const CostModel cm(w, hw, cal.get());
-    PlanOptions o;
-    o.devices = a->gpus;
-    o.detailed = size_t(a->top);
-    o.predict_too_big = a->all;
-    Plan plan = plan_layouts(cm, o);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const size_t shown = std::min(plan.ranked.size(), size_t(a->top));
-    if (a->json) {
-      Json j;
-      j.begin_object();
-      j.key("config").value(a->config).key("hardware").value(hw.file).key("calibration").value(cal ? cal->path : "");
-      j.key("devices_per_node").value(hw.devices_per_node);
-      j.key("gpus").value(a->gpus).key("global_batch").value((long long)w.batch).key("seq_len").value(w.seq_len);
-      j.key("considered").value((unsigned long long)plan.considered).key("fitting").value((unsigned long long)plan.ranked.size());
-      j.key("too_big").value((unsigned long long)plan.too_big).key("invalid").value((unsigned long long)plan.invalid);
-      j.key("seconds").value(seconds).key("usable_memory_bytes").value(o.usable_memory * hw.memory_bytes);
-      j.key("layouts").begin_array();
-      for (size_t i = 0; i < (a->all ? plan.ranked.size() : shown); ++i) json_prediction(j, plan.ranked[i], a->all ? 1 : -1);
-      if (a->all)
-        for (const StepPrediction& p : plan.too_big_layouts) json_prediction(j, p, 0);
-      j.end().end();
-      std::printf("%s\n", j.str().c_str());
-      return plan.ranked.empty() ? 1 : 0;
-    }
-    std::printf("plan: %s, T %d, global batch %lld sequences (%lld tokens) on %lld x %s (%s)\n",
-                w.model.describe().c_str(), w.seq_len, (long long)w.batch, (long long)w.batch * w.seq_len, a->gpus,
-                hw.name.c_str(), hw.file.c_str());
-    if (cal) std::printf("costs: calibrated from %s\n", cal->path.c_str());
-    else if (hw.multiprocessors > 0)
-      std::printf("costs: uncalibrated: GEMMs by shape (tiles in waves over %d multiprocessors, up to %.0f%% of peak), "
-                  "%.0f%% of memory bandwidth for the rest\n",
-                  hw.multiprocessors, 100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
-    else std::printf("costs: uncalibrated: %.0f%% of peak for GEMMs, %.0f%% of memory bandwidth for the rest\n",
-                     100 * hw.gemm_efficiency, 100 * hw.memory_efficiency);
-    if (!node_note.empty()) std::printf("%s\n", node_note.c_str());
-    std::printf("%zu layouts: %zu fit in %.0f%% of %.1f GiB, %zu do not, %zu invalid; %.2f s\n\n", plan.considered,
-                plan.ranked.size(), 100 * o.usable_memory, gib(hw.memory_bytes), plan.too_big, plan.invalid, seconds);
-    if (plan.ranked.empty()) {
-      std::printf("no layout fits");
-      if (plan.too_big) std::printf(": the smallest (%s) needs %.2f GiB", plan.smallest_too_big.layout.describe().c_str(),
-                                    gib(plan.smallest_too_big.peak_memory()));
-      std::printf("\n");
-      return 1;
-    }
-    std::printf("rank  %-46s %9s %11s %6s %7s %8s %6s %8s\n", "layout", "step ms", "tokens/s", "MFU", "bubble",
-                "comm ms", "comm%", "mem GiB");
-    for (size_t i = 0; i < shown; ++i) print_row(int(i + 1), plan.ranked[i]);
-    explain(plan, cm);
-    return 0;
-  };
+  return [a]() -> int { return run_plan(*a); };
 }
 
 }  // namespace gpt2::app
