@@ -13,20 +13,34 @@
 
 namespace gpt2 {
 
-std::vector<DeckField> RunConfig::fields() {
-  // The strategies' help lists what is registered.
-  const std::string tokenizers = "auto | " + TokenizerRegistry::alternatives() + ": decodes printed samples";
+namespace {
+// [model]: the GPT-2 shape.
+std::vector<DeckField> model_fields(ModelConfig& model) {
   return {
       {"model.n_layer", &model.n_layer, "transformer blocks"},
       {"model.n_head", &model.n_head, "attention heads"},
       {"model.n_embd", &model.n_embd, "channels"},
       {"model.vocab_size", &model.vocab_size, "tokens (padded to a multiple of 128 internally)"},
       {"model.block_size", &model.block_size, "longest sequence the model supports"},
+  };
+}
+
+// [data]: the token shards, the sequence length, the tokenizer.
+std::vector<DeckField> data_fields(DataConfig& data) {
+  // The strategies' help lists what is registered.
+  const std::string tokenizers = "auto | " + TokenizerRegistry::alternatives() + ": decodes printed samples";
+  return {
       {"data.train", &data.train, "training shard path or glob"},
       {"data.val", &data.val, "validation shard path or glob (empty: no evaluation)"},
       {"data.seq_len", &data.seq_len, "tokens per sequence T"},
       {"data.shuffle", &data.shuffle, "seeded permutation of sequences per epoch"},
       {"data.tokenizer", &data.tokenizer, tokenizers},
+  };
+}
+
+// [train]: the step loop, the optimizer, evaluation and sampling, precision and recomputation.
+std::vector<DeckField> train_fields(TrainConfig& train) {
+  return {
       {"train.batch_size", &train.batch_size, "GLOBAL sequences per optimizer step"},
       {"train.steps", &train.steps, "optimizer steps"},
       {"train.lr", &train.lr, "peak learning rate"},
@@ -58,6 +72,12 @@ std::vector<DeckField> RunConfig::fields() {
       {"train.recompute_every", &train.recompute_every, "recompute every this many blocks (block l when l % k == 0)"},
       {"train.initial_loss_scale", &train.initial_loss_scale, "fp16: the dynamic loss scale's start"},
       {"train.loss_scale_window", &train.loss_scale_window, "fp16: clean steps before the loss scale doubles"},
+  };
+}
+
+// [parallel]: the grid, ZeRO, the pipeline schedule, communication and threads.
+std::vector<DeckField> parallel_fields(ParallelConfig& parallel) {
+  return {
       {"parallel.dp", &parallel.dp, "data-parallel replicas"},
       {"parallel.pp", &parallel.pp, "pipeline stages"},
       {"parallel.tp", &parallel.tp, "tensor-parallel ranks per layer (heads and MLP columns split; vocabulary-parallel loss)"},
@@ -78,6 +98,12 @@ std::vector<DeckField> RunConfig::fields() {
       {"parallel.grad_reduce_dtype", &parallel.grad_reduce_dtype, "data-parallel gradient reduction on the wire: fp32 | bf16"},
       {"parallel.param_gather_dtype", &parallel.param_gather_dtype,
        "ZeRO's parameter all-gather: auto (the weight matrices as 16-bit values under bf16 / fp16) | fp32"},
+  };
+}
+
+// [checkpoint]: where checkpoints go and how a run resumes.
+std::vector<DeckField> checkpoint_fields(CheckpointConfig& checkpoint) {
+  return {
       {"checkpoint.init_from", &checkpoint.init_from, "checkpoint or llm.c model file to start from"},
       {"checkpoint.dir", &checkpoint.dir, "checkpoint folder (empty: none)"},
       {"checkpoint.every", &checkpoint.every, "steps between checkpoints (0: end only)"},
@@ -88,11 +114,33 @@ std::vector<DeckField> RunConfig::fields() {
        "h5: copy the state and write it from a background thread while training goes on"},
       {"checkpoint.resume", &checkpoint.resume,
        "true: continue from the newest checkpoint in dir | \"auto\": the same if there is one | false"},
+  };
+}
+
+// [trace]: the HDF5 trace.
+std::vector<DeckField> trace_fields(TraceConfig& trace) {
+  return {
       {"trace.file", &trace.file, "HDF5 trace file (empty: no trace)"},
       {"trace.sync", &trace.sync, "fence device work around traced events"},
       {"trace.units", &trace.units, "also time each unit (embedding, block, head) in forward and backward"},
       {"trace.max_events", &trace.max_events, "events kept per rank"},
   };
+}
+
+}  // namespace
+
+std::vector<DeckField> RunConfig::fields() {
+  std::vector<DeckField> all;
+  auto append = [&all](const std::vector<DeckField>& section) {
+    all.insert(all.end(), section.begin(), section.end());
+  };
+  append(model_fields(model));
+  append(data_fields(data));
+  append(train_fields(train));
+  append(parallel_fields(parallel));
+  append(checkpoint_fields(checkpoint));
+  append(trace_fields(trace));
+  return all;
 }
 
 RunConfig RunConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
@@ -112,87 +160,123 @@ RunConfig RunConfig::from_deck(const InputDeck& deck) {
 // (fields() binds the members for reading and writing alike; to_toml only reads them.)
 std::string RunConfig::toml() const { return InputDeck::to_toml(const_cast<RunConfig*>(this)->fields()); }
 
-void RunConfig::validate(int world_size) const {
-  model.validate();
+namespace {
+// The counts and sizes: positive where they must be, the sequence within the model's, a shard given.
+void check_counts(const RunConfig& c) {
+  c.model.validate();
   auto positive = [](const char* key, int64_t v) {
     if (v <= 0) fail_input(key, "must be a positive integer, got ", v);
   };
-  positive("data.seq_len", data.seq_len);
-  positive("train.batch_size", train.batch_size);
-  positive("train.steps", train.steps);
-  positive("parallel.dp", parallel.dp);
-  positive("parallel.pp", parallel.pp);
-  positive("parallel.tp", parallel.tp);
-  positive("parallel.microbatches", parallel.microbatches);
-  positive("parallel.virtual_stages", parallel.virtual_stages);
-  positive("train.log_every", train.log_every);
-  if (train.eval_batches < 0) fail_input("train.eval_batches", "must be >= 0, got ", train.eval_batches);
-  if (train.eval_every < 0) fail_input("train.eval_every", "must be >= 0, got ", train.eval_every);
-  if (train.sample_every < 0) fail_input("train.sample_every", "must be >= 0, got ", train.sample_every);
-  if (train.bleu_every < 0) fail_input("train.bleu_every", "must be >= 0 (0: after each epoch), got ", train.bleu_every);
-  if (train.bleu_examples < 0) fail_input("train.bleu_examples", "must be >= 0 (0: all), got ", train.bleu_examples);
-  if (train.bleu_tokens < 1) fail_input("train.bleu_tokens", "must be at least 1, got ", train.bleu_tokens);
-  if (train.warmup_steps < 0) fail_input("train.warmup_steps", "must be >= 0, got ", train.warmup_steps);
-  if (checkpoint.every < 0) fail_input("checkpoint.every", "must be >= 0, got ", checkpoint.every);
-  if (data.seq_len > model.block_size)
-    fail_input("data.seq_len", "must be at most model.block_size (", model.block_size, "), got ",
-               data.seq_len);
-  if (data.train.empty()) fail_input("data.train", "is required: a token shard path or glob");
-  if (!(train.lr >= 0)) fail_input("train.lr", "must be >= 0, got ", train.lr);
-  if (!(train.min_lr >= 0)) fail_input("train.min_lr", "must be >= 0, got ", train.min_lr);
-  if (!(train.weight_decay >= 0)) fail_input("train.weight_decay", "must be >= 0, got ", train.weight_decay);
-  if (!(train.beta1 >= 0 && train.beta1 < 1)) fail_input("train.beta1", "must be in [0, 1), got ", train.beta1);
-  if (!(train.beta2 >= 0 && train.beta2 < 1)) fail_input("train.beta2", "must be in [0, 1), got ", train.beta2);
-  if (!(train.eps > 0)) fail_input("train.eps", "must be > 0, got ", train.eps);
-  OptimizerRegistry::check(train.optimizer, "train.optimizer");
-  LrScheduleRegistry::check(train.schedule, "train.schedule");
-  ScheduleRegistry::check(parallel.schedule, "parallel.schedule");
-  CommRegistry::check(parallel.comm, "parallel.comm");
-  zero_policy(parallel.zero);
-  if (data.tokenizer != "auto" && !TokenizerRegistry::find(data.tokenizer))
-    fail_input("data.tokenizer", "expected auto, ", TokenizerRegistry::choices(), ", got ", data.tokenizer);
-  if (!(parallel.bucket_mb >= 0)) fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", parallel.bucket_mb);
-  if (parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", parallel.blas_threads);
-  if (parallel.host_threads < 0) fail_input("parallel.host_threads", "must be >= 0, got ", parallel.host_threads);
+  positive("data.seq_len", c.data.seq_len);
+  positive("train.batch_size", c.train.batch_size);
+  positive("train.steps", c.train.steps);
+  positive("parallel.dp", c.parallel.dp);
+  positive("parallel.pp", c.parallel.pp);
+  positive("parallel.tp", c.parallel.tp);
+  positive("parallel.microbatches", c.parallel.microbatches);
+  positive("parallel.virtual_stages", c.parallel.virtual_stages);
+  positive("train.log_every", c.train.log_every);
+  if (c.train.eval_batches < 0) fail_input("train.eval_batches", "must be >= 0, got ", c.train.eval_batches);
+  if (c.train.eval_every < 0) fail_input("train.eval_every", "must be >= 0, got ", c.train.eval_every);
+  if (c.train.sample_every < 0) fail_input("train.sample_every", "must be >= 0, got ", c.train.sample_every);
+  if (c.train.bleu_every < 0)
+    fail_input("train.bleu_every", "must be >= 0 (0: after each epoch), got ", c.train.bleu_every);
+  if (c.train.bleu_examples < 0)
+    fail_input("train.bleu_examples", "must be >= 0 (0: all), got ", c.train.bleu_examples);
+  if (c.train.bleu_tokens < 1) fail_input("train.bleu_tokens", "must be at least 1, got ", c.train.bleu_tokens);
+  if (c.train.warmup_steps < 0) fail_input("train.warmup_steps", "must be >= 0, got ", c.train.warmup_steps);
+  if (c.checkpoint.every < 0) fail_input("checkpoint.every", "must be >= 0, got ", c.checkpoint.every);
+  if (c.data.seq_len > c.model.block_size)
+    fail_input("data.seq_len", "must be at most model.block_size (", c.model.block_size, "), got ",
+               c.data.seq_len);
+  if (c.data.train.empty()) fail_input("data.train", "is required: a token shard path or glob");
+}
+
+// The optimizer's numbers.
+void check_optimizer(const RunConfig& c) {
+  if (!(c.train.lr >= 0)) fail_input("train.lr", "must be >= 0, got ", c.train.lr);
+  if (!(c.train.min_lr >= 0)) fail_input("train.min_lr", "must be >= 0, got ", c.train.min_lr);
+  if (!(c.train.weight_decay >= 0)) fail_input("train.weight_decay", "must be >= 0, got ", c.train.weight_decay);
+  if (!(c.train.beta1 >= 0 && c.train.beta1 < 1)) fail_input("train.beta1", "must be in [0, 1), got ", c.train.beta1);
+  if (!(c.train.beta2 >= 0 && c.train.beta2 < 1)) fail_input("train.beta2", "must be in [0, 1), got ", c.train.beta2);
+  if (!(c.train.eps > 0)) fail_input("train.eps", "must be > 0, got ", c.train.eps);
+}
+
+// The strategies the deck names, and the ZeRO level.
+void check_strategies(const RunConfig& c) {
+  OptimizerRegistry::check(c.train.optimizer, "train.optimizer");
+  LrScheduleRegistry::check(c.train.schedule, "train.schedule");
+  ScheduleRegistry::check(c.parallel.schedule, "parallel.schedule");
+  CommRegistry::check(c.parallel.comm, "parallel.comm");
+  zero_policy(c.parallel.zero);
+  if (c.data.tokenizer != "auto" && !TokenizerRegistry::find(c.data.tokenizer))
+    fail_input("data.tokenizer", "expected auto, ", TokenizerRegistry::choices(), ", got ", c.data.tokenizer);
+}
+
+// The parallel layout: the threads, the layout's rules and pass lists, the grid against the ranks.
+void check_parallel(const RunConfig& c, int world_size) {
+  if (!(c.parallel.bucket_mb >= 0))
+    fail_input("parallel.bucket_mb", "must be >= 0 (0: automatic), got ", c.parallel.bucket_mb);
+  if (c.parallel.blas_threads < 0) fail_input("parallel.blas_threads", "must be >= 0, got ", c.parallel.blas_threads);
+  if (c.parallel.host_threads < 0) fail_input("parallel.host_threads", "must be >= 0, got ", c.parallel.host_threads);
   // The layout's rules (one set, shared with the planner); then every rank's pass lists, proven.
-  if (const LayoutProblem p = layout_problem(workload(), layout())) fail_input(p.key, p.message);
-  build_pass_lists(pipeline_shape());
-  const long long grid = this->grid().world();  // (int * int could overflow)
+  if (const LayoutProblem p = layout_problem(c.workload(), c.layout())) fail_input(p.key, p.message);
+  build_pass_lists(c.pipeline_shape());
+  const long long grid = c.grid().world();  // (int * int could overflow)
   if (world_size > 0 && grid != world_size)
-    fail_input(std::string("parallel.dp * parallel.pp") + (parallel.cp > 1 ? " * parallel.cp" : "") +
-                   (parallel.tp > 1 ? " * parallel.tp" : ""),
-               "must equal the number of MPI ranks (", world_size, "), got ", parallel.dp, " * ", parallel.pp,
-               parallel.cp > 1 ? " * " + std::to_string(parallel.cp) : std::string(),
-               parallel.tp > 1 ? " * " + std::to_string(parallel.tp) : std::string(), " = ", grid);
-  if (!checkpoint.resume.is("true") && !checkpoint.resume.is("false") && !checkpoint.resume.is("auto"))
-    fail_input("checkpoint.resume", "expected true, false or \"auto\", got \"", checkpoint.resume.text, "\"");
-  if (!checkpoint.resume.is("false") && checkpoint.dir.empty())
+    fail_input(std::string("parallel.dp * parallel.pp") + (c.parallel.cp > 1 ? " * parallel.cp" : "") +
+                   (c.parallel.tp > 1 ? " * parallel.tp" : ""),
+               "must equal the number of MPI ranks (", world_size, "), got ", c.parallel.dp, " * ", c.parallel.pp,
+               c.parallel.cp > 1 ? " * " + std::to_string(c.parallel.cp) : std::string(),
+               c.parallel.tp > 1 ? " * " + std::to_string(c.parallel.tp) : std::string(), " = ", grid);
+}
+
+// Checkpointing: how a run resumes, what it keeps, the format.
+void check_checkpoint(const RunConfig& c) {
+  if (!c.checkpoint.resume.is("true") && !c.checkpoint.resume.is("false") && !c.checkpoint.resume.is("auto"))
+    fail_input("checkpoint.resume", "expected true, false or \"auto\", got \"", c.checkpoint.resume.text, "\"");
+  if (!c.checkpoint.resume.is("false") && c.checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
-  if (checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", checkpoint.keep);
-  if (checkpoint.format != "bin" && checkpoint.format != "h5")
-    fail_input("checkpoint.format", "expected h5 or bin, got \"", checkpoint.format, "\"");
-  if (checkpoint.async && checkpoint.format != "h5")
+  if (c.checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", c.checkpoint.keep);
+  if (c.checkpoint.format != "bin" && c.checkpoint.format != "h5")
+    fail_input("checkpoint.format", "expected h5 or bin, got \"", c.checkpoint.format, "\"");
+  if (c.checkpoint.async && c.checkpoint.format != "h5")
     fail_input("checkpoint.async", "needs checkpoint.format = \"h5\" (the binary format is assembled on rank 0)");
-  if (train.nonfinite != "stop" && train.nonfinite != "skip")
-    fail_input("train.nonfinite", "expected stop or skip, got ", train.nonfinite);
+}
+
+// Numerics: non-finite steps, precision, recomputation, the loss scale, the data-parallel wire types.
+void check_numerics(const RunConfig& c) {
+  if (c.train.nonfinite != "stop" && c.train.nonfinite != "skip")
+    fail_input("train.nonfinite", "expected stop or skip, got ", c.train.nonfinite);
   Precision prec;
-  if (!parse_precision(train.precision, prec))
-    fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", train.precision, "\"");
+  if (!parse_precision(c.train.precision, prec))
+    fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", c.train.precision, "\"");
   Recompute recompute;
-  if (!parse_recompute(train.recompute, recompute))
-    fail_input("train.recompute", "expected none, selective or full, got \"", train.recompute, "\"");
-  if (train.recompute_every < 1)
-    fail_input("train.recompute_every", "must be at least 1 (1: every block), got ", train.recompute_every);
+  if (!parse_recompute(c.train.recompute, recompute))
+    fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");
+  if (c.train.recompute_every < 1)
+    fail_input("train.recompute_every", "must be at least 1 (1: every block), got ", c.train.recompute_every);
   // The loss-scale keys are fp16's, but a value that makes no sense is an error in any precision.
-  if (!(train.initial_loss_scale > 0) || !(train.initial_loss_scale <= LossScale::kMax))
-    fail_input("train.initial_loss_scale", "must be a positive finite number (at most 1e30), got ", train.initial_loss_scale);
-  if (train.loss_scale_window < 1)
+  if (!(c.train.initial_loss_scale > 0) || !(c.train.initial_loss_scale <= LossScale::kMax))
+    fail_input("train.initial_loss_scale", "must be a positive finite number (at most 1e30), got ",
+               c.train.initial_loss_scale);
+  if (c.train.loss_scale_window < 1)
     fail_input("train.loss_scale_window", "must be at least 1 (clean steps before the scale doubles), got ",
-               train.loss_scale_window);
-  if (parallel.grad_reduce_dtype != "fp32" && parallel.grad_reduce_dtype != "bf16")
-    fail_input("parallel.grad_reduce_dtype", "expected fp32 or bf16, got \"", parallel.grad_reduce_dtype, "\"");
-  if (parallel.param_gather_dtype != "auto" && parallel.param_gather_dtype != "fp32")
-    fail_input("parallel.param_gather_dtype", "expected auto or fp32, got \"", parallel.param_gather_dtype, "\"");
+               c.train.loss_scale_window);
+  if (c.parallel.grad_reduce_dtype != "fp32" && c.parallel.grad_reduce_dtype != "bf16")
+    fail_input("parallel.grad_reduce_dtype", "expected fp32 or bf16, got \"", c.parallel.grad_reduce_dtype, "\"");
+  if (c.parallel.param_gather_dtype != "auto" && c.parallel.param_gather_dtype != "fp32")
+    fail_input("parallel.param_gather_dtype", "expected auto or fp32, got \"", c.parallel.param_gather_dtype, "\"");
+}
+}  // namespace
+
+void RunConfig::validate(int world_size) const {
+  check_counts(*this);
+  check_optimizer(*this);
+  check_strategies(*this);
+  check_parallel(*this, world_size);
+  check_checkpoint(*this);
+  check_numerics(*this);
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 
