@@ -53,7 +53,7 @@ def functions(text):
             line += 1
         elif c == "{":
             in_func = any(k == "func" for k, _, _ in stack)
-            before = code[max(0, i - 400):i]
+            before = code[max(0, i - 3000):i]
             kind, name, start = "block", "", line
             if not in_func:
                 # a constructor's initialiser list: look back past `: a_(x), b_{y}` to the `)`
