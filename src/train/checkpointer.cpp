@@ -76,6 +76,14 @@ void Checkpointer::load_initial_state() {
       engine_.store->init(uint64_t(cfg_.train.seed));
     }
   });
+  // checkpoint.async: the staging copy's memory is made (and its pages touched) now, so that the
+  // first checkpoint's copy runs at memory speed as the later ones do (a fresh 1.5 GB took 6.7 s of
+  // page faults on the first checkpoint of a VM; the reused buffers 0.16 s).
+  if (!ck.dir.empty() && ck.async && ck.format != "bin") {
+    const std::vector<std::string> sections = engine_.store->sections();
+    staging_.resize(sections.size());
+    for (size_t i = 0; i < sections.size(); ++i) engine_.store->owned_values(sections[i], staging_[i]);
+  }
 }
 
 // Reads this rank's tensors of a native checkpoint or an llm.c model file. Every rank reads the
