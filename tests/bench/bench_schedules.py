@@ -13,6 +13,7 @@ is what the measured bubble is held to. interleaved and interleaved-zb run 2 chu
 more ranks than cores (p 4 here on 2) the ranks share cores, which the measured bubble also shows.
 
   tests/bench/bench_schedules.py --gpt2 build/bin/gpt2 --workdir /tmp/schedules [--json out.json]
+      [--n-embd 256] [--seq-len 64] [--ps 2,4] [--ms 8,16] [--schedules 1f1b,zb-h1,...]
 """
 import argparse
 import json
@@ -36,8 +37,8 @@ def run_case(args, sched, p, m):
     trace = os.path.join(w, "trace.h5")
     v = 2 if sched.startswith("interleaved") else 1
     deck = {
-        "model": {"n_layer": 8, "n_head": 4, "n_embd": 256, "vocab_size": 256, "block_size": 64},
-        "data": {"train": args.shard, "seq_len": 64},
+        "model": {"n_layer": 8, "n_head": 4, "n_embd": args.n_embd, "vocab_size": 256, "block_size": args.seq_len},
+        "data": {"train": args.shard, "seq_len": args.seq_len},
         "train": {"batch_size": m, "steps": args.steps, "lr": 1e-3, "eval_every": 0, "sample_every": 0},
         "parallel": {"pp": p, "microbatches": 1 if sched == "naive" else m, "schedule": sched, "virtual_stages": v},
         "trace": {"file": trace},
@@ -72,6 +73,11 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--json", default="")
+    ap.add_argument("--n-embd", type=int, default=256, help="the model's width (passes grow with its square)")
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--ps", default="2,4", help="pipeline sizes, comma-separated")
+    ap.add_argument("--ms", default="8,16", help="microbatch counts, comma-separated")
+    ap.add_argument("--schedules", default=",".join(SCHEDULES))
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     args.shard = os.path.join(args.workdir, "train.bin")
@@ -79,9 +85,9 @@ def main():
     rows = []
     print(f"{'schedule':15s} {'p':>2s} {'m':>3s} {'bubble':>7s} {'theory':>7s} {'calib.':>7s} {'ratio':>6s} "
           f"{'peak mb/rank':>14s} {'msgs':>5s} {'MiB':>6s}", flush=True)
-    for p in (2, 4):
-        for m in (8, 16):
-            for sched in SCHEDULES:
+    for p in map(int, args.ps.split(",")):
+        for m in map(int, args.ms.split(",")):
+            for sched in args.schedules.split(","):
                 r = run_case(args, sched, p, m)
                 rows.append(r)
                 if "error" in r:
