@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "app/commands.hpp"
+#include "app/whole_model.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "model/model_file.hpp"
@@ -58,13 +59,10 @@ Run add_eval(CLI::App& app) {
     const ModelFile file(a->checkpoint, "--checkpoint");
     file.verify();
     if (!a->hypotheses.empty()) prepare_output_file(a->hypotheses, "--hypotheses");
-    std::vector<float> params = file.read_all();
     const ModelConfig& config = file.config();
-    const int T = a->seq_len > 0 ? std::min(a->seq_len, config.block_size) : config.block_size;
-    ParamLayout layout(config);
-    Stage<float> stage(StageLayout(layout, 0, config.n_layer), 1, T);
-    Kokkos::deep_copy(stage.params, Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(  // device_sync-ok: set-up
-                                        params.data(), params.size()));
+    const WholeModel whole = load_whole_model(file, a->seq_len);
+    Stage<float>& stage = *whole.stage;
+    const int T = whole.seq_len;
     auto tok = make_sample_tokenizer(a->tokenizer, config.vocab_size);
     const PairTokens pt = pair_tokens(*tok);
     std::vector<Pair> pairs = read_pairs(a->bleu).pairs;
