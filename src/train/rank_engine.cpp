@@ -17,7 +17,7 @@ RankEngine::RankEngine(const RunConfig& cfg, Environment& env, MPI_Comm comm) {
 
 void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tracer, const int64_t& step) {
   const auto& p = cfg.parallel;
-  mb_size = int(cfg.train.batch_size / p.dp / p.microbatches);
+  mb_size = cfg.microbatch_size();
   blas_threads = env.set_blas_threads(p.blas_threads);
   gemm_set_tf32(cfg.train.tf32);
   layout = std::make_unique<ParamLayout>(cfg.model);

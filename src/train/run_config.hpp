@@ -130,6 +130,8 @@ struct RunConfig {
   // world_size > 0 also checks dp * pp * tp against it.
   void validate(int world_size = 0) const;
   std::string toml() const;  // the effective configuration
+  // Sequences per microbatch on one rank: its dp share of the batch over the microbatches.
+  int microbatch_size() const { return int(train.batch_size / parallel.dp / parallel.microbatches); }
 };
 
 }  // namespace gpt2

@@ -3,7 +3,7 @@
 namespace gpt2 {
 
 TrainData::TrainData(const RunConfig& cfg)
-    : cfg_(cfg), mb_size_(int(cfg.train.batch_size / cfg.parallel.dp / cfg.parallel.microbatches)) {
+    : cfg_(cfg), mb_size_(cfg.microbatch_size()) {
   const auto& d = cfg.data;
   const int V = cfg.model.vocab_size;
   train_set_ = std::make_unique<TokenDataset>(d.train, "data.train", d.seq_len, V);
