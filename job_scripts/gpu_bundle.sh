@@ -243,8 +243,9 @@ loaded=$(grep -h 'calling init:' "$probe"/ld/trace.* | sed 's/.*calling init: //
 [[ -n $loaded ]] || die "LD_DEBUG recorded nothing (GPT2_BUNDLE_LD_DEBUG not honoured?)"
 outside=$(echo "$loaded" | grep -v "^$BUNDLE/" | while read -r p; do
   n=$(basename "$p")
-  # the host build's BLAS and Kokkos are not in the bundle (the CUDA build has cuBLAS, a static Kokkos)
-  [[ $n =~ $SYSTEM_RE || $n =~ ^lib(openblas|blas|gfortran|quadmath|gomp|lapack|trilinos_kokkos) ]] || echo "$p"
+  # the host build's BLAS, oneDNN (and the OpenCL loader it links) and Kokkos are not in the bundle
+  # (the CUDA build has cuBLAS, a static Kokkos)
+  [[ $n =~ $SYSTEM_RE || $n =~ ^lib(openblas|blas|gfortran|quadmath|gomp|lapack|trilinos_kokkos|dnnl|OpenCL) ]] || echo "$p"
 done)
 [[ -z $outside ]] || die "libraries loaded from this system, not the bundle: $(echo "$outside" | paste -sd' ')"
 log "  $(echo "$loaded" | grep -c "^$BUNDLE/") libraries loaded from the bundle, none from the system beyond glibc/libstdc++ (and the host build's BLAS, Kokkos)"
