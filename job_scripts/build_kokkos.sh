@@ -14,7 +14,8 @@
 # is the one this machine's apt already uses. The tarball is cached and shared by all backends, so
 # it is downloaded once. Patches (cmake/patches/): every backend applies kokkos-3.4.01-fence-hooks.patch
 # (fence events for the tools interface, so the trainer counts every whole-device wait); cuda also
-# kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch), threads kokkos-3.4.01-threads-tsan.patch
+# kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch) and kokkos-3.4.01-cuda-team-reduce.patch (a
+# barrier a team reduction lacks), threads kokkos-3.4.01-threads-tsan.patch
 # (synchronization TSan can see).
 # An install is reused while its stamp (version, backend, options, patch checksum) matches; one
 # build runs at a time per cache folder (a second caller waits, then finds the install ready).
@@ -92,7 +93,8 @@ case $BACKEND in
   cuda)
     PREFIX=${KOKKOS_CUDA_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-cuda-sm90}
     DESCRIPTION="Serial + Cuda, HOPPER90, C++17"
-    PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda13.patch")
+    PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda13.patch"
+              "$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda-team-reduce.patch")
     KOKKOS_OPTIONS+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_HOPPER90=ON)
     DEVICE=CUDA
     ;;
