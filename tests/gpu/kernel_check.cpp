@@ -20,9 +20,9 @@
 // stays valid while the rest of the code changes; the file records a hash of the inputs and
 // --compare refuses a reference made from other inputs.
 //
-// File format (little-endian): "GPT2KCHK", u32 version (2), u32 records, u64 input hash, u32 length
+// File format (little-endian): "GPT2KCHK", u32 version (3), u32 records, u64 input hash, u32 length
 // + bytes of the writer's description; per record: u32 length + name, u8 type (0 f32, 1 f64),
-// u8 tolerance class (Tol), u64 count, the values.
+// u8 tolerance class (Tol), u64 input hash when the output was taken, u64 count, the values.
 //
 // No device lambdas here: every kernel is called through its src/tensor function.
 #include <Kokkos_Core.hpp>
@@ -62,7 +62,7 @@ namespace {
 // ---- shapes -----------------------------------------------------------------------------------
 constexpr int kB = 2, kT = 64, kC = 128, kNH = 4, kV = 1000, kVp = 1024, kMaxT = 128;
 constexpr int kN = kB * kT;
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr char kMagic[8] = {'G', 'P', 'T', '2', 'K', 'C', 'H', 'K'};
 
 // ---- deterministic inputs -----------------------------------------------------------------------
@@ -80,11 +80,16 @@ uint64_t splitmix64(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-// n values uniform in [offset - scale, offset + scale), exactly representable steps of 2^-24
+// n values uniform in [offset - scale, offset + scale), steps of 2^-24. Computed in double, where
+// scale * u is exact, and rounded once: a build that contracts a * b + c into an FMA (-march with
+// FMA, the host build) makes the same inputs as one that does not (the CUDA build's host code).
 std::vector<float> uniform(size_t n, uint64_t seed, float scale, float offset = 0.0f) {
   uint64_t s = seed * 0x2545F4914F6CDD1Dull + 17;
   std::vector<float> v(n);
-  for (auto& x : v) x = offset + scale * (float(splitmix64(s) >> 40) * 0x1.0p-24f * 2.0f - 1.0f);
+  for (auto& x : v) {
+    const double u = double(splitmix64(s) >> 40) * 0x1.0p-23 - 1.0;  // exact: 24 bits
+    x = float(double(offset) + double(scale) * u);
+  }
   hash_bytes(v.data(), v.size() * sizeof(float));
   return v;
 }
@@ -133,15 +138,20 @@ struct Record {
   uint8_t type = 0;  // 0: fp32 values, 1: fp64 values
   uint8_t tol = kPlain;
   std::vector<double> values;
+  uint64_t inputs = 0;  // the input hash when this output was taken: where two builds' inputs part
 };
 
 struct Outputs {
   std::vector<Record> records;
   void add(const std::string& name, const Buffer<float>& b, bool gemm) {
-    records.push_back({name, 0, uint8_t(gemm ? kGemm : kPlain), host(b)});
+    records.push_back({name, 0, uint8_t(gemm ? kGemm : kPlain), host(b), g_input_hash});
   }
-  void add_class(const std::string& name, const Buffer<float>& b, Tol tol) { records.push_back({name, 0, tol, host(b)}); }
-  void add_scalar(const std::string& name, double x, Tol tol = kPlain) { records.push_back({name, 1, tol, {x}}); }
+  void add_class(const std::string& name, const Buffer<float>& b, Tol tol) {
+    records.push_back({name, 0, tol, host(b), g_input_hash});
+  }
+  void add_scalar(const std::string& name, double x, Tol tol = kPlain) {
+    records.push_back({name, 1, tol, {x}, g_input_hash});
+  }
 };
 
 // ---- the kernels ---------------------------------------------------------------------------------
@@ -457,6 +467,7 @@ bool write_file(const std::string& path, const Outputs& out, const std::string& 
     put_string(f, r.name);
     put(f, r.type);
     put(f, r.tol);
+    put(f, r.inputs);
     put(f, uint64_t(r.values.size()));
     for (double x : r.values) {
       if (r.type == 0)
@@ -481,7 +492,8 @@ std::string read_file(const std::string& path, Reference& ref) {
   for (uint32_t i = 0; i < count; ++i) {
     Record r;
     uint64_t n = 0;
-    if (!get_string(f, r.name) || !get(f, r.type) || !get(f, r.tol) || !get(f, n) || n > (1ull << 32))
+    if (!get_string(f, r.name) || !get(f, r.type) || !get(f, r.tol) || !get(f, r.inputs) || !get(f, n) ||
+        n > (1ull << 32))
       return path + ": truncated record " + std::to_string(i);
     r.values.resize(n);
     for (auto& x : r.values) {
@@ -596,6 +608,13 @@ int real_main(int argc, char** argv) {
                  "kernel_check: %s was made from other inputs (input hash %016llx, here %016llx): "
                  "write the reference with this version of kernel_check\n",
                  compare_path.c_str(), (unsigned long long)ref.input_hash, (unsigned long long)g_input_hash);
+    for (const Record& r : out.records) {  // the first output whose inputs differ
+      const auto it = ref.records.find(r.name);
+      if (it != ref.records.end() && it->second.inputs == r.inputs) continue;
+      std::fprintf(stderr, "kernel_check: the inputs first differ before output %s%s\n", r.name.c_str(),
+                   it == ref.records.end() ? " (not in the reference)" : "");
+      break;
+    }
     return 2;
   }
   std::printf("reference: %s (%s)\n", compare_path.c_str(), ref.origin.c_str());
