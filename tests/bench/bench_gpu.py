@@ -56,8 +56,8 @@ def peaks_for(name):
 
 def run_ours(bench, model, B, T, precision, min_time, table_path, timeout):
     env = dict(os.environ, GPT2_BENCH_MODEL=model, GPT2_BENCH_B=str(B), GPT2_BENCH_T=str(T),
-               GPT2_BENCH_TF32="1" if precision == "tf32" else "0",
-               GPT2_BENCH_PRECISION=precision if precision in ("bf16", "fp16") else "fp32",
+               GPT2_BENCH_TF32="1" if precision in ("tf32", "bf16+tf32") else "0",
+               GPT2_BENCH_PRECISION=precision.split("+")[0] if precision.startswith(("bf16", "fp16")) else "fp32",
                GPT2_BENCH_MIN_TIME=str(min_time), GPT2_BENCH_KERNEL_TABLE=table_path or "")
     cmd = [bench, "--benchmark_filter=TrainStepEnv", "--benchmark_format=json"]
     t0 = time.time()
@@ -97,10 +97,10 @@ def run_torch(torch, dev, B, T, precision, attention, steps, warmup, profile):
     under torch.compile; the compilation happens in the warm-up steps, untimed)."""
     import torch_gpt2
 
-    tf32 = precision == "tf32"
+    tf32 = precision in ("tf32", "bf16+tf32")
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision.split("+")[0])
     oom_error = getattr(torch.cuda, "OutOfMemoryError", MemoryError)
     res = {"ok": False, "attention": attention}
     model = opt = idx = None
@@ -180,7 +180,9 @@ def main():
     ap.add_argument("--out", help="write every result here (JSON)")
     ap.add_argument("--batches", default="16,8,4")
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--precisions", default="fp32,tf32,bf16", help="fp32, tf32, bf16, fp16 (comma-separated)")
+    ap.add_argument("--precisions", default="fp32,tf32,bf16",
+                    help="fp32, tf32, bf16, bf16+tf32 (bf16 with the remaining fp32 products, attention's, in "
+                         "TF32: train.tf32), fp16 (comma-separated)")
     ap.add_argument("--torch-attention", default="naive,compile,sdpa",
                     help="PyTorch variants, in this order: naive (eager, attention as ours), compile (naive under "
                          "torch.compile), sdpa (fused attention)")
@@ -212,7 +214,7 @@ def main():
     p32 = args.peak_fp32 or p32
     ptf = args.peak_tf32 or ptf
     pbf = args.peak_bf16 or pbf
-    peaks = {"fp32": p32, "tf32": ptf, "bf16": pbf, "fp16": pbf}
+    peaks = {"fp32": p32, "tf32": ptf, "bf16": pbf, "bf16+tf32": pbf, "fp16": pbf}
     batches = [int(b) for b in args.batches.split(",") if b]
     precisions = [p for p in args.precisions.split(",") if p]
     attentions = [a for a in args.torch_attention.split(",") if a]
