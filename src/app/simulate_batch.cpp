@@ -14,6 +14,9 @@
 //   perf.tp_comm_overlap=true  a block's tensor-parallel collectives hidden behind its GEMMs
 //   perf.overlap_param_gather=true  ZeRO 1/2: the updated parameters' all-gather hidden behind the
 //                     next step's first forward
+//   gemm=M,N,K[,BATCH]  not a step: one GEMM (or strided batch) of that shape, as the step model
+//                     prices it on the hardware at the precision (tests/bench/fit_gemm.py holds it
+//                     against measured GEMMs); its line has the id, the shape and gemm_ms
 // The deck's other rules apply (the layout's, as gpt2 simulate checks them); its data files and the
 // pass lists' proof are not needed for a prediction and are not checked.
 // -- and gets one line of JSON on standard output: the id, the layout, step_ms, tokens_per_s, mfu,
@@ -41,6 +44,7 @@ namespace {
 struct Row {
   std::string id, hardware, precision;
   long long ranks = 0;
+  std::vector<double> gemm;  // M, N, K[, batch]: price this GEMM instead of a step
   std::vector<std::pair<bool Layout::*, bool>> perf;
   std::vector<std::string> sets;
 };
@@ -72,6 +76,16 @@ Row parse_row(const std::string& line, const std::string& hardware, const std::s
       r.ranks = std::strtoll(value.c_str(), &end, 10);
       if (value.empty() || *end || r.ranks < 1) fail_input("--batch", "ranks: expected a positive whole number, got \"", value, "\"");
     }
+    else if (key == "gemm") {
+      std::istringstream dims(value);
+      for (std::string d; std::getline(dims, d, ',');) {
+        char* end = nullptr;
+        const double x = std::strtod(d.c_str(), &end);
+        if (d.empty() || *end || !(x >= 1)) fail_input("--batch", "gemm: expected M,N,K[,BATCH] of positive numbers, got \"", value, "\"");
+        r.gemm.push_back(x);
+      }
+      if (r.gemm.size() < 3 || r.gemm.size() > 4) fail_input("--batch", "gemm: expected M,N,K[,BATCH], got \"", value, "\"");
+    }
     else if (key.rfind("perf.", 0) == 0) {
       const auto it = std::find_if(kPerfKeys.begin(), kPerfKeys.end(), [&](const PerfKey& k) { return key == k.key; });
       if (it == kPerfKeys.end())
@@ -81,12 +95,31 @@ Row parse_row(const std::string& line, const std::string& hardware, const std::s
       r.perf.emplace_back(it->member, value == "true");
     }
     else if (key.find('.') != std::string::npos) r.sets.push_back(word);
-    else fail_input("--batch", "unknown key \"", key, "\" (id, hardware, precision, ranks or section.key)");
+    else fail_input("--batch", "unknown key \"", key, "\" (id, hardware, precision, ranks, gemm or section.key)");
   }
   return r;
 }
 
+const Hardware& loaded_hardware(const Row& row, std::map<std::string, Hardware>& hardware) {
+  auto it = hardware.find(row.hardware);
+  if (it == hardware.end()) it = hardware.emplace(row.hardware, Hardware::load(row.hardware)).first;
+  return it->second;
+}
+
+std::string price_gemm(const std::string& config, const Row& row, std::map<std::string, Hardware>& hardware) {
+  const Hardware& hw = loaded_hardware(row, hardware);
+  if (!hw.supports(row.precision)) fail_input("precision", hw.file, " gives no peak for ", row.precision);
+  const CostModel cm(RunConfig::load(config, {}).workload(), hw);
+  const Gemm g{row.gemm[0], row.gemm[1], row.gemm[2], row.gemm.size() > 3 ? row.gemm[3] : 1.0};
+  Json j;
+  j.begin_object().key("id").value(row.id).key("m").value(g.m).key("n").value(g.n).key("k").value(g.k);
+  j.key("batch").value(g.batch).key("gemm_ms").value(cm.gemm_seconds(g, row.precision) * 1e3).key("hardware").value(hw.file);
+  j.end();
+  return j.str();
+}
+
 std::string predict_row(const std::string& config, const Row& row, std::map<std::string, Hardware>& hardware) {
+  if (!row.gemm.empty()) return price_gemm(config, row, hardware);
   RunConfig cfg = RunConfig::load(config, row.sets);
   if (row.ranks > 0) {
     const long long pt = (long long)cfg.parallel.pp * cfg.parallel.tp * cfg.parallel.cp;
@@ -98,9 +131,7 @@ std::string predict_row(const std::string& config, const Row& row, std::map<std:
   shape.validate();
   if (cfg.data.seq_len < 1 || cfg.data.seq_len > cfg.model.block_size)
     fail_input("data.seq_len", "must be between 1 and model.block_size (", cfg.model.block_size, "), got ", cfg.data.seq_len);
-  auto it = hardware.find(row.hardware);
-  if (it == hardware.end()) it = hardware.emplace(row.hardware, Hardware::load(row.hardware)).first;
-  const Hardware& hw = it->second;
+  const Hardware& hw = loaded_hardware(row, hardware);
   Layout l = cfg.layout();
   l.precision = row.precision;
   for (const auto& [member, value] : row.perf) l.*member = value;

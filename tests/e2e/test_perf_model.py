@@ -75,6 +75,20 @@ def main():
                 f"--batch: ranks and hardware per line: {out[0]}")
         c.check("dp 1 x tp 1 x pp 2" in out[1].get("layout", "") and out[1].get("step_ms", 0) > 0, f"--batch: {out[1]}")
         c.check("parallel.tp" in out[2].get("error", ""), f"--batch: the refused line names its key: {out[2]}")
+    # One GEMM as the step model prices it: dearer with more depth; a shape that is not one is named.
+    h100 = os.path.join(ROOT, "inputs", "hardware", "h100.toml")
+    with open(P("batch_gemm.txt"), "w") as f:
+        f.write(f"id=g1 hardware={h100} precision=bf16 gemm=4096,4096,4096\n"
+                f"id=g2 hardware={h100} precision=bf16 gemm=4096,4096,8192,2\n"
+                "id=g3 gemm=4096,0,1\n")
+    r = run("simulate", P("tiny.toml"), "--batch", P("batch_gemm.txt"))
+    out = [json.loads(x) for x in r.out.splitlines() if x.strip()]
+    c.check(r.rc == 1 and [x.get("id") for x in out] == ["g1", "g2", "g3"], f"--batch gemm rows ({r.rc}: {r.out}{r.err})")
+    if len(out) == 3:
+        g1, g2 = out[0].get("gemm_ms", 0), out[1].get("gemm_ms", 0)
+        # 137 GFLOP at most at the H100's 989 TFLOP/s peak: no faster than 0.139 ms
+        c.check(0.139 < g1 < 1.0 and 3.5 * g1 < g2 < 4.5 * g1, f"gemm rows priced: {out[:2]}")
+        c.check("gemm" in out[2].get("error", ""), f"a bad gemm row names gemm: {out[2]}")
     with open(P("batch_bad.txt"), "w") as f:
         f.write("id=x perf.no_such=true\n")
     r = run("simulate", P("tiny.toml"), "--batch", P("batch_bad.txt"))
