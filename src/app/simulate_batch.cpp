@@ -14,6 +14,8 @@
 //   perf.tp_comm_overlap=true  a block's tensor-parallel collectives hidden behind its GEMMs
 //   perf.overlap_param_gather=true  ZeRO 1/2: the updated parameters' all-gather hidden behind the
 //                     next step's first forward
+//   perf.zero3_prefetch=false  ZeRO-3: each unit's gather issued when the unit before it ends, not
+//                     as it starts (DeepSpeed's default prefetch is smaller than a large model's unit)
 //   gemm=M,N,K[,BATCH]  not a step: one GEMM (or strided batch) of that shape, as the step model
 //                     prices it on the hardware at the precision (tests/bench/fit_gemm.py holds it
 //                     against measured GEMMs); its line has the id, the shape and gemm_ms
@@ -58,7 +60,8 @@ const std::vector<PerfKey> kPerfKeys = {{"perf.pad_shards", &Layout::pad_shards}
                                         {"perf.reduce_after_backward", &Layout::reduce_after_backward},
                                         {"perf.fused_attention", &Layout::fused_attention},
                                         {"perf.tp_comm_overlap", &Layout::tp_comm_overlap},
-                                        {"perf.overlap_param_gather", &Layout::overlap_param_gather}};
+                                        {"perf.overlap_param_gather", &Layout::overlap_param_gather},
+                                        {"perf.zero3_prefetch", &Layout::zero3_prefetch}};
 
 Row parse_row(const std::string& line, const std::string& hardware, const std::string& precision) {
   Row r;
@@ -90,7 +93,7 @@ Row parse_row(const std::string& line, const std::string& hardware, const std::s
       const auto it = std::find_if(kPerfKeys.begin(), kPerfKeys.end(), [&](const PerfKey& k) { return key == k.key; });
       if (it == kPerfKeys.end())
         fail_input("--batch", "unknown key \"", key, "\" (perf.pad_shards, perf.reduce_after_backward, perf.fused_attention, perf.tp_comm_overlap, "
-                   "perf.overlap_param_gather)");
+                   "perf.overlap_param_gather, perf.zero3_prefetch)");
       if (value != "true" && value != "false") fail_input("--batch", key, ": expected true or false, got \"", value, "\"");
       r.perf.emplace_back(it->member, value == "true");
     }

@@ -45,6 +45,10 @@ struct Layout {
   // A block's tensor-parallel collectives overlapped with its GEMMs (Megatron-LM's --tp-comm-overlap):
   // only what exceeds the block's compute is exposed.
   bool tp_comm_overlap = false;
+  // ZeRO-3: the next unit's gather issued as a unit starts (the trainer's prefetch); false: once the
+  // unit before it ends (DeepSpeed's default stage3_prefetch_bucket_size, 5e7 values, is less than
+  // a unit of a large model: its gathers run between the units' compute).
+  bool zero3_prefetch = true;
 
   long long world() const { return (long long)dp * tp * pp * cp; }
   // What a pipeline's passes cost depends on (every field but the ZeRO level and how the data-parallel

@@ -59,11 +59,13 @@ double run_time(const std::vector<Segment>& segs, double overlap) {
 // ZeRO-3: one pass over its units as the trainer runs them, with the rank's data-parallel channel
 // (every gather and reduction, one after another in issue order: they share the links). The first
 // unit's gather is issued as the pass starts, each next one when the unit before it starts (the
-// prefetch); a unit starts once its parameters are in; its reductions are issued when it ends. The
+// prefetch; without it, when the unit before it ends); a unit starts once its parameters are in; its
+// reductions are issued when it ends. The
 // share of each the hardware cannot overlap (1 - overlap) stalls the compute that issues it.
 // `clock` and `channel` (when the channel is free) advance on the rank's own compute clock, which
 // counts no idle time: a pipeline rank's channel keeps its backlog through a wait (pessimistic there).
-double zero3_time(const std::vector<Segment>& segs, bool reduce, double overlap, double& clock, double& channel) {
+double zero3_time(const std::vector<Segment>& segs, bool reduce, bool prefetch, double overlap, double& clock,
+                  double& channel) {
   const double start = clock;
   double t = clock, in = 0, next_in = 0;  // when this unit's and the next one's parameters are in
   auto gather = [&](size_t i) {
@@ -74,8 +76,9 @@ double zero3_time(const std::vector<Segment>& segs, bool reduce, double overlap,
   for (size_t i = 0; i < segs.size(); ++i) {
     in = i == 0 ? gather(0) : next_in;
     t = std::max(t, in);
-    if (i + 1 < segs.size()) next_in = gather(i + 1);
+    if (prefetch && i + 1 < segs.size()) next_in = gather(i + 1);
     t += segs[i].compute;
+    if (!prefetch && i + 1 < segs.size()) next_in = gather(i + 1);
     if (reduce)
       for (double red : segs[i].reductions) {
         t += (1 - overlap) * red;
@@ -448,7 +451,7 @@ const Simulation& simulate_pipeline(const StepContext& s, const std::vector<std:
   costs.timing_only = true;  // (the lists were proven where they were made)
   costs.compute = [&](int r, const Action& a) {
     if (s.policy.params)
-      return zero3_time(passes.segments(r, a), passes.launches(r, a), s.ov, z3.own_clock[size_t(r)],
+      return zero3_time(passes.segments(r, a), passes.launches(r, a), l.zero3_prefetch, s.ov, z3.own_clock[size_t(r)],
                         z3.channel_free[size_t(r)]);
     return passes.time(r, a);
   };

@@ -157,6 +157,8 @@ class Row:
             words.append("perf.tp_comm_overlap=true")
         if r.get("overlap_param_gather"):
             words.append("perf.overlap_param_gather=true")
+        if r.get("zero3_prefetch") is False:
+            words.append("perf.zero3_prefetch=false")
         if r.get("grad_reduce_dtype"):
             words.append(f"parallel.grad_reduce_dtype={r['grad_reduce_dtype']}")
         if r.get("stage_layers"):

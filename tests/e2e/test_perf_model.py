@@ -89,6 +89,16 @@ def main():
         # 137 GFLOP at most at the H100's 989 TFLOP/s peak: no faster than 0.139 ms
         c.check(0.139 < g1 < 1.0 and 3.5 * g1 < g2 < 4.5 * g1, f"gemm rows priced: {out[:2]}")
         c.check("gemm" in out[2].get("error", ""), f"a bad gemm row names gemm: {out[2]}")
+    # ZeRO-3 without the prefetch: each gather waits for the unit before it, so the step is longer.
+    a100 = os.path.join(ROOT, "inputs", "hardware", "a100.toml")
+    z3 = (f"hardware={a100} precision=bf16 ranks=64 parallel.zero=3 train.batch_size=512 model.n_layer=8 "
+          "model.n_embd=2048 model.n_head=16 model.block_size=2048 data.seq_len=2048")
+    with open(P("batch_z3.txt"), "w") as f:
+        f.write(f"id=on {z3}\nid=off {z3} perf.zero3_prefetch=false\n")
+    r = run("simulate", P("tiny.toml"), "--batch", P("batch_z3.txt"))
+    out = [json.loads(x) for x in r.out.splitlines() if x.strip()]
+    c.check(r.rc == 0 and len(out) == 2 and out[1].get("step_ms", 0) > 1.02 * out[0].get("step_ms", 0),
+            f"ZeRO-3 without prefetch is slower: {out} {r.err}")
     with open(P("batch_bad.txt"), "w") as f:
         f.write("id=x perf.no_such=true\n")
     r = run("simulate", P("tiny.toml"), "--batch", P("batch_bad.txt"))
