@@ -77,9 +77,11 @@ uint64_t checksum_on_host_threads(const float* values, uint64_t first, size_t n)
 
 H5CheckpointWriter::H5CheckpointWriter(const std::string& path, const std::string& tmp, MPI_Comm world,
                                        const CheckpointMeta& meta, const StageLayout& layout, bool replica_0,
-                                       const std::vector<std::string>& sections, size_t buffer_bytes)
-    : path_(path), tmp_(tmp), world_(world), buffer_bytes_(buffer_bytes), replica_0_(replica_0), sections_(sections), global_(ParamLayout(meta.model).tensors()) {
+                                       const std::vector<std::string>& sections, MPI_Comm tp, size_t buffer_bytes)
+    : path_(path), tmp_(tmp), world_(world), tp_(tp), buffer_bytes_(buffer_bytes), replica_0_(replica_0), sections_(sections), global_(ParamLayout(meta.model).tensors()) {
   MPI_Comm_rank(world, &rank_);
+  MPI_Comm_rank(tp, &tp_rank_);
+  MPI_Comm_size(tp, &tp_size_);
   // The local tensors this rank may write, by global index.
   local_.assign(global_.size(), nullptr);
   for (const TensorInfo& t : layout.tensors()) {
@@ -92,6 +94,18 @@ H5CheckpointWriter::H5CheckpointWriter(const std::string& path, const std::strin
     size_t n = 1;
     for (size_t d : stored_shape(t, meta.model)) n *= d;
     stored_.push_back(n);
+  }
+  // A tensor split into runs (a column slice: count > 1) has its slice on every rank of the group;
+  // each is joined on the rank of the group with the fewest values to join so far (the same
+  // choice on every rank: the sizes are the global ones).
+  joinable_.assign(global_.size(), 0);
+  joiner_.assign(global_.size(), 0);
+  std::vector<size_t> load(size_t(tp_size_), 0);
+  for (size_t i = 0; i < global_.size(); ++i) {
+    joinable_[i] = tp_size_ > 1 && local_[i] && local_[i]->global.count > 1;
+    if (!joinable_[i]) continue;
+    joiner_[i] = int(std::min_element(load.begin(), load.end()) - load.begin());
+    load[size_t(joiner_[i])] += stored_[i];
   }
   sums_.assign(sections.size() * global_.size(), 0);
   const double t0 = MPI_Wtime();
@@ -159,12 +173,13 @@ void H5CheckpointWriter::create(const CheckpointMeta& meta) {
 // The parts of each local tensor this rank holds (its ranges, in local order), each mapped through
 // the tensor's GlobalMap (count runs of len, stride apart) to flat ranges of the global tensor, which
 // is a contiguous row-major dataset: a flat range is a run of bytes in the file.
-std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section, const ParamStore::Owned& mine) const {
+std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section, const ParamStore::Owned& mine,
+                                                                  bool joinable) const {
   std::vector<Piece> out;
   if (!mine.sharded && !replica_0_) return out;  // another dp replica writes whole state
   for (size_t ti = 0; ti < global_.size(); ++ti) {
     const TensorInfo* part = local_[ti];
-    if (!part) continue;
+    if (!part || bool(joinable_[ti]) != joinable) continue;
     const GlobalMap& gm = part->global;
     const size_t dataset = section * global_.size() + ti;
     size_t held = 0;  // where the range starts in mine.values
@@ -193,14 +208,100 @@ std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section
   return out;
 }
 
+namespace {
+// MPI_Alltoallv of a vector per destination: what every rank of comm sent this one, in rank order.
+// (MPI counts are int: a join of over 2^31 values a rank fails on every rank, not in the exchange.)
+template <class T>
+std::vector<T> exchange(MPI_Comm comm, const std::vector<std::vector<T>>& to, MPI_Datatype type) {
+  const size_t n = to.size();
+  std::vector<int> send(n), recv(n), sdispl(n), rdispl(n);
+  size_t sent = 0;
+  for (const auto& v : to) sent += v.size();
+  collective_phase(comm, [&] {
+    if (sent > size_t(INT32_MAX)) fail("checkpoint: a tensor-parallel join of over 2^31 values a rank");
+  });
+  std::vector<T> flat;
+  flat.reserve(sent);
+  for (size_t r = 0; r < n; ++r) {
+    sdispl[r] = int(flat.size()), send[r] = int(to[r].size());
+    flat.insert(flat.end(), to[r].begin(), to[r].end());
+  }
+  MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, comm);
+  size_t total = 0;
+  for (size_t r = 0; r < n; ++r) rdispl[r] = int(std::min<size_t>(total, INT32_MAX)), total += size_t(recv[r]);
+  collective_phase(comm, [&] {
+    if (total > size_t(INT32_MAX)) fail("checkpoint: a tensor-parallel join of over 2^31 values a rank");
+  });
+  std::vector<T> got(total);
+  MPI_Alltoallv(flat.data(), send.data(), sdispl.data(), type, got.data(), recv.data(), rdispl.data(), type, comm);
+  return got;
+}
+}  // namespace
+
+H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const ParamStore::Owned& mine,
+                                                      const Fetch& fetch) {
+  Joined j;
+  if (tp_size_ == 1) return j;
+  const double t0 = MPI_Wtime();
+  // To each tensor's joiner: per piece (offset, element, count, dataset), and the values.
+  std::vector<std::vector<uint64_t>> heads(static_cast<size_t>(tp_size_));
+  std::vector<std::vector<float>> values(static_cast<size_t>(tp_size_));
+  const size_t chunk = std::max<size_t>(1, buffer_bytes_ / 4);  // fetch's bound
+  // A slice's runs lie one after another in what the rank holds: fetched as one span (a fetch per
+  // run of a few KB would cost more than the copy).
+  size_t span_from = 0, span_n = 0, span_to = 0;
+  auto fetch_span = [&] {
+    float* dst = values[span_to].data() + values[span_to].size() - span_n;
+    for (size_t d = 0; d < span_n; d += chunk) fetch(span_from + d, std::min(chunk, span_n - d), dst + d);
+    span_n = 0;
+  };
+  for (const Piece& p : pieces(section, mine, /*joinable=*/true)) {
+    const size_t to = size_t(joiner_[p.dataset % global_.size()]);
+    if (span_n && (to != span_to || p.value != span_from + span_n)) fetch_span();
+    if (!span_n) span_from = p.value, span_to = to;
+    span_n += p.count;
+    heads[to].insert(heads[to].end(), {p.offset, p.element, uint64_t(p.count), uint64_t(p.dataset)});
+    values[to].resize(values[to].size() + p.count);
+  }
+  if (span_n) fetch_span();
+  const std::vector<uint64_t> head = exchange(tp_, heads, MPI_UINT64_T);
+  const std::vector<float> got = exchange(tp_, values, MPI_FLOAT);
+  // The group's slices of this rank's tensors, in the file's order: adjacent ones make whole rows.
+  std::vector<Piece> in;
+  size_t value = 0;  // where each piece's values start in `got`
+  for (size_t h = 0; h + 4 <= head.size(); h += 4) {
+    in.push_back({head[h], value, size_t(head[h + 2]), size_t(head[h + 3]), head[h + 1]});
+    value += size_t(head[h + 2]);
+  }
+  std::sort(in.begin(), in.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  j.values.resize(got.size());
+  size_t at = 0;
+  for (const Piece& p : in) {
+    std::copy(got.begin() + long(p.value), got.begin() + long(p.value + p.count), j.values.begin() + long(at));
+    Piece* last = j.pieces.empty() ? nullptr : &j.pieces.back();
+    if (last && last->dataset == p.dataset && last->offset + last->count * 4 == p.offset)
+      last->count += p.count;
+    else
+      j.pieces.push_back({p.offset, at, p.count, p.dataset, p.element});
+    at += p.count;
+  }
+  for (Piece& p : j.pieces) p.joined = j.values.data() + p.value;
+  phases_.fill += MPI_Wtime() - t0;
+  return j;
+}
+
 void H5CheckpointWriter::write_pieces(const std::vector<Piece>& ps, const Fetch& fetch, bool host_threads) {
   if (!out_) out_ = std::make_unique<DirectWriter>(tmp_, buffer_bytes_);
+  pieces_ += ps.size();
   for (const Piece& p : ps) {
     uint64_t sum = uint64_t(sums_[p.dataset]);
     out_->write(p.offset, p.count * 4, [&](char* dst, size_t from, size_t n) {
       const double t0 = MPI_Wtime();
       float* values = reinterpret_cast<float*>(dst);
-      fetch(p.value + from / 4, n / 4, values);
+      if (p.joined)
+        std::memcpy(values, p.joined + from / 4, n);
+      else
+        fetch(p.value + from / 4, n / 4, values);
       sum += host_threads ? checksum_on_host_threads(values, p.element + from / 4, n / 4)
                           : run_checksum(values, p.element + from / 4, n / 4);  // (while the values are in cache)
       phases_.fill += MPI_Wtime() - t0;
@@ -222,11 +323,18 @@ void H5CheckpointWriter::write_section(const std::string& section, const ParamSt
   const size_t si = size_t(std::find(sections_.begin(), sections_.end(), section) - sections_.begin());
   if (si == sections_.size()) fail("H5CheckpointWriter: unknown section ", section);
   const double t0 = MPI_Wtime(), fill0 = phases_.fill;
-  write_pieces(pieces(si, mine), fetch, /*host_threads=*/true);
+  const Joined joined = join_tp(si, mine, fetch);
+  std::vector<Piece> ps = pieces(si, mine);
+  ps.insert(ps.end(), joined.pieces.begin(), joined.pieces.end());
+  std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  write_pieces(ps, fetch, /*host_threads=*/true);
   phases_.disk += MPI_Wtime() - t0 - (phases_.fill - fill0);  // (waits for a free buffer)
 }
 
+
+
 void H5CheckpointWriter::write_local(const std::vector<ParamStore::Owned>& staged) {
+  if (tp_size_ > 1) fail("H5CheckpointWriter::write_local: a writer that joins tp slices writes with write_section");
   const double t0 = MPI_Wtime();
   for (size_t si = 0; si < staged.size(); ++si) {
     const std::vector<float>& values = staged[si].values;

@@ -7,7 +7,11 @@
 //   2. write each section: what the rank holds of it (ParamStore::owned_ranges: its ZeRO pieces of
 //      sharded state, the whole local state where dp replica 0 writes it -- tp rank 0 for
 //      tp-replicated tensors, stage 0 for wte), mapped through each tensor's GlobalMap to runs of the
-//      file, coalesced, written by a DirectWriter (core/direct_writer.hpp: whole blocks through
+//      file, coalesced, written by a DirectWriter. A tensor that tp splits into short runs (a column
+//      slice of every row) is first joined on one rank of the tp group (join_tp; the tensors dealt
+//      out to balance the values each rank joins),
+//      into whole rows: long runs the disk takes at its rate, where the slices would be many short
+//      writes through the page cache (core/direct_writer.hpp: whole blocks through
 //      O_DIRECT from aligned buffers that a thread writes while the next is filled, the ends through
 //      the page cache). The values are copied into those buffers once -- from the state
 //      (write_section, the synchronous path) or from a staged copy (write_local, checkpoint.async,
@@ -40,21 +44,25 @@ class H5CheckpointWriter {
   static constexpr size_t kBufferBytes = size_t(16) << 20;
 
   // Collective over world: creates `tmp`, which finish() renames to `path`. replica_0: this rank is in
-  // dp replica 0 (writes unsharded state). WriteError naming `path` when it cannot be created.
+  // dp replica 0 (writes unsharded state). tp: this rank's tensor-parallel group, whose column
+  // slices write_section joins (MPI_COMM_SELF: none joined -- without tp, and for checkpoint.async,
+  // whose staging must stay a memory copy). WriteError naming `path` when it cannot be created.
   H5CheckpointWriter(const std::string& path, const std::string& tmp, MPI_Comm world, const CheckpointMeta& meta,
                      const StageLayout& layout, bool replica_0, const std::vector<std::string>& sections,
-                     size_t buffer_bytes = kBufferBytes);
+                     MPI_Comm tp = MPI_COMM_SELF, size_t buffer_bytes = kBufferBytes);
   ~H5CheckpointWriter();  // rank 0 removes the temporary unless finish() succeeded
   H5CheckpointWriter(const H5CheckpointWriter&) = delete;
   H5CheckpointWriter& operator=(const H5CheckpointWriter&) = delete;
 
   // This rank's part of `section`, fetch(begin, n, dst) copying values [begin, begin + n) of what
-  // the rank holds (`mine`: its ranges, ParamStore::owned_ranges) into the write buffers. Not
-  // collective. A failure is kept for finish().
+  // the rank holds (`mine`: its ranges, ParamStore::owned_ranges) into the write buffers (n at most
+  // a buffer's). Collective over the tp group (the join), over nothing else. A failure is kept for
+  // finish().
   using Fetch = std::function<void(size_t begin, size_t n, float* dst)>;
   void write_section(const std::string& section, const ParamStore::Owned& mine, const Fetch& fetch);
   // Local (any thread; no MPI, no HDF5): this rank's part of every section from a staged copy
-  // (staged[i]: what the rank holds of sections[i]), then the flush.
+  // (staged[i]: what the rank holds of sections[i]), then the flush. Slices as they lie: a writer
+  // made with a tp group (which joins them) writes with write_section.
   void write_local(const std::vector<ParamStore::Owned>& staged);
   // Collective: WriteError (CollectiveError) on every rank if any rank's write failed; else the
   // checksums go in and the file takes its name.
@@ -63,10 +71,11 @@ class H5CheckpointWriter {
   const std::string& path() const { return path_; }
   size_t bytes_written() const { return bytes_; }  // by this rank
 
+  size_t pieces_written() const { return pieces_; }  // runs of the file this rank wrote
   // Seconds this rank spent in each phase of the write (for the trace and the benchmark): making
   // the file's metadata (rank 0; the others wait), copying values into the write buffers (staging
-  // or fetching, the checksum in the same pass), waiting for the disk (the buffers' writes and the
-  // flush), and agreeing and renaming.
+  // or fetching, joining tp's slices, the checksum in the same pass), waiting for the disk (the
+  // buffers' writes and the flush), and agreeing and renaming.
   struct Phases {
     double create = 0, fill = 0, disk = 0, finish = 0;
   };
@@ -79,16 +88,26 @@ class H5CheckpointWriter {
     size_t count;      // floats
     size_t dataset;    // index in datasets_ (section-major)
     uint64_t element;  // the first value's index in its tensor (for the checksum)
+    const float* joined = nullptr;  // the values, where the tp join holds them (else fetched)
   };
   void create(const CheckpointMeta& meta);  // world rank 0: the file, its attributes and datasets
-  std::vector<Piece> pieces(size_t section, const ParamStore::Owned& mine) const;
+  // This rank's pieces of a section: of the tensors the tp join takes (joinable) or of the others.
+  std::vector<Piece> pieces(size_t section, const ParamStore::Owned& mine, bool joinable = false) const;
+  struct Joined {               // the runs a rank writes for its tp group
+    std::vector<Piece> pieces;  // (joined: into values)
+    std::vector<float> values;
+  };
+  // Collective over tp: this rank's pieces of the section's tp-split tensors to their joiners; the
+  // joined runs this rank writes.
+  Joined join_tp(size_t section, const ParamStore::Owned& mine, const Fetch& fetch);
   // The pieces of a section through the direct writer, values from fetch (as write_section's);
   // host_threads: the checksums on the host's threads (not from the background writer's thread).
   void write_pieces(const std::vector<Piece>& ps, const Fetch& fetch, bool host_threads);
   void flush();  // the direct writer's end: its error kept, the disk time counted
 
   std::string path_, tmp_;
-  MPI_Comm world_;
+  MPI_Comm world_, tp_;
+  int tp_rank_ = 0, tp_size_ = 1;
   size_t buffer_bytes_;
   std::unique_ptr<DirectWriter> out_;  // this rank's writes (made at the first)
   Phases phases_;
@@ -99,9 +118,11 @@ class H5CheckpointWriter {
   std::vector<const TensorInfo*> local_;  // per global tensor: the local one this rank may write, or null
   std::vector<size_t> stored_;            // per global tensor: the elements the file stores
   std::vector<uint64_t> offsets_;         // per dataset (section-major): its data's offset in the file
+  std::vector<char> joinable_;            // per global tensor: tp splits it into runs; joined on one rank
+  std::vector<int> joiner_;               // per joinable tensor: the tp rank that joins it
   std::vector<int64_t> sums_;             // per dataset: this rank's part of its checksum
   std::string error_;                     // this rank's first failed write
-  size_t bytes_ = 0;
+  size_t bytes_ = 0, pieces_ = 0;
   bool finished_ = false;
 };
 

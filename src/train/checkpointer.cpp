@@ -171,7 +171,9 @@ void Checkpointer::save_h5(const std::string& path, const CheckpointMeta& meta, 
   const std::string tmp = path + ".tmp." + std::to_string(pid);  // (remove_dead_temporaries knows it)
   auto writer = std::make_unique<H5CheckpointWriter>(path, tmp, engine_.groups->world->mpi_comm(), meta,
                                                      engine_.stage_layout(), engine_.groups->replicas().rank() == 0,
-                                                     sections);
+                                                     sections,
+                                                     // async: the staging stays a copy; slices written as they lie
+                                                     cfg_.checkpoint.async ? MPI_COMM_SELF : engine_.groups->tp->mpi_comm());
   if (cfg_.checkpoint.async) {
     // The staging: one copy of this rank's state (into the last checkpoint's buffers); the optimizer
     // may change the original from now on.

@@ -62,17 +62,20 @@ Held hold(const ModelConfig& m, TpSplit tp, const std::vector<Range>& ranges, co
   return h;
 }
 
-void write_and_check(const std::string& name, const ModelConfig& m, const Held& h, bool replica_0, bool local) {
+// tp: the tensor-parallel group the writer joins split tensors over. Returns the runs this rank wrote.
+size_t write_and_check(const std::string& name, const ModelConfig& m, const Held& h, bool replica_0, bool local,
+                       MPI_Comm tp = MPI_COMM_SELF) {
   const std::vector<std::string> sections = {"params", "opt.m"};
   CheckpointMeta meta;
   meta.model = m;
   meta.step = 7;
   meta.optimizer = "adamw";
   const std::string path = shared_path(name), tmp = path + ".tmp";
+  size_t pieces = 0;
   {
     // Two blocks a buffer: the runs cross buffers, blocks and ranks' pieces everywhere.
     const size_t buffer = 2 * DirectWriter::kBlock;
-    H5CheckpointWriter w(path, tmp, MPI_COMM_WORLD, meta, h.layout, replica_0, sections, buffer);
+    H5CheckpointWriter w(path, tmp, MPI_COMM_WORLD, meta, h.layout, replica_0, sections, tp, buffer);
     if (local) {
       w.write_local(h.owned);
     } else {
@@ -86,6 +89,7 @@ void write_and_check(const std::string& name, const ModelConfig& m, const Held& 
       }
     }
     w.finish();
+    pieces = w.pieces_written();
   }
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_FALSE(std::filesystem::exists(tmp)) << name;
@@ -104,6 +108,7 @@ void write_and_check(const std::string& name, const ModelConfig& m, const Held& 
     std::filesystem::remove(path);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  return pieces;
 }
 
 }  // namespace
@@ -126,4 +131,22 @@ TEST(CheckpointWriter, TensorParallelPartsMakeTheGlobalTensors) {
   const Held h = hold(m, TpSplit{2, rank_of(MPI_COMM_WORLD)}, {}, {"params", "opt.m"});
   write_and_check("tp_section", m, h, true, false);
   write_and_check("tp_local", m, h, true, true);
+}
+
+// With the tp group given, the column slices are joined into whole rows on one rank each: a tensor
+// (a section's dataset) is written as one run, not a run per row per rank; also where the ranks
+// hold their slices as ZeRO-like ranges cut mid-tensor (the group's ranks hold the same ranges).
+TEST(CheckpointWriter, TensorParallelSlicesAreJoinedIntoWholeRows) {
+  if (world_size() != 2) GTEST_SKIP() << "tp 2 over the world";
+  const ModelConfig m = small_model();
+  const TpSplit tp{2, rank_of(MPI_COMM_WORLD)};
+  const Held h = hold(m, tp, {}, {"params", "opt.m"});
+  const size_t datasets = 2 * ParamLayout(m).tensors().size();
+  const size_t apart = write_and_check("tp_apart", m, h, true, false);
+  const size_t joined = write_and_check("tp_joined", m, h, true, false, MPI_COMM_WORLD);
+  EXPECT_LE(joined, datasets) << "runs written by rank " << tp.rank;
+  EXPECT_LT(joined * 3, apart) << "the join should cut the runs written several times over";
+  const size_t n = StageLayout(ParamLayout(m), 0, m.n_layer, tp).local_size();
+  const Held shards = hold(m, tp, {{0, n / 3}, {n / 3, n}}, {"params", "opt.m"});
+  write_and_check("tp_joined_shards", m, shards, true, false, MPI_COMM_WORLD);
 }
