@@ -67,6 +67,8 @@ Buffer<float> PipelineExecutor::buffer(size_t n) {
   return messages_.take(n, [this] {
     if (sealed_ == 0) return false;
     --sealed_;
+    // (on MPI a send completes once the peer's MPI calls progress it: traced, it is easily a pass)
+    Tracer::Scope t(tracer_, EventKind::send_wait, step_, -1, 0);
     p2p_.order_after(outgoing_.front().send);
     messages_.give(std::move(outgoing_.front().buf));
     outgoing_.erase(outgoing_.begin());
@@ -233,6 +235,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
   // rank holds (1/tp of them with sequence parallelism).
   const size_t rows = size_t(B) * any.seq_len(), elems = size_t(any.stream_rows(B)) * any.config().n_embd;
   io_actions_ = &actions;
+  step_ = io.step;
   for (size_t index = 0; index < actions.size(); ++index) {
     const Action& a = actions[index];
     if (!is_compute(a.kind)) {  // the run of messages up to the next compute

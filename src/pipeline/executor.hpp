@@ -94,6 +94,7 @@ class PipelineExecutor {
   std::map<MessageKey, Buffer<float>> inbox_;
   std::map<MessageKey, Incoming> incoming_;  // posted receives, waited for by the compute that needs them
   const std::vector<Action>* io_actions_ = nullptr;  // the list run() runs (for the watchdog)
+  int step_ = 0;                                     // its step (for the trace)
   std::vector<Outgoing> outgoing_;
   size_t sealed_ = 0;  // outgoing_'s first messages, issued in earlier groups (buffer() may wait for them)
   BufferPool<float> messages_{"pipeline_message"};  // messages' own buffers (sent copies, received ones)

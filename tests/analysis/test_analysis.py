@@ -23,6 +23,7 @@ Usage: test_analysis.py --gpt2 build/bin/gpt2 --mpiexec mpiexec --workdir build/
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -31,6 +32,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ANALYSIS = os.path.normpath(os.path.join(HERE, "..", "..", "analysis"))
+sys.path.insert(0, ANALYSIS)
+import tracelib  # noqa: E402
 STEPS, MICROBATCHES, SEQ_LEN, BATCH, VOCAB = 4, 4, 16, 8, 64
 TIMEOUT = 120  # seconds per command
 
@@ -199,7 +202,8 @@ def run_scripts(args, env, traces):
     py = sys.executable
     out = os.path.join(args.workdir, "plots")
     script = lambda s: os.path.join(ANALYSIS, s)  # noqa: E731
-    for s in ("plot_scaling.py", "plot_pipeline.py", "plot_loss.py", "report.py", "to_perfetto.py", "plot_memory.py"):
+    for s in ("plot_scaling.py", "plot_pipeline.py", "plot_loss.py", "report.py", "to_perfetto.py", "plot_memory.py",
+              "pipeline_gaps.py"):
         p = run([py, script(s), "--help"], args.workdir, env, echo=False)
         check(p is not None and "usage" in p.stdout, f"{s} --help prints no usage")
 
@@ -224,6 +228,13 @@ def run_scripts(args, env, traces):
     run([py, script("plot_pipeline.py"), traces["pp2_1f1b"], "--step", "0", "--out", os.path.join(out, "step0")],
         args.workdir, env)
     check_png(os.path.join(out, "step0", "gantt_pp2_1f1b.png"))
+
+    # Where the idle time goes: the ranks' compute shares of the window are tracelib's bubble's complement.
+    p = run([py, script("pipeline_gaps.py"), traces["pp2_1f1b"], "--step", "1"], args.workdir, env)
+    shares = [float(x) for x in re.findall(r"passes; compute ([0-9.]+),", p.stdout)] if p else []
+    bubble = tracelib.measured_bubble(tracelib.Trace(traces["pp2_1f1b"]), 1)[0]
+    check(len(shares) == 2 and abs(1 - sum(shares) / 2 - bubble) < 2e-3,
+          f"pipeline_gaps.py: compute shares {shares} against tracelib's bubble {bubble:.4f}")
 
     run([py, script("plot_loss.py"), *traces.values(), "--out", out], args.workdir, env)
     check_png(os.path.join(out, "loss.png"))
