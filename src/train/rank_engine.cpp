@@ -19,7 +19,7 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
   const auto& p = cfg.parallel;
   mb_size = cfg.microbatch_size();
   blas_threads = env.set_blas_threads(p.blas_threads);
-  gemm_set_tf32(cfg.train.tf32);
+  gemm_set_tf32(cfg.train.tf32_on());
   layout = std::make_unique<ParamLayout>(cfg.model);
   const ScheduleEntry& schedule = ScheduleRegistry::get(p.schedule, "parallel.schedule");
   placement = schedule_placement(schedule, p.pp, p.virtual_stages);

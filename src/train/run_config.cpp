@@ -64,7 +64,8 @@ std::vector<DeckField> train_fields(TrainConfig& train) {
       {"train.bleu_examples", &train.bleu_examples, "pairs translated for BLEU (0: all)"},
       {"train.bleu_tokens", &train.bleu_tokens, "most tokens of a translation for BLEU"},
       {"train.log_every", &train.log_every, "steps between progress lines"},
-      {"train.tf32", &train.tf32, "TF32 tensor-core GEMMs (CUDA)"},
+      {"train.tf32", &train.tf32,
+       "TF32 tensor cores (CUDA) for the products left in fp32: auto (under bf16/fp16), true, false"},
       {"train.nonfinite", &train.nonfinite, "non-finite loss or gradient norm: stop | skip (the update)"},
       {"train.precision", &train.precision, "fp32 | bf16 | fp16: GEMM inputs and saved activations (fp32 master weights)"},
       {"train.recompute", &train.recompute,
@@ -251,6 +252,8 @@ void check_numerics(const RunConfig& c) {
   Precision prec;
   if (!parse_precision(c.train.precision, prec))
     fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", c.train.precision, "\"");
+  if (!c.train.tf32.is("auto") && !c.train.tf32.is("true") && !c.train.tf32.is("false"))
+    fail_input("train.tf32", "expected true, false or \"auto\", got \"", c.train.tf32.text, "\"");
   Recompute recompute;
   if (!parse_recompute(c.train.recompute, recompute))
     fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");

@@ -47,7 +47,10 @@ struct TrainConfig {
   int bleu_examples = 0;   // pairs translated each time (0: all)
   int bleu_tokens = 64;    // most tokens of a translation (the end token stops it sooner)
   int log_every = 1;     // steps between progress lines
-  bool tf32 = false;     // TF32 tensor-core GEMMs (CUDA only)
+  // TF32 tensor cores (CUDA) for the matrix products left in fp32: auto -- under bf16 / fp16
+  // (attention's products; PyTorch's autocast runs them in bf16), not in fp32 runs --, true, false.
+  BoolOrWord tf32{"auto"};
+  bool tf32_on() const { return tf32.is("true") || (tf32.is("auto") && precision != "fp32"); }
   // A step whose loss or gradient norm is not finite: "stop" the run (no checkpoint from that
   // state) or "skip" its update (the step still counts: data position and lr schedule move on).
   std::string nonfinite = "stop";

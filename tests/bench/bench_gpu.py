@@ -181,8 +181,8 @@ def main():
     ap.add_argument("--batches", default="16,8,4")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--precisions", default="fp32,tf32,bf16",
-                    help="fp32, tf32, bf16, bf16+tf32 (bf16 with the remaining fp32 products, attention's, in "
-                         "TF32: train.tf32), fp16 (comma-separated)")
+                    help="fp32, tf32, bf16 (attention's products in fp32: train.tf32 = false), bf16+tf32 (in "
+                         "TF32: the trainer's default, train.tf32 = auto), fp16 (comma-separated)")
     ap.add_argument("--torch-attention", default="naive,compile,sdpa",
                     help="PyTorch variants, in this order: naive (eager, attention as ours), compile (naive under "
                          "torch.compile), sdpa (fused attention)")
