@@ -80,7 +80,6 @@ H5CheckpointWriter::H5CheckpointWriter(const std::string& path, const std::strin
                                        const std::vector<std::string>& sections, MPI_Comm tp, size_t buffer_bytes)
     : path_(path), tmp_(tmp), world_(world), tp_(tp), buffer_bytes_(buffer_bytes), replica_0_(replica_0), sections_(sections), global_(ParamLayout(meta.model).tensors()) {
   MPI_Comm_rank(world, &rank_);
-  MPI_Comm_rank(tp, &tp_rank_);
   MPI_Comm_size(tp, &tp_size_);
   // The local tensors this rank may write, by global index.
   local_.assign(global_.size(), nullptr);
@@ -203,40 +202,9 @@ std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section
       held += r.size();
     }
   }
-  // In the file's order: the disk sees one sequential stream per rank.
-  std::sort(out.begin(), out.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  sort_by_offset(out);
   return out;
 }
-
-namespace {
-// MPI_Alltoallv of a vector per destination: what every rank of comm sent this one, in rank order.
-// (MPI counts are int: a join of over 2^31 values a rank fails on every rank, not in the exchange.)
-template <class T>
-std::vector<T> exchange(MPI_Comm comm, const std::vector<std::vector<T>>& to, MPI_Datatype type) {
-  const size_t n = to.size();
-  std::vector<int> send(n), recv(n), sdispl(n), rdispl(n);
-  size_t sent = 0;
-  for (const auto& v : to) sent += v.size();
-  collective_phase(comm, [&] {
-    if (sent > size_t(INT32_MAX)) fail("checkpoint: a tensor-parallel join of over 2^31 values a rank");
-  });
-  std::vector<T> flat;
-  flat.reserve(sent);
-  for (size_t r = 0; r < n; ++r) {
-    sdispl[r] = int(flat.size()), send[r] = int(to[r].size());
-    flat.insert(flat.end(), to[r].begin(), to[r].end());
-  }
-  MPI_Alltoall(send.data(), 1, MPI_INT, recv.data(), 1, MPI_INT, comm);
-  size_t total = 0;
-  for (size_t r = 0; r < n; ++r) rdispl[r] = int(std::min<size_t>(total, INT32_MAX)), total += size_t(recv[r]);
-  collective_phase(comm, [&] {
-    if (total > size_t(INT32_MAX)) fail("checkpoint: a tensor-parallel join of over 2^31 values a rank");
-  });
-  std::vector<T> got(total);
-  MPI_Alltoallv(flat.data(), send.data(), sdispl.data(), type, got.data(), recv.data(), rdispl.data(), type, comm);
-  return got;
-}
-}  // namespace
 
 H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const ParamStore::Owned& mine,
                                                       const Fetch& fetch) {
@@ -264,8 +232,8 @@ H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const Par
     values[to].resize(values[to].size() + p.count);
   }
   if (span_n) fetch_span();
-  const std::vector<uint64_t> head = exchange(tp_, heads, MPI_UINT64_T);
-  const std::vector<float> got = exchange(tp_, values, MPI_FLOAT);
+  const std::vector<uint64_t> head = all_to_all(tp_, heads, MPI_UINT64_T);
+  const std::vector<float> got = all_to_all(tp_, values, MPI_FLOAT);
   // The group's slices of this rank's tensors, in the file's order: adjacent ones make whole rows.
   std::vector<Piece> in;
   size_t value = 0;  // where each piece's values start in `got`
@@ -273,7 +241,7 @@ H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const Par
     in.push_back({head[h], value, size_t(head[h + 2]), size_t(head[h + 3]), head[h + 1]});
     value += size_t(head[h + 2]);
   }
-  std::sort(in.begin(), in.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  sort_by_offset(in);
   j.values.resize(got.size());
   size_t at = 0;
   for (const Piece& p : in) {
@@ -326,12 +294,10 @@ void H5CheckpointWriter::write_section(const std::string& section, const ParamSt
   const Joined joined = join_tp(si, mine, fetch);
   std::vector<Piece> ps = pieces(si, mine);
   ps.insert(ps.end(), joined.pieces.begin(), joined.pieces.end());
-  std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  sort_by_offset(ps);
   write_pieces(ps, fetch, /*host_threads=*/true);
   phases_.disk += MPI_Wtime() - t0 - (phases_.fill - fill0);  // (waits for a free buffer)
 }
-
-
 
 void H5CheckpointWriter::write_local(const std::vector<ParamStore::Owned>& staged) {
   if (tp_size_ > 1) fail("H5CheckpointWriter::write_local: a writer that joins tp slices writes with write_section");

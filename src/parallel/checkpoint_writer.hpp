@@ -8,10 +8,10 @@
 //      sharded state, the whole local state where dp replica 0 writes it -- tp rank 0 for
 //      tp-replicated tensors, stage 0 for wte), mapped through each tensor's GlobalMap to runs of the
 //      file, coalesced, written by a DirectWriter. A tensor that tp splits into short runs (a column
-//      slice of every row) is first joined on one rank of the tp group (join_tp; the tensors dealt
-//      out to balance the values each rank joins),
-//      into whole rows: long runs the disk takes at its rate, where the slices would be many short
-//      writes through the page cache (core/direct_writer.hpp: whole blocks through
+//      slice of every row) is first joined into whole rows on one rank of the tp group (join_tp; the
+//      tensors dealt out to balance the values each rank joins): long runs the disk takes at its
+//      rate, where the slices would be many short writes through the page cache
+//      (core/direct_writer.hpp: whole blocks through
 //      O_DIRECT from aligned buffers that a thread writes while the next is filled, the ends through
 //      the page cache). The values are copied into those buffers once -- from the state
 //      (write_section, the synchronous path) or from a staged copy (write_local, checkpoint.async,
@@ -23,6 +23,7 @@
 // Each rank's time in each phase is kept (phases()) for the trace.
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -91,6 +92,10 @@ class H5CheckpointWriter {
     const float* joined = nullptr;  // the values, where the tp join holds them (else fetched)
   };
   void create(const CheckpointMeta& meta);  // world rank 0: the file, its attributes and datasets
+  // In the file's order: the disk sees one sequential stream per rank.
+  static void sort_by_offset(std::vector<Piece>& ps) {
+    std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+  }
   // This rank's pieces of a section: of the tensors the tp join takes (joinable) or of the others.
   std::vector<Piece> pieces(size_t section, const ParamStore::Owned& mine, bool joinable = false) const;
   struct Joined {               // the runs a rank writes for its tp group
@@ -107,7 +112,7 @@ class H5CheckpointWriter {
 
   std::string path_, tmp_;
   MPI_Comm world_, tp_;
-  int tp_rank_ = 0, tp_size_ = 1;
+  int tp_size_ = 1;
   size_t buffer_bytes_;
   std::unique_ptr<DirectWriter> out_;  // this rank's writes (made at the first)
   Phases phases_;

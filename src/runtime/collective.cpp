@@ -1,5 +1,8 @@
 #include "runtime/collective.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "core/error.hpp"
 
 namespace gpt2 {
@@ -30,6 +33,24 @@ void collective_phase(MPI_Comm comm, const std::function<void()>& f) {
   msg.resize(size_t(flag[0]));
   MPI_Bcast(&msg[0], flag[0], MPI_CHAR, first, comm);
   throw CollectiveError(msg, flag[1] != 0);
+}
+
+AllToAllPlan all_to_all_plan(MPI_Comm comm, const std::vector<size_t>& sizes) {
+  AllToAllPlan p;
+  const size_t n = sizes.size();
+  p.send.resize(n), p.send_at.resize(n), p.recv.resize(n), p.recv_at.resize(n);
+  size_t sent = 0;
+  for (size_t r = 0; r < n; ++r) p.send_at[r] = int(std::min<size_t>(sent, INT32_MAX)), sent += sizes[r];
+  collective_phase(comm, [&] {
+    if (sent > size_t(INT32_MAX)) fail("all-to-all: over 2^31 values from a rank (MPI counts are int)");
+  });
+  for (size_t r = 0; r < n; ++r) p.send[r] = int(sizes[r]);
+  MPI_Alltoall(p.send.data(), 1, MPI_INT, p.recv.data(), 1, MPI_INT, comm);
+  for (size_t r = 0; r < n; ++r) p.recv_at[r] = int(std::min<size_t>(p.received, INT32_MAX)), p.received += size_t(p.recv[r]);
+  collective_phase(comm, [&] {
+    if (p.received > size_t(INT32_MAX)) fail("all-to-all: over 2^31 values to a rank (MPI counts are int)");
+  });
+  return p;
 }
 
 }  // namespace gpt2
