@@ -16,6 +16,9 @@
 //                     next step's first forward
 //   perf.zero3_prefetch=false  ZeRO-3: each unit's gather issued when the unit before it ends, not
 //                     as it starts (DeepSpeed's default prefetch is smaller than a large model's unit)
+//   perf.grad_all_reduce=true  ZeRO-1: the gradients all-reduced whole, not reduce-scattered
+//                     (DeepSpeed's BF16_Optimizer under its pipeline engine)
+//   perf.fp32_loss=true  the loss in fp32 over separate passes, as Megatron-LM's unfused one
 //   gemm=M,N,K[,BATCH]  not a step: one GEMM (or strided batch) of that shape, as the step model
 //                     prices it on the hardware at the precision (tests/bench/fit_gemm.py holds it
 //                     against measured GEMMs); its line has the id, the shape and gemm_ms
@@ -61,7 +64,9 @@ const std::vector<PerfKey> kPerfKeys = {{"perf.pad_shards", &Layout::pad_shards}
                                         {"perf.fused_attention", &Layout::fused_attention},
                                         {"perf.tp_comm_overlap", &Layout::tp_comm_overlap},
                                         {"perf.overlap_param_gather", &Layout::overlap_param_gather},
-                                        {"perf.zero3_prefetch", &Layout::zero3_prefetch}};
+                                        {"perf.zero3_prefetch", &Layout::zero3_prefetch},
+                                        {"perf.grad_all_reduce", &Layout::grad_all_reduce},
+                                        {"perf.fp32_loss", &Layout::fp32_loss}};
 
 Row parse_row(const std::string& line, const std::string& hardware, const std::string& precision) {
   Row r;
@@ -93,7 +98,7 @@ Row parse_row(const std::string& line, const std::string& hardware, const std::s
       const auto it = std::find_if(kPerfKeys.begin(), kPerfKeys.end(), [&](const PerfKey& k) { return key == k.key; });
       if (it == kPerfKeys.end())
         fail_input("--batch", "unknown key \"", key, "\" (perf.pad_shards, perf.reduce_after_backward, perf.fused_attention, perf.tp_comm_overlap, "
-                   "perf.overlap_param_gather, perf.zero3_prefetch)");
+                   "perf.overlap_param_gather, perf.zero3_prefetch, perf.grad_all_reduce, perf.fp32_loss)");
       if (value != "true" && value != "false") fail_input("--batch", key, ": expected true or false, got \"", value, "\"");
       r.perf.emplace_back(it->member, value == "true");
     }

@@ -76,7 +76,8 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
     w.forward.add_gemm({N, V, C});
     w.forward.add_gemm({N, C, V});
     w.forward.add_gemm({V, C, N});
-    w.forward.bytes = bytes * (2.0 * R * C + 3.0 * N * V), w.forward.kernels = 6;
+    w.forward.bytes = bytes * 2.0 * R * C + (l.fp32_loss ? 52.0 : 3.0 * bytes) * N * V;
+    w.forward.kernels = l.fp32_loss ? 14 : 6;
     w.backward_input.bytes = bytes * 4.0 * R * C, w.backward_input.kernels = 2;  // the final LayerNorm's backward
   } else {
     w.forward.bytes = bytes * 3.0 * R * C, w.forward.kernels = 1;                 // token and position rows summed

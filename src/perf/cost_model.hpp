@@ -17,7 +17,8 @@
 //
 // Layouts priced as other trainers run them (Layout's perf.* fields): fused attention drops the
 // scores' traffic and runs the causal half of attention at flash_attention_efficiency;
-// tp_comm_overlap leaves only what a block's collectives take beyond its compute.
+// tp_comm_overlap leaves only what a block's collectives take beyond its compute; fp32_loss streams
+// the logits as Megatron-LM's unfused fp32 loss does.
 //
 // Communication (alpha-beta as NCCL's own tuning model prices its algorithms, src/graph/tuning.cc;
 // ranks fill nodes in order, so a group of n ranks `stride` apart spans `nodes` nodes):

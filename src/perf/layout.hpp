@@ -49,6 +49,13 @@ struct Layout {
   // unit before it ends (DeepSpeed's default stage3_prefetch_bucket_size, 5e7 values, is less than
   // a unit of a large model: its gathers run between the units' compute).
   bool zero3_prefetch = true;
+  // ZeRO-1: the gradients all-reduced whole, each replica then updating its shard, instead of
+  // reduce-scattered (DeepSpeed's BF16_Optimizer under its pipeline engine).
+  bool grad_all_reduce = false;
+  // The loss as Megatron-LM computes it without --cross-entropy-loss-fusion: the logits cast to fp32,
+  // then their maximum, the shift, exp, the sum and the division each a pass over them, the backward a
+  // scale and a cast back -- 52 bytes a logit, where the trainer's fused kernel moves 3 values.
+  bool fp32_loss = false;
 
   long long world() const { return (long long)dp * tp * pp * cp; }
   // What a pipeline's passes cost depends on (every field but the ZeRO level and how the data-parallel
@@ -56,7 +63,7 @@ struct Layout {
   std::string pass_key() const {
     std::string k = schedule + '|' + precision + '|' + recompute + '|';
     for (int v : {dp, tp, pp, cp, microbatches, virtual_stages, recompute_every, int(sequence_parallel), int(fused_attention),
-                  int(tp_comm_overlap)})
+                  int(tp_comm_overlap), int(fp32_loss)})
       k += std::to_string(v) + ',';
     for (int n : stage_layers) k += std::to_string(n) + ';';
     return k;

@@ -224,7 +224,8 @@ class ReplicaCollectives {
   }
   // Its gradient reduction (all-reduce, or reduce-scatter when the optimizer state is sharded) ...
   double reduce(double elems) {
-    return bucketed(elems * grad_bytes_, s_.policy.optimizer ? &CostModel::reduce_scatter : &CostModel::all_reduce);
+    const bool scatter = s_.policy.optimizer && !s_.l.grad_all_reduce;
+    return bucketed(elems * grad_bytes_, scatter ? &CostModel::reduce_scatter : &CostModel::all_reduce);
   }
   // ... and ZeRO-3's gather of its parameters before each use (bytes).
   double gather(double bytes) { return s_.policy.params ? bucketed(bytes, &CostModel::all_gather) : 0.0; }

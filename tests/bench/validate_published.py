@@ -159,6 +159,10 @@ class Row:
             words.append("perf.overlap_param_gather=true")
         if r.get("zero3_prefetch") is False:
             words.append("perf.zero3_prefetch=false")
+        if r.get("grad_all_reduce"):
+            words.append("perf.grad_all_reduce=true")
+        if r.get("loss") == "fp32_unfused":
+            words.append("perf.fp32_loss=true")
         if r.get("grad_reduce_dtype"):
             words.append(f"parallel.grad_reduce_dtype={r['grad_reduce_dtype']}")
         if r.get("stage_layers"):
@@ -190,7 +194,7 @@ def load(published):
         with open(path, "rb") as f:
             d = tomllib.load(f)
         source = os.path.splitext(os.path.basename(path))[0]
-        common = {k: v for k, v in d.get("common", {}).items() if not isinstance(v, str) or k in ("recompute", "attention", "grad_reduce", "grad_reduce_dtype")}
+        common = {k: v for k, v in d.get("common", {}).items() if not isinstance(v, str) or k in ("recompute", "attention", "grad_reduce", "grad_reduce_dtype", "loss")}
         for i, raw in enumerate(d.get("row", [])):
             rows.append(Row(source, i, raw, common, d.get("hardware", {}), d.get("metric", {})))
     return rows

@@ -429,6 +429,25 @@ TEST(StepModel, OtherTrainersWaysArePriced) {
   slow.inter = slow.intra = {1e9, 5e-6};
   const CostModel sc(w, slow);
   EXPECT_LT(predict_step(sc, half_wire).exposed_comm_s, predict_step(sc, half).exposed_comm_s);
+  // ZeRO-1 with the gradients all-reduced whole (DeepSpeed's BF16_Optimizer in a pipeline): the
+  // reduction of plain data parallelism, and still the updated parameters' all-gather.
+  Layout z1_whole = z1;
+  z1_whole.grad_all_reduce = true;
+  EXPECT_GT(predict_step(sc, z1_whole).step_s, predict_step(sc, z1).step_s);
+  EXPECT_GT(predict_step(sc, z1_whole).step_s, predict_step(sc, dp).step_s);
+  // Megatron-LM's unfused fp32 loss: 52 bytes a logit where the fused kernel moves 3 values, and 8
+  // more kernels, all in the head's forward.
+  Hardware launch = h;
+  launch.kernel_overhead = 3e-6;
+  const CostModel lc(w, launch);
+  Layout fp32_loss = dp;
+  fp32_loss.fp32_loss = true;
+  const int head = w.model.n_layer + 1, b = 8;
+  const double logits = double(b) * w.seq_len * double(w.model.padded_vocab());
+  const double bw = launch.memory_bandwidth * launch.memory_efficiency;
+  EXPECT_NEAR(lc.unit_time(head, b, fp32_loss).forward - lc.unit_time(head, b, dp).forward,
+              (52.0 - 3 * 4) * logits / bw + 8 * launch.kernel_overhead, 1e-9);
+  EXPECT_EQ(lc.unit_time(head, b, fp32_loss).backward(), lc.unit_time(head, b, dp).backward());
 }
 
 TEST(StepModel, MemoryFollowsTheZeroTable) {
