@@ -1,6 +1,7 @@
 #include "tensor/gemm.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #include <Kokkos_Core.hpp>
@@ -105,7 +106,20 @@ HostGemm g_f32_backend = HostGemm::automatic;
 // Where oneDNN's f32 matmul measured faster than OpenBLAS's sgemm at GPT-2's shapes (2 threads,
 // AVX-512; README, Performance): x * w^T (every forward product, 1-28%) and dY * W (input gradients,
 // 7-45%); dY^T * X (weight gradients) was 3-10% slower everywhere.
-bool dnnl_f32_faster(Op opA) { return opA == Op::N; }
+// Unless OpenBLAS runs below the CPU: it picks kernels by the CPU models it knows, and on a newer one
+// (0.3.21 knows no Sapphire or Emerald Rapids) falls back to Prescott's SSE3 kernels, 2-3x slower than
+// oneDNN's, which JIT for the instructions they find: then oneDNN takes every product.
+bool openblas_below_cpu() {
+  static const bool below = [] {
+    std::string core = openblas_get_corename();
+    std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    for (const char* wide : {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"})
+      if (core == wide) return false;
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return below;
+}
+bool dnnl_f32_faster(Op opA) { return opA == Op::N || openblas_below_cpu(); }
 // A reduction long against the output (the LM head's input gradient, over the vocabulary) ran 5-10%
 // slower in one oneDNN call than in OpenBLAS, but 15-20% faster as a sum of calls over slices of K
 // 4x the output's longer side (a fixed order: the result does not depend on the threads).
@@ -139,9 +153,10 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
                  const float* B, int ldb, float beta, float* C, int ldc) {
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
-  if (g_f32_backend != HostGemm::openblas && dnnl_f32_faster(opA)) {
+  if (g_f32_backend == HostGemm::onednn || (g_f32_backend == HostGemm::automatic && dnnl_f32_faster(opA))) {
     const int slice = kDnnlSlicePerSide * std::max(M, N);
-    if (opB == Op::T || K <= 2 * slice) return dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (opA == Op::T || opB == Op::T || K <= 2 * slice)
+      return dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     // Row-major, op(A) = A: A's columns and B's rows k0 .. k0+k are one slice of the reduction.
     for (int k0 = 0; k0 < K; k0 += slice) {
       const int k = std::min(slice, K - k0);
@@ -183,6 +198,9 @@ void gemm_set_tf32(bool) {}
 void gemm_set_host_f32(HostGemm b) { g_f32_backend = b; }
 std::string gemm_host_f32_backend() {
 #if defined(GPT2_HAVE_ONEDNN)
+  if (g_f32_backend == HostGemm::onednn) return "oneDNN";
+  if (g_f32_backend == HostGemm::automatic && openblas_below_cpu())
+    return std::string("oneDNN (OpenBLAS's kernels, ") + openblas_get_corename() + ", are below this CPU)";
   if (g_f32_backend != HostGemm::openblas) return "oneDNN for x*w^T and dY*W, OpenBLAS for the rest";
 #endif
   return "OpenBLAS";

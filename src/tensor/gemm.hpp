@@ -21,9 +21,11 @@ void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T*
                           int64_t strideA, const T* B, int ldb, int64_t strideB, T beta, T* C,
                           int ldc, int64_t strideC, int batch);
 
-// Which library multiplies fp32 on the host: automatic (oneDNN for x*w^T and dY*W where the build has it,
-// OpenBLAS otherwise), or OpenBLAS for everything (benchmarks and tests compare them). Ignored on CUDA.
-enum class HostGemm { automatic, openblas };
+// Which library multiplies fp32 on the host: automatic (oneDNN for x*w^T and dY*W where the build has it
+// -- every product when OpenBLAS's kernels are below the CPU --, OpenBLAS otherwise), or one library for
+// everything (benchmarks and tests compare them; onednn: OpenBLAS where the build has no oneDNN).
+// Ignored on CUDA.
+enum class HostGemm { automatic, openblas, onednn };
 void gemm_set_host_f32(HostGemm b);
 std::string gemm_host_f32_backend();  // what this build uses, in words
 

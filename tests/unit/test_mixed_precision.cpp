@@ -128,7 +128,7 @@ TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
     int M, N, K;
   };
   for (auto [M, N, K] : {Shape{37, 29, 70}, Shape{5, 7, 203}})
-  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas}) {
+  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas, HostGemm::onednn}) {
     gemm_set_host_f32(lib);
     for (Op oa : {Op::N, Op::T})
       for (Op ob : {Op::N, Op::T})
