@@ -9,7 +9,7 @@ namespace gpt2 {
 PipelineExecutor::PipelineExecutor(std::vector<Stage<float>*> chunks, const Placement& placement, Communicator& pipe,
                                    Tracer& tracer, bool split)
     : chunks_(std::move(chunks)), placement_(placement), rank_(pipe.rank()), p2p_(pipe, placement), tracer_(tracer),
-      split_(split) {
+      split_(split), messages_("pipeline_message", 2 * placement.ranks * placement.chunks) {
   if (int(chunks_.size()) != placement_.chunks) fail("PipelineExecutor: ", chunks_.size(), " stages for ", placement_.chunks, " chunks");
 }
 

@@ -97,7 +97,7 @@ class PipelineExecutor {
   int step_ = 0;                                     // its step (for the trace)
   std::vector<Outgoing> outgoing_;
   size_t sealed_ = 0;  // outgoing_'s first messages, issued in earlier groups (buffer() may wait for them)
-  BufferPool<float> messages_{"pipeline_message"};  // messages' own buffers (sent copies, received ones)
+  BufferPool<float> messages_;  // messages' own buffers (sent copies, received ones)
   int peak_slots_ = 0, pool_B_ = -1;
   size_t slot_bytes_ = 0;
 };
