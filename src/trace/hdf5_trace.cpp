@@ -74,6 +74,7 @@ void write_run_attributes(hid_t g, const TraceMeta& meta) {
   h5_attr_int(g, "zero", meta.zero);
   h5_attr_int(g, "microbatches", meta.microbatches);
   h5_attr_int(g, "virtual_stages", meta.virtual_stages);
+  h5_attr_text(g, "placement", meta.placement);
   h5_attr_double(g, "bubble_theory", meta.bubble_theory);
   h5_attr_int(g, "blas_threads", meta.blas_threads);
   h5_attr_int(g, "host_threads", meta.host_threads);

@@ -2,7 +2,8 @@
 // One HDF5 file per run, written collectively by every rank with parallel HDF5. The file describes
 // itself: readers take the event kinds, their classes and every rank's grid coordinates from it.
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
-//             world_size, dp, pp, cp, tp (the grid's axes), zero, microbatches, schedule, virtual_stages, recompute,
+//             world_size, dp, pp, cp, tp (the grid's axes), zero, microbatches, schedule, virtual_stages, placement
+//             (loop | vee: which virtual stage a rank's chunk is), recompute,
 //             recompute_every, bubble_theory (the
 //             schedule's simulated idle share with ideal stages), execution_space, device, comm,
 //             blas_threads, host_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
@@ -50,7 +51,7 @@ namespace gpt2 {
 class Communicator;
 
 struct TraceMeta {
-  std::string config_toml, schedule, execution_space, device, comm, recompute = "none";
+  std::string config_toml, schedule, execution_space, device, comm, recompute = "none", placement = "loop";
   int recompute_every = 1;
   int world_size = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1, host_threads = 1, seq_len = 0;
   GridShape grid;    // written as one attribute per axis (dp, pp, cp, tp)

@@ -166,6 +166,7 @@ TraceMeta Reporter::trace_meta(const SteadyStepCounts& counts) const {
   meta.schedule = cfg_.parallel.schedule;
   meta.recompute = cfg_.train.recompute, meta.recompute_every = cfg_.train.recompute_every;
   meta.virtual_stages = engine_.placement.chunks;
+  meta.placement = engine_.placement.kind == Placement::Kind::vee ? "vee" : "loop";
   // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
   // the schedule's own bubble, as the trainer ordered it.
   const PassCosts pc = cfg_.pass_costs();

@@ -203,7 +203,7 @@ def run_scripts(args, env, traces):
     out = os.path.join(args.workdir, "plots")
     script = lambda s: os.path.join(ANALYSIS, s)  # noqa: E731
     for s in ("plot_scaling.py", "plot_pipeline.py", "plot_loss.py", "report.py", "to_perfetto.py", "plot_memory.py",
-              "pipeline_gaps.py"):
+              "pipeline_gaps.py", "pipeline_replay.py"):
         p = run([py, script(s), "--help"], args.workdir, env, echo=False)
         check(p is not None and "usage" in p.stdout, f"{s} --help prints no usage")
 
@@ -235,6 +235,8 @@ def run_scripts(args, env, traces):
     bubble = tracelib.measured_bubble(tracelib.Trace(traces["pp2_1f1b"]), 1)[0]
     check(len(shares) == 2 and abs(1 - sum(shares) / 2 - bubble) < 2e-3,
           f"pipeline_gaps.py: compute shares {shares} against tracelib's bubble {bubble:.4f}")
+
+    check_replay(args, env, traces["pp2_1f1b"])
 
     run([py, script("plot_loss.py"), *traces.values(), "--out", out], args.workdir, env)
     check_png(os.path.join(out, "loss.png"))
@@ -291,6 +293,30 @@ def run_scripts(args, env, traces):
               "to_perfetto.py: no F3/B3 events")
     except (OSError, ValueError, KeyError) as e:
         check(False, f"to_perfetto.py: unreadable output {pf} ({e})")
+
+
+def check_replay(args, env, trace):
+    """pipeline_replay.py: the replay of a schedule with fixed pass times is its theory; of a trace,
+    at most the measured bubble (it removes the executor's costs, nothing else)."""
+    import pipeline_replay as pr
+    # GPipe on 2 stages, m 4, forward 1 and backward 2: bubble (p - 1) / (m + p - 1) = 0.2.
+    gpipe = [[("forward", mb, s, 0, 0) for mb in range(4)] + [("backward", mb, s, 0, 0) for mb in range(4)]
+             for s in (0, 1)]
+    times = [[1.0] * 4 + [2.0] * 4 for _ in (0, 1)]
+    got = pr.bubble_of(pr.replay(gpipe, 2, times, 0.0))
+    check(abs(got - 0.2) < 1e-12, f"pipeline_replay: GPipe p 2 m 4 replays to bubble {got}, theory 0.2")
+    # A link delay of half a forward adds one delay to each of the two waits a stage has.
+    got = pr.bubble_of(pr.replay(gpipe, 2, times, 0.5))
+    check(abs(got - (1 - 24 / (2 * 16))) < 1e-12, f"pipeline_replay: with links, bubble {got}, expected 0.25")
+    check([pr.virtual_stage("vee", 2, r, c) for r in (0, 1) for c in (0, 1)] == [0, 3, 1, 2]
+          and [pr.virtual_stage("loop", 2, r, c) for r in (0, 1) for c in (0, 1)] == [0, 2, 1, 3],
+          "pipeline_replay: virtual stages of the loop and the vee")
+    b = pr.replayed_bubbles(tracelib.Trace(trace), 1)
+    measured = tracelib.mean_bubble(tracelib.Trace(trace), 1)
+    check(abs(b["measured"] - measured) < 1e-12 and 0 <= b["each"] <= measured + 0.02 and 0 <= b["mean"] < 1,
+          f"pipeline_replay on {trace}: {b}, tracelib's bubble {measured:.4f}")
+    p = run([sys.executable, os.path.join(ANALYSIS, "pipeline_replay.py"), trace], args.workdir, env)
+    check(p is not None and "replayed with each pass's time" in p.stdout, "pipeline_replay.py prints the replays")
 
 
 def check_plot_plan(args, env, deck):

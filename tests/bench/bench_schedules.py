@@ -9,7 +9,10 @@ ranks' compute), averaged over the steps after the first. Two theories: the sche
 (/meta bubble_theory: simulated with the model's pass costs and equal stages, as the trainer orders
 it) and the same schedule simulated with this run's measured pass times and links (`gpt2 simulate
 --calibrate`: unequal stages -- the head and the loss on the last -- and messages included), which
-is what the measured bubble is held to. interleaved and interleaved-zb run 2 chunks a rank. With
+was what the measured bubble was held to until 2026-11-27. Two replays of the traced passes
+(analysis/pipeline_replay.py): the schedule's order with each pass as long as it ran -- what the
+measured bubble is held to: its excess is the executor's -- and with each rank's mean pass times (the
+passes' variation removed). interleaved and interleaved-zb run 2 chunks a rank. With
 more ranks than cores (p 4 here on 2) the ranks share cores, which the measured bubble also shows.
 
   tests/bench/bench_schedules.py --gpt2 build/bin/gpt2 --workdir /tmp/schedules [--json out.json]
@@ -26,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "analysis"))
 import gpt2test  # noqa: E402
+import pipeline_replay  # noqa: E402
 import tracelib  # noqa: E402
 
 SCHEDULES = ["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "interleaved-zb", "dualpipev"]
@@ -58,9 +62,11 @@ def run_case(args, sched, p, m):
     t = tracelib.Trace(trace)
     steps = t.train_steps(1)
     measured = statistics.mean(tracelib.measured_bubble(t, s)[0] for s in steps)
+    replayed = pipeline_replay.replayed_bubbles(t, 1)
     sends = t.events[t.mask(["send"], step=steps[0])]
     return {"schedule": sched, "p": p, "m": deck["parallel"]["microbatches"], "v": v,
             "bubble_measured": measured, "bubble_theory": float(t.meta["bubble_theory"]), "bubble_calibrated": calibrated,
+            "bubble_replayed": replayed["each"], "bubble_replayed_mean": replayed["mean"],
             "peak_microbatches": [int(x) for x in t.meta.get("peak_microbatches", [])],
             "messages": int(len(sends)), "message_bytes": int(sends["bytes"].sum()),
             "tokens_per_s": t.tokens_per_s(1)}
@@ -84,6 +90,7 @@ def main():
     gpt2test.write_shard(args.shard, gpt2test.learnable_tokens(200000, 256))
     rows = []
     print(f"{'schedule':15s} {'p':>2s} {'m':>3s} {'bubble':>7s} {'theory':>7s} {'calib.':>7s} {'ratio':>6s} "
+          f"{'replay':>7s} {'mean':>7s} {'ratio':>6s} "
           f"{'peak mb/rank':>14s} {'msgs':>5s} {'MiB':>6s}", flush=True)
     for p in map(int, args.ps.split(",")):
         for m in map(int, args.ms.split(",")):
@@ -95,7 +102,8 @@ def main():
                     continue
                 ratio = r["bubble_measured"] / r["bubble_calibrated"] if r["bubble_calibrated"] > 0 else float("nan")
                 print(f"{sched:15s} {p:2d} {r['m']:3d} {r['bubble_measured']:7.3f} {r['bubble_theory']:7.3f} "
-                      f"{r['bubble_calibrated']:7.3f} {ratio:6.2f} "
+                      f"{r['bubble_calibrated']:7.3f} {ratio:6.2f} {r['bubble_replayed']:7.3f} "
+                      f"{r['bubble_replayed_mean']:7.3f} {r['bubble_measured'] / r['bubble_replayed']:6.2f} "
                       f"{'/'.join(map(str, r['peak_microbatches'])):>14s} {r['messages']:5d} "
                       f"{r['message_bytes'] / 2**20:6.1f}", flush=True)
     if args.json:
