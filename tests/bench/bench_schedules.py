@@ -4,7 +4,8 @@ schedule's own theory, the most microbatch-chunks a rank holds, and the point-to
 and bytes a step moves -- for p 2 and 4 and m 8 and 16, in one run of this script.
 
 Each case trains `--steps` steps of an 8-block model (n_embd 256, T 64, one sequence a
-microbatch) with a trace; the measured bubble is tracelib's (a pipeline's compute window minus its
+microbatch) with a trace, --rounds times (interleaved; the table gives each column's median and the
+median of the ratios); the measured bubble is tracelib's (a pipeline's compute window minus its
 ranks' compute), averaged over the steps after the first. Two theories: the schedule's own
 (/meta bubble_theory: simulated with the model's pass costs and equal stages, as the trainer orders
 it) and the same schedule simulated with this run's measured pass times and links (`gpt2 simulate
@@ -16,7 +17,7 @@ passes' variation removed). interleaved and interleaved-zb run 2 chunks a rank. 
 more ranks than cores (p 4 here on 2) the ranks share cores, which the measured bubble also shows.
 
   tests/bench/bench_schedules.py --gpt2 build/bin/gpt2 --workdir /tmp/schedules [--json out.json]
-      [--n-embd 256] [--seq-len 64] [--ps 2,4] [--ms 8,16] [--schedules 1f1b,zb-h1,...]
+      [--rounds 1] [--n-embd 256] [--seq-len 64] [--ps 2,4] [--ms 8,16] [--schedules 1f1b,zb-h1,...]
 """
 import argparse
 import json
@@ -78,6 +79,7 @@ def main():
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=1, help="runs of every case, interleaved; the table gives medians")
     ap.add_argument("--json", default="")
     ap.add_argument("--n-embd", type=int, default=256, help="the model's width (passes grow with its square)")
     ap.add_argument("--seq-len", type=int, default=64)
@@ -88,24 +90,34 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     args.shard = os.path.join(args.workdir, "train.bin")
     gpt2test.write_shard(args.shard, gpt2test.learnable_tokens(200000, 256))
+    cases = [(sched, p, m) for p in map(int, args.ps.split(",")) for m in map(int, args.ms.split(","))
+             for sched in args.schedules.split(",")]
     rows = []
+    for k in range(args.rounds):  # every case once a round: a slow minute of the machine hits them all
+        for sched, p, m in cases:
+            r = run_case(args, sched, p, m)
+            r["round"], r["case"] = k, [sched, p, m]
+            rows.append(r)
+            if "error" in r:
+                print(f"{sched:15s} {p:2d} {m:3d} error: {r['error'][:200]}", flush=True)
+        print(f"round {k + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     print(f"{'schedule':15s} {'p':>2s} {'m':>3s} {'bubble':>7s} {'theory':>7s} {'calib.':>7s} {'ratio':>6s} "
           f"{'replay':>7s} {'mean':>7s} {'ratio':>6s} "
           f"{'peak mb/rank':>14s} {'msgs':>5s} {'MiB':>6s}", flush=True)
-    for p in map(int, args.ps.split(",")):
-        for m in map(int, args.ms.split(",")):
-            for sched in args.schedules.split(","):
-                r = run_case(args, sched, p, m)
-                rows.append(r)
-                if "error" in r:
-                    print(f"{sched:15s} {p:2d} {m:3d} error: {r['error'][:200]}", flush=True)
-                    continue
-                ratio = r["bubble_measured"] / r["bubble_calibrated"] if r["bubble_calibrated"] > 0 else float("nan")
-                print(f"{sched:15s} {p:2d} {r['m']:3d} {r['bubble_measured']:7.3f} {r['bubble_theory']:7.3f} "
-                      f"{r['bubble_calibrated']:7.3f} {ratio:6.2f} {r['bubble_replayed']:7.3f} "
-                      f"{r['bubble_replayed_mean']:7.3f} {r['bubble_measured'] / r['bubble_replayed']:6.2f} "
-                      f"{'/'.join(map(str, r['peak_microbatches'])):>14s} {r['messages']:5d} "
-                      f"{r['message_bytes'] / 2**20:6.1f}", flush=True)
+    for sched, p, m in cases:
+        mine = [r for r in rows if r["case"] == [sched, p, m] and "error" not in r]
+        if not mine:
+            continue
+        med = {key: statistics.median(r[key] for r in mine)
+               for key in ("bubble_measured", "bubble_theory", "bubble_calibrated", "bubble_replayed", "bubble_replayed_mean")}
+        ratio = statistics.median(r["bubble_measured"] / r["bubble_calibrated"] for r in mine if r["bubble_calibrated"] > 0)
+        replay_ratio = statistics.median(r["bubble_measured"] / r["bubble_replayed"] for r in mine)
+        r = mine[0]
+        print(f"{sched:15s} {p:2d} {r['m']:3d} {med['bubble_measured']:7.3f} {med['bubble_theory']:7.3f} "
+              f"{med['bubble_calibrated']:7.3f} {ratio:6.2f} {med['bubble_replayed']:7.3f} "
+              f"{med['bubble_replayed_mean']:7.3f} {replay_ratio:6.2f} "
+              f"{'/'.join(map(str, r['peak_microbatches'])):>14s} {r['messages']:5d} "
+              f"{r['message_bytes'] / 2**20:6.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
