@@ -236,7 +236,7 @@ def run_scripts(args, env, traces):
     check(len(shares) == 2 and abs(1 - sum(shares) / 2 - bubble) < 2e-3,
           f"pipeline_gaps.py: compute shares {shares} against tracelib's bubble {bubble:.4f}")
 
-    check_replay(args, env, traces["pp2_1f1b"])
+    check_replay(args, env, traces["pp2_1f1b"], args.vee_trace)
 
     run([py, script("plot_loss.py"), *traces.values(), "--out", out], args.workdir, env)
     check_png(os.path.join(out, "loss.png"))
@@ -295,7 +295,7 @@ def run_scripts(args, env, traces):
         check(False, f"to_perfetto.py: unreadable output {pf} ({e})")
 
 
-def check_replay(args, env, trace):
+def check_replay(args, env, trace, vee_trace):
     """pipeline_replay.py: the replay of a schedule with fixed pass times is its theory; of a trace,
     at most the measured bubble (it removes the executor's costs, nothing else)."""
     import pipeline_replay as pr
@@ -311,10 +311,17 @@ def check_replay(args, env, trace):
     check([pr.virtual_stage("vee", 2, r, c) for r in (0, 1) for c in (0, 1)] == [0, 3, 1, 2]
           and [pr.virtual_stage("loop", 2, r, c) for r in (0, 1) for c in (0, 1)] == [0, 2, 1, 3],
           "pipeline_replay: virtual stages of the loop and the vee")
-    b = pr.replayed_bubbles(tracelib.Trace(trace), 1)
-    measured = tracelib.mean_bubble(tracelib.Trace(trace), 1)
-    check(abs(b["measured"] - measured) < 1e-12 and 0 <= b["each"] <= measured + 0.02 and 0 <= b["mean"] < 1,
-          f"pipeline_replay on {trace}: {b}, tracelib's bubble {measured:.4f}")
+    for path, where in ((trace, "loop"), (vee_trace, "vee")):
+        t = tracelib.Trace(path)
+        check(t.meta.get("placement") == where, f"{path}: meta placement {t.meta.get('placement')}, expected {where}")
+        try:
+            b = pr.replayed_bubbles(t, 1)
+        except ValueError as e:  # a wrong placement deadlocks the replay
+            check(False, f"pipeline_replay on {path}: {e}")
+            continue
+        measured = tracelib.mean_bubble(t, 1)
+        check(abs(b["measured"] - measured) < 1e-12 and 0 <= b["each"] <= measured + 0.02 and 0 <= b["mean"] < 1,
+              f"pipeline_replay on {path}: {b}, tracelib's bubble {measured:.4f}")
     p = run([sys.executable, os.path.join(ANALYSIS, "pipeline_replay.py"), trace], args.workdir, env)
     check(p is not None and "replayed with each pass's time" in p.stdout, "pipeline_replay.py prints the replays")
 
@@ -400,6 +407,8 @@ def main():
                            ["parallel.dp=2", "parallel.zero=3", f"checkpoint.dir={os.path.join(runs, 'ck_zero3')}",
                             "checkpoint.format=h5"]),
     }
+    # A V (zb-v: rank 0 holds the first and the last virtual stage), for the replay's placement.
+    vee = train(args, env, deck, runs, "pp2_zbv", 2, pipe + ["parallel.schedule=zb-v", "model.n_layer=4"])
     check_checkpoint_report(args, env, os.path.join(runs, "ck_zero3"))
     check_trace(traces["pp2_1f1b"], 2, 1, 2, MICROBATCHES, "1f1b")
     check_trace(traces["pp2_gpipe"], 2, 1, 2, MICROBATCHES, "gpipe")
@@ -407,7 +416,8 @@ def main():
     check_trace(traces["dp1"], 1, 1, 1, 1, None)
     check_trace(traces["dp2_pp2"], 4, 2, 2, MICROBATCHES, "1f1b")
     check_trace(traces["dp2_zero3"], 2, 2, 1, 1, None)
-    if all(os.path.isfile(t) for t in traces.values()):
+    args.vee_trace = vee
+    if all(os.path.isfile(t) for t in list(traces.values()) + [vee]):
         run_scripts(args, env, traces)
     check_plot_plan(args, env, deck)
 
