@@ -122,7 +122,7 @@ def replayed_bubbles(trace, skip=1):
     """Mean over the steps after `skip` (and the pipelines) of {measured, each, mean, link}."""
     steps = trace.train_steps(skip)
     pipes = trace.pipelines()
-    stages = trace.pp * max(1, trace._int("virtual_stages", 1))
+    stages = trace.pp * trace.virtual_stages
     # Mean pass time per (rank, kind, stage) over the steps.
     sums = {}
     for step in steps:

@@ -176,6 +176,11 @@ class Trace:
         return self._int("microbatches", 1)
 
     @property
+    def virtual_stages(self):
+        """Chunks of blocks a pipeline rank holds (1 without interleaving or a V)."""
+        return max(1, self._int("virtual_stages", 1))
+
+    @property
     def world_size(self):
         return self._int("world_size", self.dp * self.pp)
 
