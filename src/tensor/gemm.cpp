@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <type_traits>
 
 #include <Kokkos_Core.hpp>
 
@@ -120,6 +121,10 @@ bool openblas_below_cpu() {
   return below;
 }
 bool dnnl_f32_faster(Op opA) { return opA == Op::N || openblas_below_cpu(); }
+// Attention's strided batches stay on OpenBLAS (one GEMM a host thread) unless it runs below the CPU.
+bool dnnl_f32_batched() {
+  return g_f32_backend == HostGemm::onednn || (g_f32_backend == HostGemm::automatic && openblas_below_cpu());
+}
 // A reduction long against the output (the LM head's input gradient, over the vocabulary) ran 5-10%
 // slower in one oneDNN call than in OpenBLAS, but 15-20% faster as a sum of calls over slices of K
 // 4x the output's longer side (a fixed order: the result does not depend on the threads).
@@ -175,12 +180,18 @@ void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const doubl
 }
 // Attention's small per-head GEMMs: the batch shared out over the host threads, each GEMM on one
 // (inside a parallel region OpenBLAS's OpenMP build runs single-threaded). One call each, one after
-// another, spent more time starting the library's threads than multiplying at T = 64.
+// another, spent more time starting the library's threads than multiplying at T = 64. fp32 on
+// oneDNN (dnnl_f32_batched): the whole batch one primitive.
 template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
                           int64_t sA, const T* B, int ldb, int64_t sB, T beta, T* C, int ldc,
                           int64_t sC, int batch) {
   blas_threads_from_environment();
+#if defined(GPT2_HAVE_ONEDNN)
+  if constexpr (std::is_same_v<T, float>)
+    if (dnnl_f32_batched())
+      return dnnl_f32_gemm_batched(opA, opB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+#endif
   Kokkos::parallel_for(
       "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, batch), [=](int i) {
         blas_gemm(opA, opB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);

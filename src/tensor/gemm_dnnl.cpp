@@ -1,5 +1,5 @@
 // oneDNN's matmul on the host (built when CMake finds oneDNN): the 16-bit GEMMs (bf16) and fp32's
-// forward products. oneDNN 2.6:
+// (gemm.cpp says which). oneDNN 2.6:
 // a matmul primitive per shape, made once and cached (making one JIT-compiles a kernel); row-major
 // operands and transposes are strides of the memory descriptors; alpha is an output scale, beta a
 // sum post-op. It runs on the OpenMP runtime with the thread count gemm_set_host_threads gave.
@@ -22,22 +22,36 @@ dnnl::engine& engine() {
   return e;
 }
 
-using Key = std::tuple<dt, int, int, int, int, int, int, int, int, float, float>;
+using Key = std::tuple<dt, int, int, int, int, int, int, int, int, float, float, int, int64_t, int64_t, int64_t>;
 struct Cached {
   dnnl::memory::desc a, b, c;
   dnnl::matmul prim;
 };
 
+// A strided batch of GEMMs (batch 1: one GEMM, 2-D descriptors); matrix i starts at A + i*sA, likewise B, C.
+struct Batch {
+  int count = 1;
+  int64_t a = 0, b = 0, c = 0;
+};
+
+// A matrix's descriptor: rows x cols with row stride ld (read transposed: strides swapped), batched.
+dnnl::memory::desc matrix(dt type, int rows, int cols, int ld, bool transposed, int count, int64_t stride) {
+  const dims strides = transposed ? dims{1, ld} : dims{ld, 1};
+  if (count == 1) return dnnl::memory::desc({rows, cols}, type, strides);
+  return dnnl::memory::desc({count, rows, cols}, type, dims{stride, strides[0], strides[1]});
+}
+
 // in: the inputs' type (bf16 or f32); the output is f32.
-const Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int lda, int ldb, float beta, int ldc) {
+const Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int lda, int ldb, float beta, int ldc,
+                        const Batch& n) {
   static std::map<Key, Cached> cache;
-  const Key key{in, int(opA), int(opB), M, N, K, lda, ldb, ldc, alpha, beta};
+  const Key key{in, int(opA), int(opB), M, N, K, lda, ldb, ldc, alpha, beta, n.count, n.a, n.b, n.c};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   // op(A) is (M,K): stored (M,K) with row stride lda, or (K,M) read transposed (strides swapped).
-  const dnnl::memory::desc a({M, K}, in, opA == Op::N ? dims{lda, 1} : dims{1, lda});
-  const dnnl::memory::desc b({K, N}, in, opB == Op::N ? dims{ldb, 1} : dims{1, ldb});
-  const dnnl::memory::desc c({M, N}, dt::f32, dims{ldc, 1});
+  const dnnl::memory::desc a = matrix(in, M, K, lda, opA == Op::T, n.count, n.a);
+  const dnnl::memory::desc b = matrix(in, K, N, ldb, opB == Op::T, n.count, n.b);
+  const dnnl::memory::desc c = matrix(dt::f32, M, N, ldc, false, n.count, n.c);
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -50,10 +64,10 @@ const Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha,
 }
 
 void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
-         float beta, float* C, int ldc) {
-  if (M == 0 || N == 0) return;
+         float beta, float* C, int ldc, const Batch& n = {}) {
+  if (M == 0 || N == 0 || n.count == 0) return;
   if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
-  const Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc);
+  const Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n);
   dnnl::stream s(engine());
   dnnl::memory a(p.a, engine(), const_cast<void*>(A)), b(p.b, engine(), const_cast<void*>(B)), c(p.c, engine(), C);
   p.prim.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
@@ -70,6 +84,10 @@ void dnnl_bf16_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const bf16
 void dnnl_f32_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                    int ldb, float beta, float* C, int ldc) {
   run(dt::f32, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void dnnl_f32_gemm_batched(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, int64_t sA,
+                           const float* B, int ldb, int64_t sB, float beta, float* C, int ldc, int64_t sC, int batch) {
+  run(dt::f32, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, Batch{batch, sA, sB, sC});
 }
 
 }  // namespace gpt2

@@ -1,6 +1,8 @@
 #pragma once
 // oneDNN's matmul on the host (gemm_dnnl.cpp, built when CMake finds oneDNN): row-major as gemm.hpp,
 // fp32 output; gemm.cpp and gemm_lowp.cpp dispatch to it.
+#include <cstdint>
+
 #include "tensor/gemm.hpp"
 #include "tensor/half.hpp"
 
@@ -10,6 +12,9 @@ void dnnl_bf16_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const bf16
                     int ldb, float beta, float* C, int ldc);
 void dnnl_f32_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                    int ldb, float beta, float* C, int ldc);
+// A strided batch (attention's per-head products) in one primitive: matrix i at A + i*sA, likewise B, C.
+void dnnl_f32_gemm_batched(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, int64_t sA,
+                           const float* B, int ldb, int64_t sB, float beta, float* C, int ldc, int64_t sC, int batch);
 void dnnl_set_threads(int n);  // the OpenMP threads its primitives run on
 
 }  // namespace gpt2

@@ -150,6 +150,43 @@ TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
   gemm_set_host_f32(HostGemm::automatic);
 }
 
+// Attention's strided batches in every form, through each library choice: matrix i of A, B and C
+// starts i strides on (the strides longer than a matrix, as heads side by side in a row are not).
+TEST(Kernels, GemmStridedBatchedF32MatchesDoubleWhicheverLibrary) {
+  const int M = 9, N = 7, K = 11, batch = 3;
+  const int64_t sA = M * K + 5, sB = K * N + 3, sC = M * N + 2;
+  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas, HostGemm::onednn}) {
+    gemm_set_host_f32(lib);
+    for (Op oa : {Op::N, Op::T})
+      for (Op ob : {Op::N, Op::T})
+        for (float beta : {0.0f, 1.0f}) {
+          const std::vector<float> A = random_floats(size_t(sA) * batch, 4), B = random_floats(size_t(sB) * batch, 5),
+                                   C0 = random_floats(size_t(sC) * batch, 6);
+          const int lda = oa == Op::N ? K : M, ldb = ob == Op::N ? N : K;
+          Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
+          gemm_strided_batched<float>(oa, ob, M, N, K, 0.5f, a.data(), lda, sA, b.data(), ldb, sB, beta, c.data(), N,
+                                      sC, batch);
+          Kokkos::fence();
+          const std::vector<float> got = to_host(c);
+          for (int i = 0; i < batch; ++i) {
+            const auto part = [&](const std::vector<float>& v, int64_t s, size_t n) {
+              return std::vector<float>(v.begin() + i * s, v.begin() + i * s + long(n));
+            };
+            const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, part(A, sA, size_t(M) * K),
+                                                            part(B, sB, size_t(K) * N), beta, part(C0, sC, size_t(M) * N));
+            double worst = 0;
+            for (int j = 0; j < M * N; ++j) worst = std::max(worst, std::abs(got[size_t(i * sC + j)] - want[size_t(j)]));
+            EXPECT_LT(worst, 1e-4) << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta
+                                   << " matrix " << i;
+          }
+          // The gaps between the matrices are not written.
+          for (int i = 0; i < batch; ++i)
+            for (int64_t j = M * N; j < sC; ++j) EXPECT_EQ(got[size_t(i * sC + j)], C0[size_t(i * sC + j)]);
+        }
+  }
+  gemm_set_host_f32(HostGemm::automatic);
+}
+
 TEST(Kernels, GemmBf16MatchesDoubleOfRoundedInputs) { check_gemm16<bf16>(false); }
 TEST(Kernels, GemmBf16ConvertingPathMatches) { check_gemm16<bf16>(true); }
 TEST(Kernels, GemmFp16MatchesDoubleOfRoundedInputs) { check_gemm16<fp16>(false); }
