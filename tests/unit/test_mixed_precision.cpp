@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "model/linear.hpp"
@@ -57,6 +58,19 @@ Buffer<L> to_device16(const std::vector<float>& v) {
   return out;
 }
 
+// A GEMM's random operands (M x K, K x N) and starting C (M x N), tight leading dimensions.
+struct GemmOperands {
+  std::vector<float> A, B, C0;
+};
+GemmOperands random_operands(int M, int N, int K) {
+  return {random_floats(size_t(M) * K, 1), random_floats(size_t(K) * N, 2), random_floats(size_t(M) * N, 3)};
+}
+double max_abs_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  return worst;
+}
+
 template <class L>
 void check_gemm16(bool force_convert) {
   gemm_lowp_force_convert(force_convert);
@@ -64,20 +78,17 @@ void check_gemm16(bool force_convert) {
   for (Op oa : {Op::N, Op::T})
     for (Op ob : {Op::N, Op::T})
       for (float beta : {0.0f, 1.0f}) {
-        const std::vector<float> A = random_floats(size_t(M) * K, 1), B = random_floats(size_t(K) * N, 2),
-                                 C0 = random_floats(size_t(M) * N, 3);
-        const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, rounded<L>(A), rounded<L>(B), beta, C0);
-        Buffer<L> a = to_device16<L>(A), b = to_device16<L>(B);
-        Buffer<float> c = from_host(C0);
+        const GemmOperands x = random_operands(M, N, K);
+        const std::vector<double> want =
+            reference_gemm(oa, ob, M, N, K, 0.5, rounded<L>(x.A), rounded<L>(x.B), beta, x.C0);
+        Buffer<L> a = to_device16<L>(x.A), b = to_device16<L>(x.B);
+        Buffer<float> c = from_host(x.C0);
         gemm_lowp<L>(oa, ob, M, N, K, 0.5f, a.data(), oa == Op::N ? K : M, b.data(), ob == Op::N ? N : K, beta,
                      c.data(), N);
         Kokkos::fence();
-        const std::vector<float> got = to_host(c);
-        double worst = 0;
-        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
         // fp32 accumulation of K products of magnitude <= 1: well inside 1e-4.
-        EXPECT_LT(worst, 1e-4) << gemm_lowp_backend(std::is_same_v<L, bf16>) << " op " << int(oa) << int(ob)
-                               << " beta " << beta;
+        EXPECT_LT(max_abs_error(to_host(c), want), 1e-4)
+            << gemm_lowp_backend(std::is_same_v<L, bf16>) << " op " << int(oa) << int(ob) << " beta " << beta;
       }
   gemm_lowp_force_convert(false);
 }
@@ -119,35 +130,37 @@ TEST(Kernels, Fp16RoundsAndOverflowsToInfinity) {
   EXPECT_EQ(float(min_normal), std::ldexp(1.0f, -14));
 }
 
-// fp32 GEMMs in every form, alpha and beta, against double: through the host's library choice
-// (oneDNN for x*w^T and dY*W where built) and through OpenBLAS alone; the two agree to fp32 rounding.
-// The second shape's reduction is long against its output (as the LM head's input gradient over the
-// vocabulary): oneDNN sums it over slices of K, the last one shorter.
+namespace {
+// check(opA, opB, beta) for each host library choice (automatic, OpenBLAS alone, oneDNN alone), both
+// forms of A and B, and beta 0 and 1.
+void for_every_fp32_gemm_form(const std::function<void(Op, Op, float)>& check) {
+  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas, HostGemm::onednn}) {
+    gemm_set_host_f32(lib);
+    for (Op oa : {Op::N, Op::T})
+      for (Op ob : {Op::N, Op::T})
+        for (float beta : {0.0f, 1.0f}) check(oa, ob, beta);
+  }
+  gemm_set_host_f32(HostGemm::automatic);
+}
+}  // namespace
+
+// fp32 GEMMs in every form, alpha and beta, against double, through every library choice; they
+// agree to fp32 rounding. The second shape's reduction is long against its output (as the LM head's
+// input gradient over the vocabulary): oneDNN sums it over slices of K, the last one shorter.
 TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
   struct Shape {
     int M, N, K;
   };
   for (auto [M, N, K] : {Shape{37, 29, 70}, Shape{5, 7, 203}})
-  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas, HostGemm::onednn}) {
-    gemm_set_host_f32(lib);
-    for (Op oa : {Op::N, Op::T})
-      for (Op ob : {Op::N, Op::T})
-        for (float beta : {0.0f, 1.0f}) {
-          const std::vector<float> A = random_floats(size_t(M) * K, 1), B = random_floats(size_t(K) * N, 2),
-                                   C0 = random_floats(size_t(M) * N, 3);
-          const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, A, B, beta, C0);
-          Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
-          gemm<float>(oa, ob, M, N, K, 0.5f, a.data(), oa == Op::N ? K : M, b.data(), ob == Op::N ? N : K, beta,
-                      c.data(), N);
-          Kokkos::fence();
-          const std::vector<float> got = to_host(c);
-          double worst = 0;
-          for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-          EXPECT_LT(worst, 1e-4) << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta
-                                 << " K " << K;
-        }
-  }
-  gemm_set_host_f32(HostGemm::automatic);
+    for_every_fp32_gemm_form([&, M = M, N = N, K = K](Op oa, Op ob, float beta) {
+      const GemmOperands x = random_operands(M, N, K);
+      Buffer<float> a = from_host(x.A), b = from_host(x.B), c = from_host(x.C0);
+      gemm<float>(oa, ob, M, N, K, 0.5f, a.data(), oa == Op::N ? K : M, b.data(), ob == Op::N ? N : K, beta,
+                  c.data(), N);
+      Kokkos::fence();
+      EXPECT_LT(max_abs_error(to_host(c), reference_gemm(oa, ob, M, N, K, 0.5, x.A, x.B, beta, x.C0)), 1e-4)
+          << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta << " K " << K;
+    });
 }
 
 // Attention's strided batches in every form, through each library choice: matrix i of A, B and C
@@ -155,36 +168,30 @@ TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
 TEST(Kernels, GemmStridedBatchedF32MatchesDoubleWhicheverLibrary) {
   const int M = 9, N = 7, K = 11, batch = 3;
   const int64_t sA = M * K + 5, sB = K * N + 3, sC = M * N + 2;
-  for (HostGemm lib : {HostGemm::automatic, HostGemm::openblas, HostGemm::onednn}) {
-    gemm_set_host_f32(lib);
-    for (Op oa : {Op::N, Op::T})
-      for (Op ob : {Op::N, Op::T})
-        for (float beta : {0.0f, 1.0f}) {
-          const std::vector<float> A = random_floats(size_t(sA) * batch, 4), B = random_floats(size_t(sB) * batch, 5),
-                                   C0 = random_floats(size_t(sC) * batch, 6);
-          const int lda = oa == Op::N ? K : M, ldb = ob == Op::N ? N : K;
-          Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
-          gemm_strided_batched<float>(oa, ob, M, N, K, 0.5f, a.data(), lda, sA, b.data(), ldb, sB, beta, c.data(), N,
-                                      sC, batch);
-          Kokkos::fence();
-          const std::vector<float> got = to_host(c);
-          for (int i = 0; i < batch; ++i) {
-            const auto part = [&](const std::vector<float>& v, int64_t s, size_t n) {
-              return std::vector<float>(v.begin() + i * s, v.begin() + i * s + long(n));
-            };
-            const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, part(A, sA, size_t(M) * K),
-                                                            part(B, sB, size_t(K) * N), beta, part(C0, sC, size_t(M) * N));
-            double worst = 0;
-            for (int j = 0; j < M * N; ++j) worst = std::max(worst, std::abs(got[size_t(i * sC + j)] - want[size_t(j)]));
-            EXPECT_LT(worst, 1e-4) << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta
-                                   << " matrix " << i;
-          }
-          // The gaps between the matrices are not written.
-          for (int i = 0; i < batch; ++i)
-            for (int64_t j = M * N; j < sC; ++j) EXPECT_EQ(got[size_t(i * sC + j)], C0[size_t(i * sC + j)]);
-        }
-  }
-  gemm_set_host_f32(HostGemm::automatic);
+  for_every_fp32_gemm_form([&](Op oa, Op ob, float beta) {
+    const std::vector<float> A = random_floats(size_t(sA) * batch, 4), B = random_floats(size_t(sB) * batch, 5),
+                             C0 = random_floats(size_t(sC) * batch, 6);
+    const int lda = oa == Op::N ? K : M, ldb = ob == Op::N ? N : K;
+    Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
+    gemm_strided_batched<float>(oa, ob, M, N, K, 0.5f, a.data(), lda, sA, b.data(), ldb, sB, beta, c.data(), N,
+                                sC, batch);
+    Kokkos::fence();
+    const std::vector<float> got = to_host(c);
+    for (int i = 0; i < batch; ++i) {
+      const auto part = [&](const std::vector<float>& v, int64_t s, size_t n) {
+        return std::vector<float>(v.begin() + i * s, v.begin() + i * s + long(n));
+      };
+      const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, part(A, sA, size_t(M) * K),
+                                                      part(B, sB, size_t(K) * N), beta, part(C0, sC, size_t(M) * N));
+      double worst = 0;
+      for (int j = 0; j < M * N; ++j) worst = std::max(worst, std::abs(got[size_t(i * sC + j)] - want[size_t(j)]));
+      EXPECT_LT(worst, 1e-4) << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta
+                             << " matrix " << i;
+    }
+    // The gaps between the matrices are not written.
+    for (int i = 0; i < batch; ++i)
+      for (int64_t j = M * N; j < sC; ++j) EXPECT_EQ(got[size_t(i * sC + j)], C0[size_t(i * sC + j)]);
+  });
 }
 
 TEST(Kernels, GemmBf16MatchesDoubleOfRoundedInputs) { check_gemm16<bf16>(false); }
