@@ -120,10 +120,9 @@ bool openblas_below_cpu() {
   }();
   return below;
 }
-bool dnnl_f32_faster(Op opA) { return opA == Op::N || openblas_below_cpu(); }
-// Attention's strided batches stay on OpenBLAS (one GEMM a host thread) unless it runs below the CPU.
-bool dnnl_f32_batched() {
-  return g_f32_backend == HostGemm::onednn || (g_f32_backend == HostGemm::automatic && openblas_below_cpu());
+// Whether oneDNN takes a product the automatic choice gives it when `faster` (gemm_set_host_f32).
+bool on_dnnl(bool faster) {
+  return g_f32_backend == HostGemm::onednn || (g_f32_backend == HostGemm::automatic && faster);
 }
 // A reduction long against the output (the LM head's input gradient, over the vocabulary) ran 5-10%
 // slower in one oneDNN call than in OpenBLAS, but 15-20% faster as a sum of calls over slices of K
@@ -158,7 +157,7 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
                  const float* B, int ldb, float beta, float* C, int ldc) {
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
-  if (g_f32_backend == HostGemm::onednn || (g_f32_backend == HostGemm::automatic && dnnl_f32_faster(opA))) {
+  if (on_dnnl(opA == Op::N || openblas_below_cpu())) {
     const int slice = kDnnlSlicePerSide * std::max(M, N);
     if (opA == Op::T || opB == Op::T || K <= 2 * slice)
       return dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -181,7 +180,7 @@ void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const doubl
 // Attention's small per-head GEMMs: the batch shared out over the host threads, each GEMM on one
 // (inside a parallel region OpenBLAS's OpenMP build runs single-threaded). One call each, one after
 // another, spent more time starting the library's threads than multiplying at T = 64. fp32 on
-// oneDNN (dnnl_f32_batched): the whole batch one primitive.
+// oneDNN (only where OpenBLAS runs below the CPU, unless forced): the whole batch one primitive.
 template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
                           int64_t sA, const T* B, int ldb, int64_t sB, T beta, T* C, int ldc,
@@ -189,7 +188,7 @@ void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T*
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
   if constexpr (std::is_same_v<T, float>)
-    if (dnnl_f32_batched())
+    if (on_dnnl(openblas_below_cpu()))
       return dnnl_f32_gemm_batched(opA, opB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
 #endif
   Kokkos::parallel_for(
@@ -210,7 +209,7 @@ void gemm_set_host_f32(HostGemm b) { g_f32_backend = b; }
 std::string gemm_host_f32_backend() {
 #if defined(GPT2_HAVE_ONEDNN)
   if (g_f32_backend == HostGemm::onednn) return "oneDNN";
-  if (g_f32_backend == HostGemm::automatic && openblas_below_cpu())
+  if (on_dnnl(openblas_below_cpu()))
     return std::string("oneDNN (OpenBLAS's kernels, ") + openblas_get_corename() + ", are below this CPU)";
   if (g_f32_backend != HostGemm::openblas) return "oneDNN for x*w^T and dY*W, OpenBLAS for the rest";
 #endif
