@@ -123,18 +123,18 @@ def replayed_bubbles(trace, skip=1):
     steps = trace.train_steps(skip)
     pipes = trace.pipelines()
     stages = trace.pp * trace.virtual_stages
+    traced = {(step, i): _passes(trace, ranks, step) for step in steps for i, ranks in enumerate(pipes)}
     # Mean pass time per (rank, kind, stage) over the steps.
     sums = {}
-    for step in steps:
-        for ranks in pipes:
-            for i, lst in enumerate(_passes(trace, ranks, step)):
-                for k, _, s, start, end in lst:
-                    sums.setdefault((ranks[i], k, s), []).append(end - start)
+    for (_, i), passes in traced.items():
+        for r, lst in zip(pipes[i], passes):
+            for k, _, s, start, end in lst:
+                sums.setdefault((r, k, s), []).append(end - start)
     means = {key: statistics.mean(v) for key, v in sums.items()}
     rows = {"measured": [], "each": [], "mean": [], "link": []}
     for step in steps:
-        for ranks in pipes:
-            passes = _passes(trace, ranks, step)
+        for i, ranks in enumerate(pipes):
+            passes = traced[(step, i)]
             if not any(passes):
                 continue
             link = link_delay(passes, stages)
