@@ -43,8 +43,10 @@ done
 # halt_on_error: the first report stops the run with a non-zero status; second_deadlock_stack:
 # both stacks of a lock-order report. Suppressions: tests/sanitizers/tsan.supp (each justified).
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$root/tests/sanitizers/tsan.supp:${TSAN_OPTIONS:-}"
-# One BLAS thread: OpenBLAS is not instrumented; its threads would only add noise.
-export OPENBLAS_NUM_THREADS=1 GPT2_COMM_TIMEOUT=300
+# One BLAS thread and one oneDNN thread: neither library is instrumented, and oneDNN's OpenMP threads
+# meet at libgomp's barriers, which TSan cannot see (a zeroed output read after the GEMM reads as a
+# race). The Threads Kokkos does not read OMP_NUM_THREADS.
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 GPT2_COMM_TIMEOUT=300
 # MPICH's UCX hooks madvise/mmap (libucm) and takes a lock in them while a thread exits, after TSan
 # has torn down that thread's state: a segfault at the end of every process. Not needed here.
 export UCX_MEM_EVENTS=no
