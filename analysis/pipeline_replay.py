@@ -118,8 +118,17 @@ def bubble_of(timeline):
     return 1.0 - busy / (len(timeline) * (t1 - t0))
 
 
+def pass_time_cv(times):
+    """How much a pass's time varies: the coefficient of variation (sample) of each key's times,
+    averaged over the keys with two or more. In 1F1B the ranks meet at every pass, so a rank's wait
+    there is about the difference of two such times."""
+    cvs = [statistics.stdev(v) / statistics.mean(v) for v in times.values() if len(v) > 1 and statistics.mean(v) > 0]
+    return float(np.mean(cvs)) if cvs else float("nan")
+
+
 def replayed_bubbles(trace, skip=1):
-    """Mean over the steps after `skip` (and the pipelines) of {measured, each, mean, link}."""
+    """Mean over the steps after `skip` (and the pipelines) of {measured, each, mean, link}, and cv:
+    the passes' mean coefficient of variation."""
     steps = trace.train_steps(skip)
     pipes = trace.pipelines()
     stages = trace.pp * trace.virtual_stages
@@ -144,7 +153,9 @@ def replayed_bubbles(trace, skip=1):
             rows["mean"].append(bubble_of(replay(passes, stages, mean, link)))
             rows["link"].append(link)
         rows["measured"].append(tracelib.measured_bubble(trace, step)[0])
-    return {k: float(np.mean(v)) if v else float("nan") for k, v in rows.items()}
+    out = {k: float(np.mean(v)) if v else float("nan") for k, v in rows.items()}
+    out["cv"] = pass_time_cv(sums)
+    return out
 
 
 def main():
@@ -160,7 +171,7 @@ def main():
     b = replayed_bubbles(trace, args.skip)
     print(f"{trace.label}: bubble measured {b['measured']:.4f}, replayed with each pass's time {b['each']:.4f}, "
           f"with mean pass times {b['mean']:.4f}, schedule theory {tracelib.theoretical_bubble(trace):.4f}; "
-          f"link delay {1e6 * b['link']:.0f} us")
+          f"link delay {1e6 * b['link']:.0f} us; a pass's time varies {100 * b['cv']:.0f}% (coefficient of variation)")
     print(f"  measured / replayed: {b['measured'] / b['each']:.2f}x (the executor's share), "
           f"replayed / mean: {b['each'] / b['mean']:.2f}x (the passes' variation)")
 

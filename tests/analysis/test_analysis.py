@@ -311,6 +311,8 @@ def check_replay(args, env, trace, vee_trace):
     check([pr.virtual_stage("vee", 2, r, c) for r in (0, 1) for c in (0, 1)] == [0, 3, 1, 2]
           and [pr.virtual_stage("loop", 2, r, c) for r in (0, 1) for c in (0, 1)] == [0, 2, 1, 3],
           "pipeline_replay: virtual stages of the loop and the vee")
+    got = pr.pass_time_cv({"a": [1.0, 3.0], "b": [2.0, 2.0], "c": [5.0]})
+    check(abs(got - 0.5 ** 0.5 / 2) < 1e-12, f"pipeline_replay: pass-time variation {got}, expected {0.5 ** 0.5 / 2}")
     for path, where in ((trace, "loop"), (vee_trace, "vee")):
         t = tracelib.Trace(path)
         check(t.meta.get("placement") == where, f"{path}: meta placement {t.meta.get('placement')}, expected {where}")

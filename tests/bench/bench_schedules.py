@@ -13,7 +13,9 @@ it) and the same schedule simulated with this run's measured pass times and link
 was what the measured bubble was held to until 2026-11-27. Two replays of the traced passes
 (analysis/pipeline_replay.py): the schedule's order with each pass as long as it ran -- what the
 measured bubble is held to: its excess is the executor's -- and with each rank's mean pass times (the
-passes' variation removed). interleaved and interleaved-zb run 2 chunks a rank. With
+passes' variation removed); cv is how much a pass's time varies (the mean
+coefficient of variation of each rank's passes of one kind and stage over the steps), the cause of the gap between
+the two replays. interleaved and interleaved-zb run 2 chunks a rank. With
 more ranks than cores (p 4 here on 2) the ranks share cores, which the measured bubble also shows.
 
   tests/bench/bench_schedules.py --gpt2 build/bin/gpt2 --workdir /tmp/schedules [--json out.json]
@@ -68,6 +70,7 @@ def run_case(args, sched, p, m):
     return {"schedule": sched, "p": p, "m": deck["parallel"]["microbatches"], "v": v,
             "bubble_measured": measured, "bubble_theory": float(t.meta["bubble_theory"]), "bubble_calibrated": calibrated,
             "bubble_replayed": replayed["each"], "bubble_replayed_mean": replayed["mean"],
+            "pass_cv": replayed["cv"],
             "peak_microbatches": [int(x) for x in t.meta.get("peak_microbatches", [])],
             "messages": int(len(sends)), "message_bytes": int(sends["bytes"].sum()),
             "tokens_per_s": t.tokens_per_s(1)}
@@ -102,20 +105,21 @@ def main():
                 print(f"{sched:15s} {p:2d} {m:3d} error: {r['error'][:200]}", flush=True)
         print(f"round {k + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     print(f"{'schedule':15s} {'p':>2s} {'m':>3s} {'bubble':>7s} {'theory':>7s} {'calib.':>7s} {'ratio':>6s} "
-          f"{'replay':>7s} {'mean':>7s} {'ratio':>6s} "
+          f"{'replay':>7s} {'mean':>7s} {'ratio':>6s} {'cv':>4s} "
           f"{'peak mb/rank':>14s} {'msgs':>5s} {'MiB':>6s}", flush=True)
     for sched, p, m in cases:
         mine = [r for r in rows if r["case"] == [sched, p, m] and "error" not in r]
         if not mine:
             continue
         med = {key: statistics.median(r[key] for r in mine)
-               for key in ("bubble_measured", "bubble_theory", "bubble_calibrated", "bubble_replayed", "bubble_replayed_mean")}
+               for key in ("bubble_measured", "bubble_theory", "bubble_calibrated", "bubble_replayed", "bubble_replayed_mean",
+                           "pass_cv")}
         ratio = statistics.median(r["bubble_measured"] / r["bubble_calibrated"] for r in mine if r["bubble_calibrated"] > 0)
         replay_ratio = statistics.median(r["bubble_measured"] / r["bubble_replayed"] for r in mine)
         r = mine[0]
         print(f"{sched:15s} {p:2d} {r['m']:3d} {med['bubble_measured']:7.3f} {med['bubble_theory']:7.3f} "
               f"{med['bubble_calibrated']:7.3f} {ratio:6.2f} {med['bubble_replayed']:7.3f} "
-              f"{med['bubble_replayed_mean']:7.3f} {replay_ratio:6.2f} "
+              f"{med['bubble_replayed_mean']:7.3f} {replay_ratio:6.2f} {100 * med['pass_cv']:3.0f}% "
               f"{'/'.join(map(str, r['peak_microbatches'])):>14s} {r['messages']:5d} "
               f"{r['message_bytes'] / 2**20:6.1f}", flush=True)
     if args.json:
