@@ -1,60 +1,22 @@
 #include "perf/step_model.hpp"
 
-#include "model/activation_sizes.hpp"
-
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <map>
-#include <memory>
-#include <numeric>
 #include <tuple>
 
 #include "core/error.hpp"
-#include "model/param_layout.hpp"
 #include "model/stage_layout.hpp"
-#include "parallel/mixed_gather.hpp"
 #include "parallel/stage_partition.hpp"
 #include "perf/rank_pipeline.hpp"
+#include "perf/rank_plan.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
 #include "parallel/zero.hpp"
-#include "runtime/topology.hpp"
 
 namespace gpt2 {
 
 namespace {
-
-// A chunk's part of one microbatch, unit by unit in the order the trainer runs them.
-struct Segment {
-  double compute = 0;   // the unit's work and its tensor-parallel collectives
-  double gather = 0;    // ZeRO-3: its parameters all-gathered first
-  // Gradient reductions launched when it ends (at most two: the embedding's wpe and wte).
-  struct Reductions {
-    double v[2] = {0, 0};
-    int n = 0;
-    Reductions() = default;
-    Reductions(std::initializer_list<double> l) {
-      for (double x : l) v[n++] = x;
-    }
-    void push_back(double x) { v[n++] = x; }
-    const double* begin() const { return v; }
-    const double* end() const { return v + n; }
-  } reductions;
-};
-
-// Compute plus what ZeRO-3's gathers add: each unit's gather is issued while the unit before it
-// computes; the part the hardware cannot overlap adds in full. (ZeRO-3's own timeline is
-// zero3_time's.)
-double run_time(const std::vector<Segment>& segs, double overlap) {
-  double t = 0, gathers = 0, waits = 0;
-  for (size_t i = 0; i < segs.size(); ++i) {
-    t += segs[i].compute;
-    gathers += segs[i].gather;
-    waits += i == 0 ? segs[i].gather : std::max(0.0, segs[i].gather - segs[i - 1].compute);
-  }
-  return t + (1 - overlap) * gathers + overlap * waits;
-}
 
 // ZeRO-3: one pass over its units as the trainer runs them, with the rank's data-parallel channel
 // (every gather and reduction, one after another in issue order: they share the links). The first
@@ -88,24 +50,6 @@ double zero3_time(const std::vector<Segment>& segs, bool reduce, bool prefetch, 
   clock = t;
   return t - start;
 }
-
-struct ChunkPlan {
-  // forward; a whole backward; its input pass B and weight pass W (split schedules)
-  std::vector<Segment> forward, backward, input, weight;
-  // The chunk's last forward and last backward or weight pass: where ZeRO 0/1 reduce the
-  // gradients accumulated over the step.
-  int last_forward_mb = -1, last_backward_mb = -1;
-  double compute_s = 0;  // forward + backward of one microbatch
-  // Per pass (forward, backward, input, weight), outside ZeRO-3: its time, and what launching its
-  // reductions adds (their share the hardware cannot overlap).
-  double time[4] = {0, 0, 0, 0}, launch[4] = {0, 0, 0, 0};
-};
-
-struct RankPlan {
-  std::vector<ChunkPlan> chunks;
-  double local_params = 0, shard_params = 0, replicated_elems = 0, wte_elems = 0;
-  double gather_bytes = 0;  // ZeRO-1/2's all-gather of the updated parameters
-};
 
 // Every rank's action list, made once per (schedule, ranks, microbatches, chunks, pass costs): a
 // plan prices thousands of layouts that share a few hundred pipelines, and making (and proving) the
@@ -147,252 +91,12 @@ struct Detail {
   std::string problem;
 };
 
-// What every price of one layout's step shares: the step's shape and the factors on its compute.
-struct StepContext {
-  const CostModel& cm;
-  const Layout& l;
-  const Workload& w;
-  const ModelConfig& m;
-  const Placement& place;
-  int p, mbs, b, L;  // pipeline ranks, microbatches, a microbatch's sequences, blocks
-  ShardPolicy policy;
-  double ov;    // the share of communication the hardware overlaps with compute
-  double slow;  // compute of a rank whose node is busy
-  // The parameters' replicas: dp x cp ranks (the cp ranks tp apart; the dp ranks a whole replica's
-  // pipeline apart, which decides the links when there are several).
-  int replicas, dp_stride;
-  double cp_fwd, cp_bwd;  // a block's exposed context-parallel shifts for one microbatch
-};
-
 StepContext step_context(const CostModel& cm, const Layout& l, const Pipeline& pipe) {
   const Workload& w = cm.workload();
   const int mbs = l.microbatches, b = int(w.batch / l.dp / mbs);
   return {cm, l, w, w.model, pipe.placement, l.pp, mbs, b, w.model.n_layer, zero_policy(l.zero),
           cm.hardware().comm_overlap, cm.node_slowdown(l), l.dp * l.cp, l.dp > 1 ? l.tp * l.pp * l.cp : l.tp,
           cm.cp_forward(b, l), cm.cp_backward(b, l)};
-}
-
-// Every block costs the same (and the GEMM shape model is not free): each unit kind's times and
-// tensor-parallel collectives are priced once, for the first unit of the kind asked about.
-class UnitPrices {
- public:
-  // Stragglers: a blocking collective waits for the slowest of its ranks. With a unit's time varying
-  // by jitter (relative standard deviation), the tensor-parallel ranks' collectives between the
-  // pieces of every unit add about E[max of tp normals] x jitter to its compute.
-  explicit UnitPrices(const StepContext& s)
-      : s_(s), tp_wait_(1 + CostModel::expected_max_normal(s.l.tp) * s.cm.jitter()) {}
-  UnitTime time(int u) { return time_[price(u)]; }
-  double tp_forward(int u) { return tp_forward_[price(u)]; }
-  double tp_backward(int u) { return tp_backward_[price(u)]; }
-
- private:
-  int price(int u) {
-    const int k = u == 0 ? 0 : u == s_.L + 1 ? 2 : 1;
-    if (!priced_[k]) {
-      UnitTime t = s_.cm.unit_time(u, s_.b, s_.l);
-      const double f = s_.slow * tp_wait_;
-      t.forward *= f, t.backward_input *= f, t.backward_weight *= f;
-      time_[k] = t;
-      tp_forward_[k] = s_.cm.tp_forward(u, s_.b, s_.l), tp_backward_[k] = s_.cm.tp_backward(u, s_.b, s_.l);
-      priced_[k] = true;
-    }
-    return k;
-  }
-  const StepContext& s_;
-  const double tp_wait_;
-  UnitTime time_[3];
-  double tp_forward_[3] = {0, 0, 0}, tp_backward_[3] = {0, 0, 0};
-  bool priced_[3] = {false, false, false};
-};
-
-// A unit's collectives over the parameters' replicas, one per bucket (ShardLayout cuts every unit
-// into buckets). (Remembered for the last size asked: every block asks for the same.)
-class ReplicaCollectives {
- public:
-  using Op = double (CostModel::*)(double, int, int) const;
-  explicit ReplicaCollectives(const StepContext& s)
-      : s_(s),
-        grad_bytes_(s.l.grad_reduce_dtype == "bf16" ? 2.0 : 4.0),  // parallel.grad_reduce_dtype
-        bucket_((s.l.bucket_mb > 0 ? s.l.bucket_mb : s.ov < 0.5 ? 1.0 : 25.0) * 1048576.0) {}
-  double bucketed(double bytes, Op op) {
-    if (s_.replicas <= 1) return 0.0;
-    if (bytes == last_.bytes && op == last_.op) return last_.seconds;
-    const double buckets = std::max(1.0, std::ceil(bytes / bucket_));
-    const double first = (s_.cm.*op)(bytes, s_.replicas, s_.dp_stride);
-    last_ = {bytes, first + (buckets - 1) * (s_.cm.*op)(0, s_.replicas, s_.dp_stride), op};
-    return last_.seconds;
-  }
-  // Its gradient reduction (all-reduce, or reduce-scatter when the optimizer state is sharded) ...
-  double reduce(double elems) {
-    const bool scatter = s_.policy.optimizer && !s_.l.grad_all_reduce;
-    return bucketed(elems * grad_bytes_, scatter ? &CostModel::reduce_scatter : &CostModel::all_reduce);
-  }
-  // ... and ZeRO-3's gather of its parameters before each use (bytes).
-  double gather(double bytes) { return s_.policy.params ? bucketed(bytes, &CostModel::all_gather) : 0.0; }
-  // A gathered unit's bytes a value: under mixed precision a block's matrices and the LM head's tied
-  // wte travel as 16-bit values, the rest in fp32 (parallel/mixed_gather).
-  double value_bytes(UnitKind k) const {
-    return gathered_in_16_bits(k) && s_.l.param_gather_dtype != "fp32" ? s_.l.bytes_per_value() : 4.0;
-  }
-
- private:
-  struct Last {
-    double bytes = -1, seconds = 0;
-    Op op = nullptr;
-  };
-  const StepContext& s_;
-  const double grad_bytes_, bucket_;
-  Last last_;
-};
-
-// What pricing one rank's chunks needs: the step, the rank's stage layout, the price lists.
-struct RankPricing {
-  const StepContext& s;
-  const StageLayout& sl;
-  UnitPrices& units;
-  ReplicaCollectives& dp;
-  Recompute recompute = Recompute::none;
-  // Attention (scores, softmax, their product with v) in a block's forward FLOPs: 2TC of 24C^2 + 2TC
-  // a token (causal: half of the T x T scores).
-  double attention_share = 0;
-  // full under a split backward: the input pass recomputes q, k, v (6C^2), attention and fc (8C^2).
-  double split_share = 0;
-  double elems(UnitKind k, int layer = -1) const {
-    const int u = sl.unit_index(k, layer);
-    return u < 0 ? 0.0 : double(sl.units()[size_t(u)].range.size());
-  }
-};
-
-RankPricing rank_pricing(const StepContext& s, const StageLayout& sl, UnitPrices& units, ReplicaCollectives& dp) {
-  RankPricing pr{s, sl, units, dp};
-  parse_recompute(s.l.recompute, pr.recompute);
-  const double C = s.w.model.n_embd, Tq = s.w.seq_len;
-  pr.attention_share = 2 * Tq * C / (24 * C * C + 2 * Tq * C);
-  pr.split_share = (14 * C * C + 2 * Tq * C) / (24 * C * C + 2 * Tq * C);
-  return pr;
-}
-
-// The LM head's forward (`data`: the microbatch's, where the chunk has no embedding to load it).
-// The head's copy of wte (another rank has the embedding) has its whole gradient after it.
-Segment head_forward(RankPricing& pr, double data) {
-  const int L = pr.s.L;
-  const UnitTime t = pr.units.time(L + 1);
-  const Unit& wte = pr.sl.units()[size_t(pr.sl.head_wte_unit())];
-  const double head_wte = double(wte.range.size()), norm = pr.elems(UnitKind::final_norm);
-  Segment seg{data + t.forward + pr.units.tp_forward(L + 1),
-              pr.dp.gather(4 * norm + pr.dp.value_bytes(wte.kind) * head_wte), {}};
-  if (wte.grads_final_in_forward()) seg.reductions.push_back(pr.dp.reduce(head_wte));
-  return seg;
-}
-
-// The chunk's forward: the embedding (with the microbatch's data), its blocks, the LM head.
-void plan_forward(RankPricing& pr, const BlockRange& c, double data, ChunkPlan& cp) {
-  const bool emb = c.first == 0;
-  if (emb) {
-    const UnitTime t = pr.units.time(0);
-    cp.forward.push_back({data + t.forward + pr.units.tp_forward(0),
-                          pr.dp.gather(4 * (pr.elems(UnitKind::wte) + pr.elems(UnitKind::wpe))), {}});
-  }
-  for (int layer = c.first; layer < c.end; ++layer) {
-    const UnitTime t = pr.units.time(1 + layer);
-    cp.forward.push_back({t.forward + pr.units.tp_forward(1 + layer) + pr.s.cp_fwd,
-                          pr.dp.gather(pr.dp.value_bytes(UnitKind::block) * pr.elems(UnitKind::block, layer)), {}});
-  }
-  if (c.end == pr.s.L) cp.forward.push_back(head_forward(pr, emb ? 0.0 : data));
-}
-
-// The LM head's backward, whole or as its input pass B and weight pass W.
-void plan_head_backward(RankPricing& pr, ChunkPlan& cp) {
-  const int L = pr.s.L;
-  const UnitTime t = pr.units.time(L + 1);
-  const double norm = pr.elems(UnitKind::final_norm), tp_b = pr.units.tp_backward(L + 1);
-  cp.backward.push_back({t.backward() + tp_b, pr.dp.gather(4 * norm), {pr.dp.reduce(norm)}});
-  cp.input.push_back({t.backward_input + tp_b, pr.dp.gather(4 * norm), {}});
-  cp.weight.push_back({t.backward_weight, 0, {pr.dp.reduce(norm)}});
-}
-
-// What recomputation adds before a block's whole backward and before its input pass
-// (model/activation_sizes): full re-runs the block's forward before the backward, or q, k, v,
-// attention and fc before a split one's input pass; selective re-runs attention before the backward
-// or its input pass (their shares of the forward's FLOPs).
-struct Recomputed {
-  double whole = 0, split = 0;
-};
-
-Recomputed recomputed(RankPricing& pr, int layer, const UnitTime& t) {
-  Recomputed again;
-  if (is_recomputed(pr.recompute, pr.s.l.recompute_every, layer)) {
-    const double fwd = t.forward + pr.units.tp_forward(1 + layer) + pr.s.cp_fwd;
-    again.whole = pr.recompute == Recompute::full ? fwd : fwd * pr.attention_share;
-    again.split = pr.recompute == Recompute::full ? fwd * pr.split_share : again.whole;
-  }
-  return again;
-}
-
-// A block's backward, whole or as B (the collectives, the parameters) and W (completes the gradient).
-void plan_block_backward(RankPricing& pr, int layer, ChunkPlan& cp) {
-  const UnitTime t = pr.units.time(1 + layer);
-  const double e = pr.elems(UnitKind::block, layer), tp_b = pr.units.tp_backward(1 + layer) + pr.s.cp_bwd;
-  const Recomputed again = recomputed(pr, layer, t);
-  const double params = pr.dp.value_bytes(UnitKind::block) * e;
-  cp.backward.push_back({again.whole + t.backward() + tp_b, pr.dp.gather(params), {pr.dp.reduce(e)}});
-  cp.input.push_back({again.split + t.backward_input + tp_b, pr.dp.gather(params), {}});
-  cp.weight.push_back({t.backward_weight, 0, {pr.dp.reduce(e)}});
-}
-
-// The embedding's backward: only weights, all of it in W.
-void plan_embedding_backward(RankPricing& pr, ChunkPlan& cp) {
-  const UnitTime t = pr.units.time(0);
-  const Segment seg{t.backward() + pr.units.tp_backward(0), 0,
-                    {pr.dp.reduce(pr.elems(UnitKind::wpe)), pr.dp.reduce(pr.elems(UnitKind::wte))}};
-  cp.backward.push_back(seg);
-  cp.weight.push_back(seg);
-}
-
-// A microbatch's forward + backward; per pass its time and what launching its reductions adds.
-void total_passes(ChunkPlan& cp, double ov) {
-  for (const Segment& g : cp.forward) cp.compute_s += g.compute;
-  for (const Segment& g : cp.backward) cp.compute_s += g.compute;
-  const std::vector<Segment>* passes[4] = {&cp.forward, &cp.backward, &cp.input, &cp.weight};
-  for (int k = 0; k < 4; ++k) {
-    cp.time[k] = run_time(*passes[k], ov);
-    for (const Segment& g : *passes[k])
-      for (double red : g.reductions) cp.launch[k] += (1 - ov) * red;
-  }
-}
-
-// A chunk's passes, unit by unit in the order the trainer runs them.
-ChunkPlan plan_chunk(RankPricing& pr, const BlockRange& c) {
-  const StepContext& s = pr.s;
-  ChunkPlan cp;
-  const size_t units = size_t(c.end - c.first) + 2;
-  cp.forward.reserve(units), cp.backward.reserve(units), cp.input.reserve(units), cp.weight.reserve(units);
-  const bool emb = c.first == 0, head = c.end == s.L;
-  const double data = emb || head ? s.slow * s.cm.data(s.b) : 0.0;
-  plan_forward(pr, c, data, cp);
-  if (head) plan_head_backward(pr, cp);
-  for (int layer = c.end - 1; layer >= c.first; --layer) plan_block_backward(pr, layer, cp);
-  if (emb) plan_embedding_backward(pr, cp);
-  total_passes(cp, s.ov);
-  return cp;
-}
-
-// A rank's chunks, and the sizes its step's end needs: its parameters and their optimizer shard,
-// the tensors sequence parallelism replicates, the tied wte, ZeRO-1/2's parameter gather.
-RankPlan plan_rank(const StepContext& s, const std::vector<BlockRange>& chunks, UnitPrices& units,
-                   ReplicaCollectives& dp) {
-  const StageLayout& sl = rank_layout(s.m, chunks, s.l.tp);
-  RankPricing pr = rank_pricing(s, sl, units, dp);
-  RankPlan rp;
-  rp.local_params = double(sl.local_size());
-  rp.shard_params = s.policy.optimizer ? rp.local_params / s.replicas : rp.local_params;
-  rp.wte_elems = sl.has_embedding() ? pr.elems(UnitKind::wte) : pr.elems(UnitKind::tied_wte);
-  if (s.policy.optimizer) rp.wte_elems /= s.replicas;
-  for (const TensorInfo& t : sl.tensors())
-    if (t.replicated && s.l.tp > 1) rp.replicated_elems += double(t.range.size());
-  for (const Unit& u : sl.units()) rp.gather_bytes += dp.value_bytes(u.kind) * double(u.range.size());
-  for (const BlockRange& c : chunks) rp.chunks.push_back(plan_chunk(pr, c));
-  return rp;
 }
 
 // Each chunk's last forward and last backward or weight pass in the schedule.
