@@ -126,9 +126,11 @@ def pass_time_cv(times):
     return float(np.mean(cvs)) if cvs else float("nan")
 
 
-def replayed_bubbles(trace, skip=1):
+def replayed_bubbles(trace, skip=1, link=None):
     """Mean over the steps after `skip` (and the pipelines) of {measured, each, mean, link}, and cv:
-    the passes' mean coefficient of variation."""
+    the passes' mean coefficient of variation. `link`: the messages' delay (s); by default the
+    step's median (link_delay). With 0, `each` is a lower bound of `measured`: no pass starts later
+    than it did."""
     steps = trace.train_steps(skip)
     pipes = trace.pipelines()
     stages = trace.pp * trace.virtual_stages
@@ -146,12 +148,12 @@ def replayed_bubbles(trace, skip=1):
             passes = traced[(step, i)]
             if not any(passes):
                 continue
-            link = link_delay(passes, stages)
+            delay = link_delay(passes, stages) if link is None else link
             each = [[end - start for _, _, _, start, end in lst] for lst in passes]
             mean = [[means[(ranks[i], k, s)] for k, _, s, _, _ in lst] for i, lst in enumerate(passes)]
-            rows["each"].append(bubble_of(replay(passes, stages, each, link)))
-            rows["mean"].append(bubble_of(replay(passes, stages, mean, link)))
-            rows["link"].append(link)
+            rows["each"].append(bubble_of(replay(passes, stages, each, delay)))
+            rows["mean"].append(bubble_of(replay(passes, stages, mean, delay)))
+            rows["link"].append(delay)
         rows["measured"].append(tracelib.measured_bubble(trace, step)[0])
     out = {k: float(np.mean(v)) if v else float("nan") for k, v in rows.items()}
     out["cv"] = pass_time_cv(sums)

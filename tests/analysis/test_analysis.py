@@ -296,8 +296,9 @@ def run_scripts(args, env, traces):
 
 
 def check_replay(args, env, trace, vee_trace):
-    """pipeline_replay.py: the replay of a schedule with fixed pass times is its theory; of a trace,
-    at most the measured bubble (it removes the executor's costs, nothing else)."""
+    """pipeline_replay.py: the replay of a schedule with fixed pass times is its theory; of a trace
+    without link delays, at most the measured bubble (it removes the executor's costs, nothing else;
+    with the median link delay it may exceed it where messages came faster)."""
     import pipeline_replay as pr
     # GPipe on 2 stages, m 4, forward 1 and backward 2: bubble (p - 1) / (m + p - 1) = 0.2.
     gpipe = [[("forward", mb, s, 0, 0) for mb in range(4)] + [("backward", mb, s, 0, 0) for mb in range(4)]
@@ -322,8 +323,12 @@ def check_replay(args, env, trace, vee_trace):
             check(False, f"pipeline_replay on {path}: {e}")
             continue
         measured = tracelib.mean_bubble(t, 1)
-        check(abs(b["measured"] - measured) < 1e-12 and 0 <= b["each"] <= measured + 0.02 and 0 <= b["mean"] < 1,
+        check(abs(b["measured"] - measured) < 1e-12 and 0 <= b["each"] < 1 and 0 <= b["mean"] < 1,
               f"pipeline_replay on {path}: {b}, tracelib's bubble {measured:.4f}")
+        # Without link delays no pass can start later than it did: a lower bound, whatever the load.
+        bound = pr.replayed_bubbles(t, 1, link=0.0)["each"]
+        check(0 <= bound <= measured + 1e-9, f"pipeline_replay on {path}: {bound:.6f} replayed without link "
+                                             f"delays, above the measured {measured:.6f}")
     p = run([sys.executable, os.path.join(ANALYSIS, "pipeline_replay.py"), trace], args.workdir, env)
     check(p is not None and "replayed with each pass's time" in p.stdout, "pipeline_replay.py prints the replays")
 
