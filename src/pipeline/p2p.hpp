@@ -9,7 +9,7 @@
 // before they send would wait for each other forever. So the messages a rank issues together --
 // a pass list's run of messages between two computes -- form one group (begin_group/end_group,
 // NCCL's grouping, PyTorch's batch_isend_irecv): they start together and complete as one. The
-// pass-list proof checks the lists under exactly this model (pipeline/simulator: in_order_problem).
+// pass-list proof checks the lists under exactly this model (pipeline/nccl_order: in_order_problem).
 // Messages to a chunk of the same rank (the V's turn) never come here: the executor hands them over.
 #include "pipeline/schedule.hpp"
 #include "runtime/communicator.hpp"

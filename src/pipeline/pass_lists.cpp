@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "pipeline/nccl_order.hpp"
 #include "pipeline/simulator.hpp"
 
 namespace gpt2 {

@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "pipeline/simulator.hpp"
+#include "pipeline/nccl_order.hpp"
 
 namespace gpt2 {
 

@@ -62,27 +62,6 @@ Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microb
 Simulation simulate_schedule(const std::string& name, int p, int m, int v = 1, const SimCosts& costs = {},
                              const PassCosts& order = {});
 
-// The lists under NCCL's ordering, as the executor issues them: each rank's run of messages between
-// two computes is one group; a rank's groups run one at a time in issue order (a device's queue), a
-// message moves only while both its send's and its receive's groups head their ranks' queues, a
-// group completes once all its messages have; a compute starts once the receive it needs has
-// completed. "" when every list runs to the end; otherwise who waits for what.
-std::string in_order_problem(const std::vector<std::vector<Action>>& per_rank, const Placement& placement);
-
-// Every rank's lists with their messages placed in lockstep, for lists whose natural placement
-// (a receive right before the compute that needs it, a send right after the compute that made it)
-// would hang under NCCL's ordering (interleaved and V pipelines do). The computes keep their order;
-// the lists are simulated with the pass costs, and each message goes, on both of its ranks, into the
-// run of messages before the first compute that starts once it was made. Every rank then issues
-// its groups in the order of one global clock, each message in the same slot on both sides, so
-// under in_order_problem's model no group waits on one issued later.
-std::vector<std::vector<Action>> place_messages_in_lockstep(const std::vector<std::vector<Action>>& lists,
-                                                            const Placement& placement, int microbatches,
-                                                            const PassCosts& costs);
-// The lists as they are when they run under NCCL's ordering, else placed in lockstep.
-std::vector<std::vector<Action>> runnable_in_order(std::vector<std::vector<Action>> lists, const Placement& placement,
-                                                   int microbatches, const PassCosts& costs);
-
 // Textbook forward clock cycles (torchgpipe's): at clock k, the (microbatch, stage) pairs
 // (k - j, j) for the stages j that have one.
 std::vector<std::vector<std::pair<int, int>>> clock_cycles(int microbatches, int stages);
