@@ -84,9 +84,9 @@ TEST(Schedule, NoDeadlockAndInputsBeforeUseForEverySize) {
         ASSERT_TRUE(sim.problem.empty()) << name << " p=" << p << " m=" << m << ": " << sim.problem;
         ASSERT_EQ(sim.computes.size(), size_t(2 * p * m));
         for (int s = 0; s < p; ++s) {
-          if (std::string(name) == "1f1b") ASSERT_LE(sim.peak_in_flight[s], p - s) << "p=" << p << " m=" << m;
-          if (std::string(name) == "gpipe") ASSERT_EQ(sim.peak_in_flight[s], m);
-          if (std::string(name) == "naive") ASSERT_EQ(sim.peak_in_flight[s], 1);
+          if (std::string(name) == "1f1b") { ASSERT_LE(sim.peak_in_flight[s], p - s) << "p=" << p << " m=" << m; }
+          if (std::string(name) == "gpipe") { ASSERT_EQ(sim.peak_in_flight[s], m); }
+          if (std::string(name) == "naive") { ASSERT_EQ(sim.peak_in_flight[s], 1); }
         }
       }
 }
@@ -218,12 +218,13 @@ TEST(Schedule, InterleavedAndZeroBubbleRunEverySize) {
         ASSERT_TRUE(s.problem.empty()) << name << " p=" << p << " m=" << m << ": " << s.problem;
         ASSERT_TRUE(s.fifo_consistent) << name << " p=" << p << " m=" << m;
         for (int r = 0; r < p; ++r) {
-          if (std::string(name) == "zb-h1") ASSERT_LE(s.peak_in_flight[r], p) << "p=" << p << " m=" << m;  // 1F1B's peak
-          if (std::string(name) == "zb-v") ASSERT_LE(s.peak_in_flight[r], 2 * p + 1) << "p=" << p << " m=" << m;
-          if (std::string(name) == "interleaved")  // Megatron: warm-up forwards + 1 in flight
+          if (std::string(name) == "zb-h1") { ASSERT_LE(s.peak_in_flight[r], p) << "p=" << p << " m=" << m; }  // 1F1B's peak
+          if (std::string(name) == "zb-v") { ASSERT_LE(s.peak_in_flight[r], 2 * p + 1) << "p=" << p << " m=" << m; }
+          if (std::string(name) == "interleaved") {  // Megatron: warm-up forwards + 1 in flight
             ASSERT_LE(s.peak_in_flight[r], std::min(2 * (p - r - 1) + p + 1, 2 * m)) << "p=" << p << " m=" << m;
+          }
         }
-        if (m >= p && std::string(name) != "interleaved") ASSERT_LE(s.bubble_fraction, one.bubble_fraction + 1e-12) << name;
+        if (m >= p && std::string(name) != "interleaved") { ASSERT_LE(s.bubble_fraction, one.bubble_fraction + 1e-12) << name; }
       }
     }
   const double one = simulate_schedule("1f1b", 2, 4, 1, c).bubble_fraction;
@@ -272,7 +273,7 @@ TEST(Schedule, ZeroBubbleSplitsBackwardsAndTheVKeepsBothEndsOnRankZero) {
     std::map<std::pair<int, int>, int> seen;
     for (const Action& a : make_schedule("zb-v", 4, 8, r)) {
       if (a.kind == ActionKind::backward_input) seen[{a.mb, a.chunk}] = 1;
-      if (a.kind == ActionKind::backward_weight) EXPECT_EQ(seen[std::make_pair(a.mb, a.chunk)], 1) << "rank " << r;
+      if (a.kind == ActionKind::backward_weight) { EXPECT_EQ(seen[std::make_pair(a.mb, a.chunk)], 1) << "rank " << r; }
     }
   }
 }
