@@ -60,10 +60,10 @@ def layouts(schedules):
            ("pp2 gpipe m8", 2, {"parallel.pp": 2, "parallel.schedule": "gpipe", "parallel.microbatches": 8}),
            ("pp2 1f1b m4", 2, {"parallel.pp": 2, "parallel.schedule": "1f1b", "parallel.microbatches": 4}),
            ("pp2 1f1b m8", 2, {"parallel.pp": 2, "parallel.schedule": "1f1b", "parallel.microbatches": 8})]
-    for s in schedules:  # the other registered schedules at m 4 (interleaved with 2 chunks a rank)
+    for s in schedules:  # the other registered schedules at m 4 (the interleaved ones with 2 chunks a rank)
         if s not in ("naive", "gpipe", "1f1b"):
             sets = {"parallel.pp": 2, "parallel.schedule": s, "parallel.microbatches": 4}
-            if s == "interleaved":
+            if s.startswith("interleaved"):
                 sets["parallel.virtual_stages"] = 2
             out.append((f"pp2 {s} m4", 2, sets))
     out += [("tp2", 2, {"parallel.tp": 2}),
