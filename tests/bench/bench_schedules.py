@@ -13,10 +13,10 @@ it) and the same schedule simulated with this run's measured pass times and link
 was what the measured bubble was held to until 2026-11-27. Two replays of the traced passes
 (analysis/pipeline_replay.py): the schedule's order with each pass as long as it ran -- what the
 measured bubble is held to: its excess is the executor's -- and with each rank's mean pass times (the
-passes' variation removed); cv is how much a pass's time varies (the mean
-coefficient of variation of each rank's passes of one kind and stage over the steps), the cause of the gap between
-the two replays. interleaved and interleaved-zb run 2 chunks a rank. With
-more ranks than cores (p 4 here on 2) the ranks share cores, which the measured bubble also shows.
+passes' variation removed); cv is how much a pass's time varies (the mean coefficient of variation
+of each rank's passes of one kind and stage over the steps), the cause of the gap between the two
+replays. interleaved and interleaved-zb run 2 chunks a rank. With more ranks than cores (p 4 here
+on 2) the ranks share cores, which the measured bubble also shows.
 
   tests/bench/bench_schedules.py --gpt2 build/bin/gpt2 --workdir /tmp/schedules [--json out.json]
       [--rounds 1] [--n-embd 256] [--seq-len 64] [--ps 2,4] [--ms 8,16] [--schedules 1f1b,zb-h1,...]
