@@ -78,20 +78,13 @@ void ring_attention_tile_forward(Mat<T> O, Vec<T> m, Vec<T> l, CMat<T> qkv, CMat
         const int r = team.league_rank(), h = r / L, i = r % L, len = diag ? i + 1 : L;
         const int64_t st = (int64_t(b) * nh + h) * Tl + qc * L + i;  // state index
         const int64_t row = int64_t(b) * Tl + qc * L + i;            // O's row
-        T tile_max = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, len), [&](int j, T& v) { v = S(r, j) > v ? S(r, j) : v; },
-            Kokkos::Max<T>(tile_max));
+        const T tile_max = team_max<T>(team, len, [&](int j) { return S(r, j); });
         const T mx = tile_max > m(st) ? tile_max : m(st);
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, L),
-            [&](int j, T& s) {
-              const T p = j < len ? km::expf_(S(r, j) - mx) : T(0);
-              S(r, j) = p;
-              s += p;
-            },
-            sum);
+        const T sum = team_sum<T>(team, L, [&](int j) {
+          const T p = j < len ? km::expf_(S(r, j) - mx) : T(0);
+          S(r, j) = p;
+          return p;
+        });
         const T corr = km::expf_(m(st) - mx);  // (0 on the first block: l and O are 0 there)
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hs), [&](int d) { O(row, h * hs + d) *= corr; });
         team.team_barrier();
@@ -152,15 +145,18 @@ void ring_attention_tile_backward(Mat<T> dqkv, Mat<T> dkv, CMat<T> qkv, CMat<T> 
   gemm_strided_batched<T>(Op::N, Op::T, L, L, hs, T(1), g, C, hs, v, ldkv, hs, T(0), P.data(), L, LL, nh);
   const bool diag = tile.diagonal;
   const int qc = tile.q_chunk;
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  // A team a row and head: the row's state read once, no index division per score.
   Kokkos::parallel_for(
-      "ring_attention_tile_grad", Kokkos::RangePolicy<ExecSpace>(0, int64_t(nh) * LL), KOKKOS_LAMBDA(int64_t x) {
-        const int64_t r = x / L;
-        const int j = int(x % L), h = int(r / L), i = int(r % L);
+      "ring_attention_tile_grad", team_policy<ExecSpace>(int64_t(nh) * L), KOKKOS_LAMBDA(const Member& team) {
+        const int r = team.league_rank(), h = r / L, i = r % L, len = diag ? i + 1 : L;
         const int64_t st = (int64_t(b) * nh + h) * Tl + qc * L + i;
-        const bool seen = !diag || j <= i;
-        const T p = seen ? km::expf_(S(r, j) - lse(st)) : T(0);
-        S(r, j) = p;                      // P
-        P(r, j) = p * (P(r, j) - D(st));  // dS (from dP)
+        const T lse_r = lse(st), D_r = D(st);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, L), [&](int j) {
+          const T p = j < len ? km::expf_(S(r, j) - lse_r) : T(0);
+          S(r, j) = p;                    // P
+          P(r, j) = p * (P(r, j) - D_r);  // dS (from dP)
+        });
       });
   // dv_b += P^T dy_a; dq_a += scale dS k_b; dk_b += scale dS^T q_a
   gemm_strided_batched<T>(Op::T, Op::N, L, hs, L, T(1), S.data(), L, LL, g, C, hs, T(1), dkv.data() + krow * ldkv + C,
