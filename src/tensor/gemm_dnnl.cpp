@@ -1,12 +1,15 @@
 // oneDNN's matmul on the host (built when CMake finds oneDNN): the 16-bit GEMMs (bf16) and fp32's
 // (gemm.cpp says which). oneDNN 2.6:
-// a matmul primitive per shape, made once and cached (making one JIT-compiles a kernel); row-major
-// operands and transposes are strides of the memory descriptors; alpha is an output scale, beta a
-// sum post-op. It runs on the OpenMP runtime with the thread count gemm_set_host_threads gave.
+// a matmul primitive per shape, made once and cached (making one JIT-compiles a kernel) with its
+// memory objects and scratchpad, so a call makes none of them (a small product's call costs a few
+// us, which those allocations inflated by a fifth); row-major operands and transposes are strides of
+// the memory descriptors; alpha is an output scale, beta a sum post-op. It runs on the OpenMP runtime
+// with the thread count gemm_set_host_threads gave. Not thread-safe: a rank calls it from one thread.
 #include <dnnl.hpp>
 #include <map>
 #include <omp.h>
 #include <tuple>
+#include <vector>
 
 #include "tensor/gemm_dnnl.hpp"
 
@@ -24,8 +27,9 @@ dnnl::engine& engine() {
 
 using Key = std::tuple<dt, int, int, int, int, int, int, int, int, float, float, int, int64_t, int64_t, int64_t>;
 struct Cached {
-  dnnl::memory::desc a, b, c;
   dnnl::matmul prim;
+  dnnl::memory a, b, c, scratch;  // handles pointed at each call's operands
+  std::vector<unsigned char> scratch_bytes;
 };
 
 // A strided batch of GEMMs (batch 1: one GEMM, 2-D descriptors); matrix i starts at A + i*sA, likewise B, C.
@@ -42,7 +46,7 @@ dnnl::memory::desc matrix(dt type, int rows, int cols, int ld, bool transposed, 
 }
 
 // in: the inputs' type (bf16 or f32); the output is f32.
-const Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int lda, int ldb, float beta, int ldc,
+Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int lda, int ldb, float beta, int ldc,
                         const Batch& n) {
   static std::map<Key, Cached> cache;
   const Key key{in, int(opA), int(opB), M, N, K, lda, ldb, ldc, alpha, beta, n.count, n.a, n.b, n.c};
@@ -53,6 +57,7 @@ const Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha,
   const dnnl::memory::desc b = matrix(in, K, N, ldb, opB == Op::T, n.count, n.b);
   const dnnl::memory::desc c = matrix(dt::f32, M, N, ldc, false, n.count, n.c);
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops po;
@@ -60,17 +65,23 @@ const Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha,
     attr.set_post_ops(po);
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
-  return cache.emplace(key, Cached{a, b, c, dnnl::matmul(pd)}).first->second;
+  Cached& made = cache[key];
+  made.prim = dnnl::matmul(pd);
+  made.a = dnnl::memory(a, engine(), nullptr), made.b = dnnl::memory(b, engine(), nullptr);
+  made.c = dnnl::memory(c, engine(), nullptr);
+  made.scratch_bytes.resize(pd.scratchpad_desc().get_size());
+  made.scratch = dnnl::memory(pd.scratchpad_desc(), engine(), made.scratch_bytes.data());
+  return made;
 }
 
 void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
          float beta, float* C, int ldc, const Batch& n = {}) {
   if (M == 0 || N == 0 || n.count == 0) return;
   if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
-  const Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n);
-  dnnl::stream s(engine());
-  dnnl::memory a(p.a, engine(), const_cast<void*>(A)), b(p.b, engine(), const_cast<void*>(B)), c(p.c, engine(), C);
-  p.prim.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n);
+  static dnnl::stream s(engine());
+  p.a.set_data_handle(const_cast<void*>(A)), p.b.set_data_handle(const_cast<void*>(B)), p.c.set_data_handle(C);
+  p.prim.execute(s, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
   s.wait();
 }
 }  // namespace
