@@ -24,11 +24,14 @@ CostModel::CostModel(const Workload& w, const Hardware& hw, const Calibration* c
     const UnitWork uw = unit_work(units[k], cal_->microbatch, at);
     const double model_f = modelled(uw.forward, "fp32");
     const double model_b = modelled(uw.backward_input, "fp32") + modelled(uw.backward_weight, "fp32");
+    // The measured time less its launches: the rest is the work the scale carries.
+    const double launch[2] = {uw.forward.kernels * hw_.kernel_overhead,
+                              (uw.backward_input.kernels + uw.backward_weight.kernels) * hw_.kernel_overhead};
     const double got[2] = {k == 0 ? measured[0]->embedding : k == 1 ? measured[0]->block : measured[0]->head,
                            k == 0 ? measured[1]->embedding : k == 1 ? measured[1]->block : measured[1]->head};
     const double want[2] = {model_f, model_b};
     for (int ph = 0; ph < 2; ++ph)
-      if (got[ph] > 0 && want[ph] > 0) scale_[k][ph] = got[ph] / want[ph];
+      if (got[ph] > launch[ph] && want[ph] > 0) scale_[k][ph] = (got[ph] - launch[ph]) / want[ph];
   }
 }
 
@@ -53,22 +56,27 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
       w.backward_input.add_gemm({N, in[i], out[i]});
       w.backward_weight.add_gemm({out[i], in[i], N});
     }
-    // Attention per head and sequence: scores (Tq x T x hs) and their product with v (Tq x hs x T),
-    // over all T keys (with context parallelism in cp ring steps of T / cp keys); the backward's
-    // four products are one of the first shape and three of the second.
+    // Attention per head and sequence: scores (Tq x T x hs) and their product with v (Tq x hs x T);
+    // the backward's four products are one of the first shape and three of the second. Context
+    // parallelism's ring (unfused) computes tiles instead (add_ring_work).
     const double hs = C / nh, Tq = T / l.cp, keys = T / l.cp, heads = double(b) * nh / t * l.cp;
-    w.forward.add_attention({Tq, keys, hs, heads});
-    w.forward.add_attention({Tq, hs, keys, heads});
-    w.backward_input.add_attention({Tq, keys, hs, heads});
-    w.backward_input.add_attention({Tq, hs, keys, 3 * heads});
     // Elementwise traffic (values read + written): LayerNorms and residual reads on the stream;
     // GELU, the attention matrix's softmax passes and head reshapes in the tensor-parallel region.
-    const double scores = l.fused_attention ? 0.0 : 4.0 * nh * T;  // (a fused kernel keeps them on chip)
+    const bool ring = l.cp > 1 && !l.fused_attention;
+    const double scores = l.fused_attention || ring ? 0.0 : 4.0 * nh * T;  // (fused: kept on chip)
     const double stream = 6.0 * R * C, region = N * (14.0 * C + scores) / t;
-    // The ring's tiles: per step and sequence up to four (a GEMM, a merge, a GEMM; the backward five).
-    const int tiles = l.cp > 1 ? 4 * l.cp * b : 0;
-    w.forward.bytes = bytes * (stream + region), w.forward.kernels = 11 + 3 * tiles;
-    w.backward_input.bytes = bytes * 2.0 * (stream + region), w.backward_input.kernels = 14 + 5 * tiles;
+    w.forward.bytes = bytes * (stream + region), w.forward.kernels = 11;
+    w.backward_input.bytes = bytes * 2.0 * (stream + region), w.backward_input.kernels = 14;
+    if (ring) {
+      add_ring_work(w, b, l);
+    } else {
+      w.forward.add_attention({Tq, keys, hs, heads});
+      w.forward.add_attention({Tq, hs, keys, heads});
+      w.backward_input.add_attention({Tq, keys, hs, heads});
+      w.backward_input.add_attention({Tq, hs, keys, 3 * heads});
+      // A fused ring: launches counted as four tiles a ring step and sequence (3 forward, 5 backward).
+      if (l.cp > 1) w.forward.kernels += 3 * 4 * l.cp * b, w.backward_input.kernels += 5 * 4 * l.cp * b;
+    }
     w.backward_weight.bytes = bytes * 9.0 * C * N / t, w.backward_weight.kernels = 8;  // and the bias column sums
   } else if (kind == 2) {
     // Final LayerNorm, logits, fused softmax + cross-entropy (logits in, their gradient out), and the
@@ -84,6 +92,29 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
     w.backward_weight.bytes = bytes * 3.0 * N * C, w.backward_weight.kernels = 1;  // scattered into wte's and wpe's gradients
   }
   return w;
+}
+
+void CostModel::add_ring_work(UnitWork& w, int b, const Layout& l) const {
+  // The trainer's ring (tensor/ring_attention.hpp): a sequence in 2cp chunks of L = T / 2cp, a rank
+  // holding two, so its queries meet 2cp + 1 key chunks at or before their own over the ring (the
+  // diagonal ones computed whole, then masked). A tile is nh / tp batched products of L rows: the
+  // forward's scores (L x L x hs) and P v (L x hs x L), then the merge (scores read twice, written
+  // once; O rescaled); the backward's scores again and dP (L x L x hs), dv, dq, dk (L x hs x L) and
+  // one elementwise pass (S and dP read and written). Launches: 3 a tile forward, 6 backward.
+  const ModelConfig& m = w_.model;
+  const double t = l.tp, C = m.n_embd, nh = m.n_head / t, hs = C / m.n_head;
+  const double L = double(w_.seq_len) / (2 * l.cp), tiles = (2.0 * l.cp + 1) * b, heads = nh * tiles;
+  const double rows = double(b) * w_.seq_len / l.cp, bytes = l.bytes_per_value();
+  w.forward.add_attention({L, L, hs, heads});
+  w.forward.add_attention({L, hs, L, heads});
+  w.backward_input.add_attention({L, L, hs, 2 * heads});
+  w.backward_input.add_attention({L, hs, L, 3 * heads});
+  // Per rank and pass, besides the tiles: K/V copied into the ring's buffer (read + write 2C/tp a
+  // row), the forward's state set and its output normalised; the backward's gradients zeroed, the
+  // dot of dy and y, and the K/V gradients copied back.
+  w.forward.bytes += bytes * (heads * (3 * L * L + 2 * L * hs) + rows * 8.0 * C / t);
+  w.backward_input.bytes += bytes * (heads * 4 * L * L + rows * 15.0 * C / t);
+  w.forward.kernels += int(3 * tiles) + 6, w.backward_input.kernels += int(6 * tiles) + 6;
 }
 
 double CostModel::gemm_seconds(const Gemm& g, const std::string& precision) const {
@@ -121,15 +152,19 @@ double CostModel::modelled(const Work& work, const std::string& precision, bool 
     else
       for (int i = 0; i < work.n_attention; ++i) gemm += gemm_seconds(work.attention[i], precision);
   }
-  return gemm + work.bytes / bw + work.kernels * hw_.kernel_overhead;
+  return gemm + work.bytes / bw;
 }
 
 UnitTime CostModel::unit_time(int u, int b, const Layout& l) const {
   const UnitWork w = unit_work(u, b, l);
   UnitTime t;
-  t.forward = modelled(w.forward, l.precision, l.fused_attention) * scale(u, 0);
-  t.backward_input = modelled(w.backward_input, l.precision, l.fused_attention) * scale(u, 1);
-  t.backward_weight = modelled(w.backward_weight, l.precision, l.fused_attention) * scale(u, 1);
+  // The calibration scales the work; a launch costs what the hardware file says wherever it runs.
+  const double launch = hw_.kernel_overhead;
+  t.forward = modelled(w.forward, l.precision, l.fused_attention) * scale(u, 0) + w.forward.kernels * launch;
+  t.backward_input = modelled(w.backward_input, l.precision, l.fused_attention) * scale(u, 1) +
+                     w.backward_input.kernels * launch;
+  t.backward_weight = modelled(w.backward_weight, l.precision, l.fused_attention) * scale(u, 1) +
+                      w.backward_weight.kernels * launch;
   return t;
 }
 

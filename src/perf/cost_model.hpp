@@ -9,9 +9,10 @@
 // into time at the hardware's rates: bandwidth x memory_efficiency, kernel_overhead each, and each
 // GEMM by its shape (gemm_seconds: tiles in waves over the multiprocessors, a tile's fixed cost, the
 // memory roofline) where the hardware file gives multiprocessors, else peak x gemm_efficiency. With a
-// calibration trace every unit kind's time is the measured one scaled by (modelled time here) /
-// (modelled time at the traced shape): FLOPs and bytes carry it to other microbatch sizes,
-// tensor-parallel splits and precisions, the measurement fixes the machine's real rates.
+// calibration trace every unit kind's time is the measured one (less its launches) scaled by (modelled
+// time here) / (modelled time at the traced shape), plus this shape's launches: FLOPs and bytes carry
+// it to other microbatch sizes, tensor-parallel splits and precisions, the measurement fixes the
+// machine's real rates. Context parallelism's ring is priced by its tiles (add_ring_work).
 // tp divides the GEMMs, the attention and the tensor-parallel region's elementwise work; the
 // residual stream's (LayerNorms, residual adds) only with sequence parallelism.
 //
@@ -120,7 +121,8 @@ class CostModel {
   double node_slowdown(const Layout& l) const;
 
   // Seconds of `work` at this hardware's modelled rates at a precision (fused: attention as one
-  // fused kernel at the hardware's flash_attention_efficiency, where it gives one).
+  // fused kernel at the hardware's flash_attention_efficiency, where it gives one), without its
+  // launches (work.kernels x kernel_overhead, which unit_time adds outside the calibration's scale).
   double modelled(const Work& work, const std::string& precision, bool fused_attention = false) const;
   // Seconds of one GEMM (or strided batch) on this hardware at a precision: without multiprocessors in
   // the hardware file, its FLOPs at peak x gemm_efficiency; with them, the fastest of the library's
@@ -132,6 +134,9 @@ class CostModel {
 
  private:
   double scale(int u, int phase) const;  // calibration factor of a unit kind's phase (0 fwd, 1 bwd)
+  // A block's attention under context parallelism's (unfused) ring: its tiles' products, traffic
+  // and launches, added to w for a microbatch of b sequences.
+  void add_ring_work(UnitWork& w, int b, const Layout& l) const;
   // A ring collective of `steps` steps moving bytes_per_rank through each rank, inter_steps of them
   // across nodes.
   double ring(double steps, double bytes_per_rank, int n, int stride, int inter_steps) const;

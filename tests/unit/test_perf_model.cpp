@@ -12,6 +12,7 @@
 #include "perf/planner.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
+#include "tensor/ring_attention.hpp"
 
 using namespace gpt2;
 
@@ -183,6 +184,57 @@ TEST(CostModel, CalibrationReproducesTheTraceAndScalesByWork) {
   EXPECT_NE(msg.find("n_layer: 12 vs 8"), std::string::npos) << msg;
   EXPECT_NE(error_of([&] { cal.require_shape(w.model, 64, "x.toml"); }).find("seq_len: 64 vs 128"), std::string::npos);
   EXPECT_EQ(error_of([&] { cal.require_shape(w.model, w.seq_len, "x.toml"); }), "");
+}
+
+TEST(CostModel, LaunchesAreAddedOutsideTheCalibrationsScale) {
+  const Workload w = small_model();
+  Calibration cal;
+  cal.model = w.model, cal.seq_len = w.seq_len, cal.microbatch = 16, cal.tp = 1;
+  cal.forward = {0.001, 0.080, 0.020};
+  cal.backward = {0.002, 0.150, 0.001};
+  Hardware h = test_hardware();
+  h.kernel_overhead = 100e-6;
+  const CostModel cm(w, h, &cal);
+  Layout l;
+  const UnitWork uw = cm.unit_work(1, 16, l);
+  const double launches = uw.forward.kernels * h.kernel_overhead;
+  EXPECT_NEAR(cm.unit_time(1, 16, l).forward, 0.080, 1e-12);  // the trace reproduced
+  EXPECT_NEAR(cm.unit_time(1, 16, l).backward(), 0.150, 1e-12);
+  // A quarter of the work, the same launches.
+  EXPECT_NEAR(cm.unit_time(1, 4, l).forward, (0.080 - launches) / 4 + launches, 1e-12);
+}
+
+TEST(CostModel, ContextParallelRingPricesTheTilesTheTrainerComputes) {
+  const Workload w = small_model();  // T 128, 8 heads of 32
+  Hardware h = test_hardware();
+  h.kernel_overhead = 1e-6;
+  const CostModel cm(w, h);
+  for (int cp : {2, 3, 4}) {
+    // The trainer's tiles (tensor/ring_attention.hpp): each rank over every block of the ring.
+    for (int i = 0; i < cp; ++i) {
+      int tiles = 0;
+      for (int src = 0; src < cp; ++src) {
+        RingTile t[4];
+        tiles += ring_tiles(i, 2 * cp - 1 - i, src, 2 * cp - 1 - src, t);
+      }
+      EXPECT_EQ(tiles, 2 * cp + 1) << "cp " << cp << " rank " << i;
+    }
+    Layout l;
+    l.cp = cp;
+    const int b = 4;
+    const double L = 128.0 / (2 * cp), hs = 32, heads = 8.0 * (2 * cp + 1) * b;
+    const UnitWork uw = cm.unit_work(1, b, l);
+    EXPECT_DOUBLE_EQ(uw.forward.attention_flops, 2 * (2 * L * L * hs * heads)) << cp;  // scores, P v
+    EXPECT_DOUBLE_EQ(uw.backward_input.attention_flops, 5 * (2 * L * L * hs * heads)) << cp;  // scores again, 4
+    EXPECT_EQ(uw.forward.kernels, 11 + 3 * (2 * cp + 1) * b + 6) << cp;
+    EXPECT_EQ(uw.backward_input.kernels, 14 + 6 * (2 * cp + 1) * b + 6) << cp;
+    // The linear layers see the rank's T / cp rows of each sequence.
+    EXPECT_DOUBLE_EQ(uw.forward.gemm_flops, 24.0 * b * 128 / cp * 256 * 256) << cp;
+  }
+  // A fused ring keeps the whole causal half, priced at the flash efficiency (other trainers).
+  Layout fused;
+  fused.cp = 2, fused.fused_attention = true;
+  EXPECT_DOUBLE_EQ(cm.unit_work(1, 4, fused).forward.attention_flops, 2 * (2.0 * 64 * 64 * 32 * 8 * 4 * 2));
 }
 
 TEST(CostModel, ABusyNodeSlowsItsRanks) {
