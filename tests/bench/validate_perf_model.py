@@ -7,8 +7,11 @@ plots what gpt2 plan predicts at scale.
            full recomputation), selective and full recomputation on one rank -- of an
            8-layer, 256-channel model (vocab 256, T 128, batch 16; one BLAS thread per rank), and a
            one-rank calibration run with trace.units = true. Rounds are interleaved (the box is
-           shared and noisy): each round runs the calibration and every layout once; each round's
-           layouts are predicted from that round's calibration trace. Measured: the median step
+           shared and noisy): each round runs every layout once, each right after its own
+           calibration run (--calibration case, the default: the box's speed drifts over minutes,
+           and a layout predicted from a trace taken minutes earlier carries that drift as model
+           error) or after one calibration a round (--calibration round: half the time); each
+           layout is predicted from its calibration trace. Measured: the median step
            time of a run (steps after the first 2); reported: medians over the rounds. Also
            compares predicted memory per rank with the traces' (params, grads, optimizer, peak
            activations).
@@ -21,7 +24,8 @@ plots what gpt2 plan predicts at scale.
 Writes DIR/perf_model_validation.json, DIR/perf_model_validation.md (the table),
 DIR/perf_model_predicted_vs_measured.png, DIR/perf_model_scaling.json and DIR/perf_model_scaling.png.
 
-Usage: validate_perf_model.py --gpt2 build/bin/gpt2 [--workdir DIR] [--out DIR] [--rounds N] {measure,scale,all}
+Usage: validate_perf_model.py --gpt2 build/bin/gpt2 [--workdir DIR] [--out DIR] [--rounds N]
+                              [--calibration case|round] {measure,scale,all,repredict}
 """
 import argparse
 import json
@@ -113,12 +117,20 @@ def measure():
     runs = {name: {"measured_ms": [], "predicted_ms": [], "bubble_pred": [], "bubble_meas": []} for name, _, _ in cases}
     memory = {}
     cal_ms = []
+    def calibrate(path):
+        cal_ms.append(train(deck, 1, {"trace.units": "true"}, path, os.path.join(ARGS.workdir, "cal.jsonl")))
+        return path
+
     for rnd in range(ARGS.rounds):
-        cal = os.path.join(ARGS.workdir, f"calibration_{rnd}.h5")
-        cal_ms.append(train(deck, 1, {"trace.units": "true"}, cal, os.path.join(ARGS.workdir, "cal.jsonl")))
-        print(f"round {rnd + 1}/{ARGS.rounds}: calibration {cal_ms[-1]:.0f} ms/step", flush=True)
+        print(f"round {rnd + 1}/{ARGS.rounds}", flush=True)
+        if ARGS.calibration == "round":
+            cal = calibrate(os.path.join(ARGS.workdir, f"calibration_{rnd}.h5"))
+            print(f"  calibration {cal_ms[-1]:.0f} ms/step", flush=True)
         for name, ranks, sets in cases:
             tag = name.replace(" ", "_")
+            if ARGS.calibration == "case":
+                cal = calibrate(os.path.join(ARGS.workdir, f"calibration_{rnd}_{tag}.h5"))
+            runs[name].setdefault("calibrations", []).append(cal)
             trace = os.path.join(ARGS.workdir, f"{tag}_{rnd}.h5")
             ms = train(deck, ranks, sets, trace, os.path.join(ARGS.workdir, f"{tag}.jsonl"))
             pred = simulate(deck, ranks, sets, cal)
@@ -134,17 +146,20 @@ def measure():
                 memory[name] = {"predicted": pred["memory_per_stage"],
                                 "measured": [mem[rk] for rk in sorted(mem)],
                                 "stage_of_rank": [t.coords[rk][1] for rk in sorted(mem)]}
-            print(f"  {name:14s} measured {ms:8.1f} ms  predicted {pred['step_ms']:8.1f} ms", flush=True)
+            print(f"  {name:14s} measured {ms:8.1f} ms  predicted {pred['step_ms']:8.1f} ms"
+                  f"  (calibration {cal_ms[-1]:.0f} ms/step)", flush=True)
     rows = []
     for name, ranks, sets in cases:
         r = runs[name]
         meas, pred = statistics.median(r["measured_ms"]), statistics.median(r["predicted_ms"])
         rows.append({"layout": name, "ranks": ranks, "sets": sets, "measured_ms": meas, "predicted_ms": pred,
                      "error": (pred - meas) / meas, "measured_runs": r["measured_ms"], "predicted_runs": r["predicted_ms"],
+                     "calibrations": [os.path.basename(c) for c in r["calibrations"]],
                      "bubble_measured": statistics.median(r["bubble_meas"]) if r["bubble_meas"] else None,
                      "bubble_predicted": statistics.median(r["bubble_pred"]) if r["bubble_pred"] else None})
     errors = [abs(x["error"]) for x in rows]
-    summary = {"rounds": ARGS.rounds, "steps": ARGS.steps, "calibration_ms": cal_ms, "rows": rows, "memory": memory,
+    summary = {"rounds": ARGS.rounds, "steps": ARGS.steps, "calibration": ARGS.calibration, "calibration_ms": cal_ms,
+               "rows": rows, "memory": memory,
                "median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
     with open(os.path.join(ARGS.out, "perf_model_validation.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -159,8 +174,8 @@ def repredict():
     summary = json.load(open(path))
     deck = os.path.join(ARGS.workdir, "model.toml")
     for row in summary["rows"]:
-        preds = [simulate(deck, row["ranks"], row["sets"], os.path.join(ARGS.workdir, f"calibration_{rnd}.h5"))
-                 for rnd in range(summary["rounds"])]
+        cals = row.get("calibrations") or [f"calibration_{rnd}.h5" for rnd in range(summary["rounds"])]
+        preds = [simulate(deck, row["ranks"], row["sets"], os.path.join(ARGS.workdir, c)) for c in cals]
         row["predicted_runs"] = [p["step_ms"] for p in preds]
         row["predicted_ms"] = statistics.median(row["predicted_runs"])
         row["error"] = (row["predicted_ms"] - row["measured_ms"]) / row["measured_ms"]
@@ -184,7 +199,7 @@ def write_table(s):
         bub = (f"{r['bubble_measured']:.3f} / {r['bubble_predicted']:.3f}" if r["bubble_measured"] is not None else "-")
         lines.append(f"| {r['layout']} | {r['measured_ms']:.0f} | {r['predicted_ms']:.0f} | {100 * r['error']:+.1f}% | {bub} |")
     lines.append(f"\nmedian |error| {100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.1f}% "
-                 f"({s['rounds']} interleaved rounds, medians)")
+                 f"({s['rounds']} interleaved rounds, medians; a calibration a {s.get('calibration', 'round')})")
     mem = ["\n| layout | rank | params MiB (pred / trace) | grads | optimizer | activations |", "| --- | --- | --- | --- | --- | --- |"]
     for name, m in s["memory"].items():
         for rk, got in enumerate(m["measured"]):
@@ -320,6 +335,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--calibration", choices=["case", "round"], default="case",
+                    help="a calibration run before each layout's run (default) or one a round")
     ARGS = ap.parse_args()
     os.makedirs(ARGS.workdir, exist_ok=True)
     os.makedirs(ARGS.out, exist_ok=True)
