@@ -47,7 +47,7 @@ dnnl::memory::desc matrix(dt type, int rows, int cols, int ld, bool transposed, 
 
 // in: the inputs' type (bf16 or f32); the output is f32.
 Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int lda, int ldb, float beta, int ldc,
-                        const Batch& n) {
+                  const Batch& n) {
   static std::map<Key, Cached> cache;
   const Key key{in, int(opA), int(opB), M, N, K, lda, ldb, ldc, alpha, beta, n.count, n.a, n.b, n.c};
   auto it = cache.find(key);
@@ -81,7 +81,8 @@ void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A,
   Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n);
   static dnnl::stream s(engine());
   p.a.set_data_handle(const_cast<void*>(A)), p.b.set_data_handle(const_cast<void*>(B)), p.c.set_data_handle(C);
-  p.prim.execute(s, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  p.prim.execute(s,
+                 {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
   s.wait();
 }
 }  // namespace
