@@ -7,6 +7,7 @@
 // with the thread count gemm_set_host_threads gave. Not thread-safe: a rank calls it from one thread.
 #include <dnnl.hpp>
 #include <map>
+#include <memory>
 #include <omp.h>
 #include <tuple>
 #include <vector>
@@ -69,8 +70,12 @@ Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int l
   made.prim = dnnl::matmul(pd);
   made.a = dnnl::memory(a, engine(), nullptr), made.b = dnnl::memory(b, engine(), nullptr);
   made.c = dnnl::memory(c, engine(), nullptr);
-  made.scratch_bytes.resize(pd.scratchpad_desc().get_size());
-  made.scratch = dnnl::memory(pd.scratchpad_desc(), engine(), made.scratch_bytes.data());
+  // 64-byte aligned, as the library aligns its own scratchpads.
+  const size_t bytes = pd.scratchpad_desc().get_size();
+  made.scratch_bytes.resize(bytes + 64);
+  void* base = made.scratch_bytes.data();
+  size_t room = made.scratch_bytes.size();
+  made.scratch = dnnl::memory(pd.scratchpad_desc(), engine(), std::align(64, bytes, base, room));
   return made;
 }
 
