@@ -14,13 +14,11 @@ namespace gpt2 {
 
 namespace {
 
-using Message = std::tuple<int, int, int, int>;  // destination rank, gradient?, microbatch, destination stage
-
 // One message of a group, as in_order_problem follows it.
 struct QueuedMessage {
   bool send;
-  int peer;     // the other rank
-  Message msg;  // (destination rank, gradient?, microbatch, destination stage)
+  int peer;  // the other rank
+  PassMessage msg;
   bool done = false;
 };
 using QueuedGroup = std::vector<QueuedMessage>;
@@ -34,13 +32,13 @@ void messages_of(const Action& a, int r, const Placement& pl, QueuedGroup& out) 
     const bool activation = a.kind == ActionKind::send_activation || a.kind == ActionKind::send_activation_recv_grad;
     const int k = pl.stage(r, a.chunk), to_stage = std::clamp(activation ? k + 1 : k - 1, 0, S - 1);
     const int to = pl.rank_of(to_stage);
-    if (to != r) out.push_back({true, to, Message{to, activation ? 0 : 1, a.mb, to_stage}});
+    if (to != r) out.push_back({true, to, PassMessage{to, activation ? 0 : 1, a.mb, to_stage}});
   }
   if (paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad) {
     const bool grad = a.kind == ActionKind::recv_grad || a.kind == ActionKind::send_activation_recv_grad;
     const int chunk = paired ? a.recv_chunk : a.chunk, mb = paired ? a.recv_mb : a.mb;
     const int at = pl.stage(r, chunk), from = pl.rank_of(std::clamp(grad ? at + 1 : at - 1, 0, S - 1));
-    if (from != r) out.push_back({false, from, Message{r, grad ? 1 : 0, mb, at}});
+    if (from != r) out.push_back({false, from, PassMessage{r, grad ? 1 : 0, mb, at}});
   }
 }
 
@@ -57,7 +55,7 @@ std::string in_order_problem(const std::vector<std::vector<Action>>& ranks, cons
   const int p = int(ranks.size()), S = pl.stages();
   std::vector<size_t> pc(static_cast<size_t>(p), 0);
   std::vector<std::deque<QueuedGroup>> queue(static_cast<size_t>(p));
-  std::vector<std::set<Message>> arrived(static_cast<size_t>(p));  // receives completed, by receiving rank
+  std::vector<std::set<PassMessage>> arrived(static_cast<size_t>(p));  // receives completed, by receiving rank
   // Is (the group of) message m at the head of its peer's queue, not yet moved? Then both move.
   auto match = [&](int r, QueuedMessage& m) {
     if (queue[size_t(m.peer)].empty()) return false;
@@ -83,7 +81,8 @@ std::string in_order_problem(const std::vector<std::vector<Action>>& ranks, cons
         const bool needs_input = a.kind == ActionKind::forward && k > 0 && pl.rank_of(k - 1) != r;
         const bool needs_grad = (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) && k < S - 1 &&
                                 pl.rank_of(k + 1) != r;
-        if ((needs_input || needs_grad) && !arrived[size_t(r)].count(Message{r, needs_grad ? 1 : 0, a.mb, k})) break;
+        const PassMessage needed{r, needs_grad ? 1 : 0, a.mb, k};
+        if ((needs_input || needs_grad) && !arrived[size_t(r)].count(needed)) break;
         ++pc[size_t(r)];
         moved = true;
       }
@@ -136,7 +135,7 @@ std::vector<std::vector<Action>> place_messages_in_lockstep(const std::vector<st
   struct Placed {
     double at;
     int from, to;
-    Message msg;  // (destination rank, gradient?, microbatch, destination stage): the tie-break
+    PassMessage msg;  // the tie-break
     Action send, recv;
   };
   std::vector<Placed> messages;
@@ -150,8 +149,8 @@ std::vector<std::vector<Action>> place_messages_in_lockstep(const std::vector<st
       const int to = pl.rank_of(to_stage), to_chunk = pl.chunk_of(to_stage);
       const Action send{forward ? ActionKind::send_activation : ActionKind::send_grad, a.mb, -1, a.chunk};
       const Action recv{forward ? ActionKind::recv_activation : ActionKind::recv_grad, a.mb, -1, to_chunk};
-      messages.push_back({when[{r, a.kind, a.mb, a.chunk}].second, r, to, Message{to, forward ? 0 : 1, a.mb, to_stage},
-                          send, recv});
+      const PassMessage msg{to, forward ? 0 : 1, a.mb, to_stage};
+      messages.push_back({when[{r, a.kind, a.mb, a.chunk}].second, r, to, msg, send, recv});
     }
   std::sort(messages.begin(), messages.end(), [](const Placed& x, const Placed& y) {
     return std::tie(x.at, x.from, x.msg) < std::tie(y.at, y.from, y.msg);

@@ -27,8 +27,6 @@ struct Progress {
       : fwd(stages, std::vector<char>(m)), bwd(stages, std::vector<char>(m)), wgt(stages, std::vector<char>(m)),
         input(stages, std::vector<char>(m)), grad(stages, std::vector<char>(m)) {}
 };
-using Message = std::tuple<int, int, int, int>;  // destination rank, gradient?, microbatch, destination stage
-
 // One simulation: every rank's place in its list, its clock, and the messages in flight.
 class Simulator {
  public:
@@ -84,7 +82,7 @@ class Simulator {
   std::vector<double> mailbox_;
   size_t in_mailbox_ = 0;
   // Per (from, to) rank pair, in program order: every pair must receive in sending order.
-  std::unordered_map<int64_t, std::vector<Message>> sends_, receives_;
+  std::unordered_map<int64_t, std::vector<PassMessage>> sends_, receives_;
   std::vector<bool> trains_;
 };
 
@@ -123,7 +121,7 @@ void Simulator::send(int r, const Action& a, int k) {
   if (to_stage < 0 || to_stage >= S_) complain(r, "sends past the end of the pipeline");
   else if (activation && !done_.fwd[k][a.mb]) complain(r, "sends an activation before computing it");
   else if (!activation && !done_.bwd[k][a.mb]) complain(r, "sends a gradient before computing it");
-  const Message msg{pl_.rank_of(std::clamp(to_stage, 0, S_ - 1)), activation ? 0 : 1, a.mb, to_stage};
+  const PassMessage msg{pl_.rank_of(std::clamp(to_stage, 0, S_ - 1)), activation ? 0 : 1, a.mb, to_stage};
   const int to = std::get<0>(msg);
   double& arrives = slot(std::clamp(to_stage, 0, S_ - 1), activation ? 0 : 1, a.mb);
   if (std::isnan(arrives)) ++in_mailbox_;
@@ -144,7 +142,7 @@ bool Simulator::receive(int r, const Action& a, bool paired) {
     return false;
   }
   const int at = pl_.stage(r, chunk);
-  const Message msg{r, grad ? 1 : 0, mb, at};
+  const PassMessage msg{r, grad ? 1 : 0, mb, at};
   const int from = pl_.rank_of(grad ? at + 1 : at - 1);
   if (from != r && !costs_.timing_only) receives_[pair_key(from, r)].push_back(msg);
   (grad ? done_.grad : done_.input)[at][mb] = true;

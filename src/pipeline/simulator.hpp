@@ -9,11 +9,16 @@
 // as the executor does.
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipeline/schedule.hpp"
 
 namespace gpt2 {
+
+// A point-to-point message of the pass lists, as the simulator and the NCCL-order model match its
+// two ends: (destination rank, gradient?, microbatch, destination stage).
+using PassMessage = std::tuple<int, int, int, int>;
 
 struct SimulatedCompute {
   ActionKind kind;
