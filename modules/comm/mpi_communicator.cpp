@@ -341,13 +341,13 @@ namespace {
      [](const CommContext&) { return std::string("mpi"); },
      // MPI advances a non-blocking all-reduce only inside MPI calls (made between blocks): small
      // buckets finish during backward.
-     1.0});
+     1.0, {}});
 [[maybe_unused]] const bool registered_ordered = CommRegistry::add(
     {"mpi-ordered",
      "MPI with NCCL's ordering (each group's operations in issue order, sends complete when received, only "
      "grouped send/receive pairs start together): finds on a CPU the hangs a GPU run would have",
      3, [](MPI_Comm c) -> std::unique_ptr<Communicator> { return std::make_unique<MpiCommunicator>(c, true); },
-     [](const CommContext&) { return std::string("mpi-ordered"); }, 1.0});
+     [](const CommContext&) { return std::string("mpi-ordered"); }, 1.0, {}});
 }  // namespace
 
 }  // namespace gpt2
