@@ -22,7 +22,7 @@ CommBackend nccl_backend() {
   CommBackend b{"nccl", "NCCL on device buffers, collectives and sends on streams of their own (CUDA builds)", 2,
                 make_nccl, [](const CommContext&) { return std::string("nccl"); },
                 // NCCL runs on its own stream and prefers fewer, larger buckets.
-                25.0};
+                25.0, {}};
 #if defined(GPT2_HAVE_NCCL)
   b.init_together = &NcclCommunicator::init_together;
 #endif

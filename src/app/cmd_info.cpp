@@ -126,7 +126,8 @@ int print_json(const InfoArgs& a) {
       j.key("tp").value(w->parallel.tp).key("zero").value(w->parallel.zero).end();
     }
     j.key("tensors").begin_array();
-    for (const TensorInfo& t : ParamLayout(m.config()).tensors()) {
+    const ParamLayout layout(m.config());  // (named: the loop must not outlive it)
+    for (const TensorInfo& t : layout.tensors()) {
       std::vector<long long> shape(t.shape.begin(), t.shape.end());
       j.begin_object().key("name").value(t.name()).key("shape").values(shape).end();
     }
