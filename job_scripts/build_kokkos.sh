@@ -13,7 +13,9 @@
 # fetched with apt through a private configuration (nothing under /etc/apt is touched); the mirror
 # is the one this machine's apt already uses. The tarball is cached and shared by all backends, so
 # it is downloaded once. Patches (cmake/patches/): every backend applies kokkos-3.4.01-fence-hooks.patch
-# (fence events for the tools interface, so the trainer counts every whole-device wait); cuda also
+# (fence events for the tools interface, so the trainer counts every whole-device wait) and
+# kokkos-3.4.01-launch-waits.patch (launches that wait on the host: reported, and on CUDA avoided
+# below 4 KiB); cuda also
 # kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch) and kokkos-3.4.01-cuda-team-reduce.patch (a
 # barrier a team reduction lacks), threads kokkos-3.4.01-threads-tsan.patch
 # (synchronization TSan can see).
@@ -72,7 +74,8 @@ KOKKOS_OPTIONS=(
   -DKokkos_ENABLE_TESTS=OFF
   -DKokkos_ENABLE_EXAMPLES=OFF
 )
-PATCHES=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-fence-hooks.patch")
+PATCHES=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-fence-hooks.patch"
+         "$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-launch-waits.patch")
 case $BACKEND in
   openmp)
     PREFIX=${KOKKOS_OPENMP_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-openmp}

@@ -1,5 +1,6 @@
 #include "model/linear.hpp"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "core/error.hpp"
@@ -13,6 +14,17 @@ template <class T>
 Linear<T>::Linear(Precision p) : p_(p) {
   if (p_ != Precision::fp32 && !std::is_same_v<T, float>)
     fail("Linear: ", precision_name(p_), " is a precision of fp32 models only");
+}
+
+template <class T>
+void Linear<T>::reserve(size_t operand, const size_t (&held)[kHoldSlots]) {
+  if (!mixed()) return;
+  size_t largest = operand;
+  for (int s = 0; s < 2 + kHoldSlots; ++s) {
+    scratch(s, s < 2 ? operand : held[s - 2]);
+    if (s >= 2) largest = std::max(largest, held[s - 2]);
+  }
+  gemm_lowp_reserve(p_ == Precision::bf16, largest);  // (where 16-bit GEMMs convert to fp32)
 }
 
 template <class T>

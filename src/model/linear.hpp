@@ -70,6 +70,9 @@ class Linear {
     else if (p_ == Precision::bf16) f(x.template as<bf16>());
     else f(x.template as<fp16>());
   }
+  // Set-up (mixed precision): the 16-bit scratch made now at its largest -- `operand` elements for
+  // each of a GEMM's two rounded operands, `held[s]` for hold slot s -- so that no step allocates.
+  void reserve(size_t operand, const size_t (&held)[kHoldSlots]);
   // Bytes of the 16-bit copies of weights and gradients held for the GEMMs (mixed precision).
   size_t scratch_bytes() const {
     size_t n = 0;

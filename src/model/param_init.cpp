@@ -51,7 +51,7 @@ void init_params(const ParamLayout& global, const std::vector<TensorInfo>& tenso
     const size_t tensor_begin = global.tensor(t.kind, t.layer).range.begin, first = t.range.begin;
     const size_t out = b - window.begin;
     Kokkos::parallel_for(
-        "init_params", Kokkos::RangePolicy<ExecSpace>(0, e - b), KOKKOS_LAMBDA(int64_t j) {
+        "init_params", IndexRange(0, e - b), KOKKOS_LAMBDA(int64_t j) {
           const size_t gi = g.at(b - first + size_t(j));  // global flat index
           const size_t i = gi - tensor_begin;             // index within the global tensor
           const double v = stddev > 0 ? (gi < valid ? stddev * normal_at(key, i) : 0.0) : constant;

@@ -3,11 +3,13 @@
 // (embedding, head and loss) in stage_ends.cpp.
 #include "model/stage.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
 #include "model/param_init.hpp"
 #include "tensor/attention.hpp"
+#include "tensor/column_sum.hpp"
 #include "tensor/residual.hpp"
 
 namespace gpt2 {
@@ -25,7 +27,7 @@ Buffer<T> uninitialized(const char* label, size_t n) {
 void chunk_positions(Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> positions, int cp, int i) {
   const int Tl = int(positions.extent(0)), L = Tl / 2;
   Kokkos::parallel_for(
-      "stage_positions", Kokkos::RangePolicy<ExecSpace>(0, Tl),
+      "stage_positions", IndexRange(0, Tl),
       KOKKOS_LAMBDA(int j) { positions(j) = cp == 1 ? j : j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L); });
 }
 
@@ -108,6 +110,13 @@ void Stage<T>::allocate_scratch(int max_batch) {
     lse_ = uninitialized<T>("lse", N);
     if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
   }
+  // The 16-bit GEMM scratch (mixed precision): a rounded operand is at most a microbatch's rows of the
+  // widest layer (the MLP's 4C / tp columns) or a weight matrix; the held ones are the head's wte and
+  // dlogits and a block's output gradient.
+  const size_t wide = std::max(C, 4 * C / tp), V = size_t(layout_.local_vocab());
+  const size_t held[Linear<T>::kHoldSlots] = {has_head() ? V * C : 0, has_head() ? N * V : 0, N * wide};
+  lin_.reserve(std::max(N * wide, wide * C), held);
+  reserve_column_sum_scratch<T>(int(N));  // (bias and LayerNorm gradients' team workspace)
 }
 
 template <class T>
@@ -263,6 +272,7 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   if (mixed) a.mem16 = uninitialized<uint16_t>("activations16", sizes.values16);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
+  if (has_embedding()) a.groups.allocate(int(N));
   // (Recomputed blocks' dropped tensors: views of the stage's shared memory, the same for each.)
   Slicer<T> sl{a.mem.data(), a.mem16.data(), recompute_mem_.data(), recompute_mem16_.data(), mixed};
   a.input = sl.m(R, C);

@@ -58,17 +58,26 @@ struct Activations {
   Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
   Mat<T> dembed;              // split backward, first stage: gradient at the embedding's output
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
-  // The microbatch's tokens and targets (N each; either may be null) from host memory, copied on
-  // the execution space's stream, and the tokens' groups built.
-  void load(const int* host_tokens, const int* host_targets) {
-    using HostInts = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  // The microbatch's tokens and targets (N each; either may be null) from page-locked host memory,
+  // copied on the execution space's stream, and the tokens' groups built in `group_staging`
+  // (page-locked, TokenGroups::table_size(N) ints; first stage). None of the three is written again
+  // before the step's whole-device wait: the host does not wait for these copies.
+  void load(const int* host_tokens, const int* host_targets, int* group_staging) {
+    using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
     const size_t N = size_t(rows());
     if (host_tokens) {
-      Kokkos::deep_copy(ExecSpace(), tokens, HostInts(host_tokens, N));
-      group_tokens(groups, host_tokens, int(N));
+      Kokkos::deep_copy(ExecSpace(), tokens, PinnedInts(host_tokens, N));
+      if (groups.table.extent(0)) group_tokens(groups, host_tokens, int(N), group_staging);
     }
-    if (host_targets) Kokkos::deep_copy(ExecSpace(), targets, HostInts(host_targets, N));
+    if (host_targets) Kokkos::deep_copy(ExecSpace(), targets, PinnedInts(host_targets, N));
   }
+  // The same with the groups built in host memory of its own (tests and tools, outside a step).
+  void load(const int* host_tokens, const int* host_targets) {
+    group_host.resize(TokenGroups::table_size(rows()));
+    load(host_tokens, host_targets, group_host.data());
+    Kokkos::fence();  // device_sync-ok: outside a step (group_host is written again by the next load)
+  }
+  std::vector<int> group_host;
   Mat<T> output() const { return blocks.back().res3; }  // (rows,C) sent to the next stage
   size_t bytes() const { return mem.extent(0) * sizeof(T) + mem16.extent(0) * sizeof(uint16_t); }
 };
@@ -116,7 +125,7 @@ class Stage {
   // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
   int stream_rows(int B) const { return sp_ ? B * T_ / tp_->size() : B * T_; }
   Precision precision() const { return lin_.precision(); }
-  size_t gemm16_scratch_bytes() const { return lin_.scratch_bytes(); }  // (after a step: at its peak)
+  size_t gemm16_scratch_bytes() const { return lin_.scratch_bytes(); }  // (made at set-up, at its largest)
   // What recomputed blocks share (train.recompute): counted with the activations it stands in for.
   size_t recompute_bytes() const { return recompute_mem_.extent(0) * sizeof(T) + recompute_mem16_.extent(0) * 2; }
 

@@ -1,6 +1,7 @@
 #include "parallel/gradient_reducer.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "tensor/convert.hpp"
 #include "tensor/residual.hpp"
@@ -17,6 +18,22 @@ bool GradientReducer::complete_oldest() {
   dp_.order_after(p.request);
   complete(p);
   return true;
+}
+
+void GradientReducer::reserve(bool accumulate) {
+  const bool scatter = mode_ == Mode::reduce_scatter;
+  if (!scatter && !active()) return;
+  std::map<size_t, int> wire, staging;  // buffers of each size one backward takes
+  for (const Bucket& b : shards_.buckets()) {
+    if (wire_ == DType::bf16) {
+      ++wire[b.range.size()];
+      if (scatter) ++wire[b.piece.size()];
+    } else if (scatter && accumulate) {
+      ++staging[b.piece.size()];
+    }
+  }
+  for (const auto& [n, count] : wire) wire_pool_.reserve(n, count);
+  for (const auto& [n, count] : staging) staging_pool_.reserve(n, count);
 }
 
 void GradientReducer::begin_step(int step) {

@@ -27,6 +27,10 @@ class GradientReducer {
   enum class Mode { all_reduce, reduce_scatter };
   GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer, DType wire = DType::f32);
 
+  // Set-up: a staging buffer for every bucket of one backward (bf16 on the wire; reduce-scatters that
+  // `accumulate` into the shard), made now -- no step allocates, and no reduction waits for an
+  // earlier one to free its buffer.
+  void reserve(bool accumulate);
   void begin_step(int step);
   // Reduces unit u's gradient, which lies at `unit_grads` (the unit's first element). All-reduce:
   // in place. Reduce-scatter: each bucket's piece to `shard` at its shard offset, added to what is

@@ -66,6 +66,29 @@ ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy 
   norm_summed_.assign(units, 0);
   norm_deferred_.assign(units, 0);
   replicated_ = shard_ranges(true);
+  reserve_workspaces();
+}
+
+// Set-up: what a step's units take from the pools, made now (no step allocates). ZeRO-2/3: a
+// gradient workspace for the unit in backward and one whose reduction is still in flight; ZeRO-3
+// also the unit in use, the one prefetched and one being released, fp32 and (16-bit gathers) 16-bit.
+// More in flight at once reclaim the oldest reduction's (a stream dependency, no allocation).
+void ParamStore::reserve_workspaces() {
+  reducer_.reserve(policy_.grads);  // ZeRO-2/3 add each microbatch's reduction into the shard
+  size_t n_replicated = 0;
+  for (const auto& r : replicated_) n_replicated += r.second - r.first;
+  if (layout_.tp().size > 1 && n_replicated) replicated_buf_ = Buffer<float>("replicated_grads", n_replicated);
+  std::map<size_t, std::pair<int, int>> units;  // size -> (units of that size, of them 16-bit gathered)
+  for (size_t u = 0; u < layout_.units().size(); ++u) {
+    auto& c = units[unit(int(u)).range.size()];
+    ++c.first;
+    c.second += mixed_.sixteen_bit(int(u));
+  }
+  for (const auto& [n, count] : units) {
+    const int grads = policy_.grads ? std::min(count.first, 2) : 0, gathered = policy_.params ? std::min(count.first, 3) : 0;
+    pool_.reserve(n, grads + gathered);
+    if (policy_.params) pool16_.reserve(n, std::min(count.second, 3));
+  }
 }
 
 // Shard ranges of the tensors a rank counts in the norm (replicated_only: of the tp-replicated ones),
@@ -280,9 +303,7 @@ void ParamStore::grad_sum_of_squares(DeviceScalar out) {
 
 void ParamStore::sync_replicated(Communicator& tp) {
   if (tp.size() == 1 || replicated_.empty()) return;
-  size_t n = 0;
-  for (const auto& r : replicated_) n += r.second - r.first;
-  if (replicated_buf_.extent(0) != n) replicated_buf_ = Buffer<float>("replicated_grads", n);
+  const size_t n = replicated_buf_.extent(0);  // (made at set-up: the ranges' total)
   auto each = [&](bool pack) {
     size_t at = 0;
     for (const auto& r : replicated_) {

@@ -122,6 +122,7 @@ class ParamStore final : public UnitStore<float> {
   const Unit& unit(int u) const { return layout_.units()[size_t(u)]; }
   std::vector<std::pair<size_t, size_t>> shard_ranges(bool replicated_only) const;
   void sum_norm(int u);  // the unit's chunks of the norm, its gradient being final
+  void reserve_workspaces();  // set-up: the pools' buffers and the replicated gradients' buffer
 
   StageLayout layout_;
   Communicator& dp_;

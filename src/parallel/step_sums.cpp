@@ -5,7 +5,7 @@
 namespace gpt2 {
 
 StepSums::StepSums(const CommGroups& groups)
-    : groups_(groups), sums_("step_sums", 2), host_(Kokkos::create_mirror_view(sums_)) {}
+    : groups_(groups), sums_("step_sums", 2), host_("step_sums_host", 2) {}
 
 void StepSums::reduce(bool holds_loss, bool with_squares, bool grads_sharded) {
   auto queue = [&](Communicator& c, size_t first, size_t count) {

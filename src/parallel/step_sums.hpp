@@ -26,7 +26,7 @@ class StepSums {
  private:
   const CommGroups& groups_;
   Buffer<double> sums_;
-  Buffer<double>::HostMirror host_;  // made once: a step allocates nothing
+  PinnedBuffer<double> host_;  // made once (a step allocates nothing); page-locked: copied into without a host wait
 };
 
 }  // namespace gpt2

@@ -38,6 +38,9 @@ class PipelineExecutor {
     bool need_grad = true;
   };
   void run(const std::vector<Action>& actions, const StepIO& io);
+  // Set-up: every activation slot and message buffer that running the training and evaluation lists
+  // with microbatches of B sequences needs, made now, so that no step allocates (executor_reserve.cpp).
+  void reserve(const std::vector<Action>& train, const std::vector<Action>& eval, int B);
 
   int peak_slots() const { return peak_slots_; }          // most microbatch-chunks held at once
   size_t slot_bytes() const { return slot_bytes_; }        // saved activations per microbatch-chunk (largest)
@@ -63,7 +66,13 @@ class PipelineExecutor {
   Stage<float>& stage(int chunk) { return *chunks_[size_t(chunk)]; }
   Slot& acquire(int mb, int chunk, int B);
   void release(int mb, int chunk);  // back to the pool once its send completed
-  Buffer<float> buffer(size_t n);   // a free message buffer
+  Buffer<float> buffer(size_t n);   // a free message buffer (outside a group: it may reclaim one)
+  Buffer<float> taken(size_t n);    // inside a group: one of those the run took before it began
+  struct MessageBuffers {
+    int takes = 0, arrivals = 0;  // buffers a message action takes; of them, those left in the inbox
+  };
+  MessageBuffers buffers_for(const Action& a) const;
+  void peaks(const std::vector<Action>& actions, bool need_grad, std::vector<int>& slots, int& messages) const;
   void recycle();                   // completed outgoing messages give their buffers back
   void drain();                     // every pending send ordered before the kernels after it
   // The receive of (grad?, mb, chunk), its buffer ready to post (nullptr: it comes from this rank
@@ -72,7 +81,7 @@ class PipelineExecutor {
   void receive(bool grad, int mb, int chunk, size_t elems, size_t action);  // expect + post
   // A message to this rank's own next (previous) chunk goes straight to the inbox: true when it did.
   bool hand_over(bool grad, int mb, int chunk, const float* data, size_t elems);
-  // A copy of data to send from: valid until the next buffer() (which recycles outgoing_).
+  // A copy of data to send from (a buffer the run took): valid until the next outgoing().
   Outgoing& outgoing(const float* data, size_t elems);
   // A run of consecutive message actions [first, last), issued in list order as one group; each
   // receive is ordered before the compute that needs it (take), sends finish in the background.
@@ -96,6 +105,7 @@ class PipelineExecutor {
   const std::vector<Action>* io_actions_ = nullptr;  // the list run() runs (for the watchdog)
   int step_ = 0;                                     // its step (for the trace)
   std::vector<Outgoing> outgoing_;
+  std::vector<Buffer<float>> ready_;  // taken before the group began, for its messages
   size_t sealed_ = 0;  // outgoing_'s first messages, issued in earlier groups (buffer() may wait for them)
   BufferPool<float> messages_;  // messages' own buffers (sent copies, received ones)
   int peak_slots_ = 0, pool_B_ = -1;

@@ -35,7 +35,7 @@ struct GradScale {
   // Where device memory is host memory, read the norm once here instead of in every kernel thread.
   GradScale on_host_if_possible() const {
     if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible && sumsq) {
-      ExecSpace().fence();
+      device_work();  // (a host read of device data: after what the stream was ordered after)
       return GradScale((*this)());
     }
     return *this;

@@ -1,11 +1,12 @@
 #pragma once
-// Workspaces of a few sizes, reused from step to step so that a steady-state step allocates nothing
-// (an allocation on a GPU is a cudaMalloc, and Kokkos 3.4 copies each new View's header
-// synchronously). The first request for a size makes `spare` buffers of it at once; afterwards a
-// request with none free first asks `reclaim` to return one still held by an operation in flight
-// (it completes the oldest such operation: a stream dependency, not a host wait), and only grows the
-// pool when nothing is in flight -- when more buffers of the size are in use at once than the pool
-// has, which the compute order decides: the first step then makes them, every later step finds them.
+// Workspaces of a few sizes, reused from step to step so that no step allocates (an allocation on a
+// GPU is a cudaMalloc, a free a cudaFree that waits for the whole device, and Kokkos 3.4 copies each
+// new View's header synchronously). Their owners reserve() what a step needs at set-up, from the
+// sizes the run will use; a request with none free first asks `reclaim` to return one still held by
+// an operation in flight (it completes the oldest such operation: a stream dependency, not a host
+// wait), and only grows the pool when nothing is in flight -- a reservation that fell short, which
+// the device counters report as an allocation in a step. A size nobody reserved gets `spare`
+// buffers at its first request (work outside the step: evaluation of another shape, tools).
 #include <functional>
 #include <map>
 #include <string>
@@ -32,6 +33,16 @@ class BufferPool {
     Buffer<T> b = std::move(free.back());
     free.pop_back();
     return b;
+  }
+  // At least `count` buffers of n elements exist (made now, free): set-up's reservation.
+  void reserve(size_t n, int count) {
+    if (n == 0) return;
+    std::vector<Buffer<T>>& free = free_[n];
+    while (made_[n] < count) free.push_back(make(n));
+  }
+  int made(size_t n) const {
+    auto it = made_.find(n);
+    return it == made_.end() ? 0 : it->second;
   }
   void give(Buffer<T> b) {
     if (b.extent(0)) free_[b.extent(0)].push_back(std::move(b));

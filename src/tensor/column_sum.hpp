@@ -30,6 +30,18 @@ inline int64_t column_sum_work_items(int N, int C) {
   return int64_t((C + kColumnBlock - 1) / kColumnBlock) * column_sum_row_blocks(N);
 }
 
+// Set-up: Kokkos' per-team workspace made as large as a column_sum over up to N rows of T asks for.
+// (A host backend grows its per-thread workspace at the first kernel that asks for more -- an
+// allocation and a free in the step that runs it.)
+template <class T>
+void reserve_column_sum_scratch(int N) {
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using Scratch = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
+  auto policy = team_policy<ExecSpace>(1);
+  policy.set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(size_t(column_sum_row_blocks(N)) * kColumnBlock)));
+  Kokkos::parallel_for("reserve_column_sum_scratch", policy, KOKKOS_LAMBDA(const Member&) {});
+}
+
 template <class T, class F>
 void column_sum(const char* label, Vec<T> out, int N, int C, const F& f) {
   constexpr int W = kColumnBlock;

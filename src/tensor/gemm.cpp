@@ -1,5 +1,7 @@
 #include "tensor/gemm.hpp"
 
+#include "tensor/device_work.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -57,12 +59,14 @@ cublasOperation_t op(Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
 template <>
 void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
+  device_work();
   check(cublasSgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
         "Sgemm");
 }
 template <>
 void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
+  device_work();
   check(cublasDgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
         "Dgemm");
 }
@@ -70,6 +74,7 @@ template <>
 void gemm_strided_batched<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A,
                                  int lda, int64_t sA, const float* B, int ldb, int64_t sB,
                                  float beta, float* C, int ldc, int64_t sC, int batch) {
+  device_work();
   check(cublasSgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
                                   sA, &beta, C, ldc, sC, batch),
         "SgemmStridedBatched");
@@ -79,6 +84,7 @@ void gemm_strided_batched<double>(Op opA, Op opB, int M, int N, int K, double al
                                   const double* A, int lda, int64_t sA, const double* B, int ldb,
                                   int64_t sB, double beta, double* C, int ldc, int64_t sC,
                                   int batch) {
+  device_work();
   check(cublasDgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
                                   sA, &beta, C, ldc, sC, batch),
         "DgemmStridedBatched");
@@ -155,6 +161,7 @@ void blas_gemm(Op opA, Op opB, int M, int N, int K, double alpha, const double* 
 template <>
 void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
+  device_work();
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
   if (on_dnnl(opA == Op::N || openblas_below_cpu())) {
@@ -174,6 +181,7 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
 template <>
 void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
+  device_work();
   blas_threads_from_environment();
   blas_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -185,6 +193,7 @@ template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
                           int64_t sA, const T* B, int ldb, int64_t sB, T beta, T* C, int ldc,
                           int64_t sC, int batch) {
+  device_work();
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
   if constexpr (std::is_same_v<T, float>)
@@ -194,8 +203,7 @@ void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T*
   Kokkos::parallel_for(
       "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, batch), [=](int i) {
         blas_gemm(opA, opB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
-      });
-  Kokkos::DefaultHostExecutionSpace().fence();
+      });  // (done on return: Kokkos' host backends run a kernel to its end before returning)
 }
 template void gemm_strided_batched<float>(Op, Op, int, int, int, float, const float*, int, int64_t,
                                           const float*, int, int64_t, float, float*, int, int64_t,

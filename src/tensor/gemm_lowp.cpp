@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "tensor/convert.hpp"
+#include "tensor/device_work.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
@@ -38,6 +39,7 @@ template <class L>
 void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int lda, const L* B, int ldb,
                float beta, float* C, int ldc) {
   auto op = [](Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; };
+  device_work();
   const cublasStatus_t s =
       cublasGemmEx(detail::cublas_handle(), op(opB), op(opA), N, M, K, &alpha, B, cuda_type<L>(), ldb, A,
                    cuda_type<L>(), lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -49,6 +51,7 @@ GPT2_GEMM_LOWP(bf16)
 GPT2_GEMM_LOWP(fp16)
 #undef GPT2_GEMM_LOWP
 void gemm_lowp_force_convert(bool) {}
+void gemm_lowp_reserve(bool, size_t) {}
 std::string gemm_lowp_backend(bool) { return "cuBLAS"; }
 void gemm_lowp_finalize() {}
 void gemm_lowp_set_threads(int) {}
@@ -72,11 +75,10 @@ void convert_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, 
                   float beta, float* C, int ldc) {
   Buffer<float>&a32 = g_a32, &b32 = g_b32;
   const size_t na = span(opA, M, K, lda), nb = span(opB, K, N, ldb);
-  if (a32.extent(0) < na) a32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_a32"), na);
-  if (b32.extent(0) < nb) b32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_b32"), nb);
+  if (a32.extent(0) < na) a32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_f32_copy"), na);
+  if (b32.extent(0) < nb) b32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_f32_copy"), nb);
   convert<float, L>(Vec<float>(a32.data(), na), Vec<const L>(A, na));
-  convert<float, L>(Vec<float>(b32.data(), nb), Vec<const L>(B, nb));
-  ExecSpace().fence();
+  convert<float, L>(Vec<float>(b32.data(), nb), Vec<const L>(B, nb));  // (host kernels: done on return)
   gemm<float>(opA, opB, M, N, K, alpha, a32.data(), lda, b32.data(), ldb, beta, C, ldc);
 }
 }  // namespace
@@ -84,9 +86,10 @@ void convert_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, 
 template <>
 void gemm_lowp<bf16>(Op opA, Op opB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                      int ldb, float beta, float* C, int ldc) {
+  device_work();
 #if defined(GPT2_HAVE_ONEDNN)
   if (!g_force_convert) {
-    ExecSpace().fence();  // the inputs were written by Kokkos kernels
+    // (The inputs' kernels are done: Kokkos' host backends finish a kernel before its launch returns.)
     dnnl_bf16_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -100,6 +103,11 @@ void gemm_lowp<fp16>(Op opA, Op opB, int M, int N, int K, float alpha, const fp1
 }
 
 void gemm_lowp_force_convert(bool on) { g_force_convert = on; }
+void gemm_lowp_reserve(bool bf16_inputs, size_t elems) {
+  if (gemm_lowp_backend(bf16_inputs) != "convert+BLAS") return;
+  for (Buffer<float>* b : {&g_a32, &g_b32})
+    if (b->extent(0) < elems) *b = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_f32_copy"), elems);
+}
 std::string gemm_lowp_backend(bool bf16_inputs) {
 #if defined(GPT2_HAVE_ONEDNN)
   if (bf16_inputs && !g_force_convert) return "oneDNN";

@@ -21,6 +21,9 @@ void gemm_lowp_force_convert(bool on);
 // What does a bf16 / fp16 GEMM run on in this build: "oneDNN", "convert+BLAS" or "cuBLAS".
 std::string gemm_lowp_backend(bool bf16_inputs);
 
+// Set-up: the converting path's fp32 copies of A and B made for operands of up to `elems` values
+// each (where a bf16 / fp16 GEMM converts), so that no step allocates. No-op elsewhere.
+void gemm_lowp_reserve(bool bf16_inputs, size_t elems);
 // Host BLAS threads for the oneDNN GEMMs (gemm_set_host_threads passes its count on).
 void gemm_lowp_set_threads(int n);
 // Frees the converting path's buffers (gemm_finalize calls it before Kokkos finalizes).

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/device_work.hpp"
 #include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
@@ -58,8 +59,7 @@ double chunk_sums_in_order(CVec<T> g, int64_t chunks, const Chunk& chunk) {
   std::vector<double> partial(size_t(chunks), 0.0);
   chunk_sums<T, Square>(g, chunks, chunk,
                         Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(partial.data(), partial.size()));
-  ExecSpace().fence();
-  double total = 0;
+  double total = 0;  // (the kernel is done: Kokkos' host backends finish one before its launch returns)
   for (const double s : partial) total += s;
   return total;
 }
@@ -169,14 +169,14 @@ void chunk_squares(CVec<T> g, const ChunkTable& table, int64_t first, int64_t la
 inline void chunk_total(const ChunkTable& table, DeviceScalar out) {
   const auto partial = table.partial;
   const int64_t n = table.count;
-  if constexpr (kHostReduce) {
-    ExecSpace().fence();
+  if constexpr (kHostReduce) {  // (the chunk sums are done: a host backend's kernels finish before returning)
+    device_work();  // the host does the kernel's work: after what the stream was ordered after
     double total = 0;
     for (int64_t c = 0; c < n; ++c) total += partial(c);
     out() = total;
   } else {
     Kokkos::parallel_reduce(
-        "chunk_total", Kokkos::RangePolicy<ExecSpace>(0, n > 0 ? n : 1),
+        "chunk_total", IndexRange(0, n > 0 ? n : 1),
         KOKKOS_LAMBDA(int64_t c, double& acc) { acc += c < n ? partial(c) : 0.0; }, out);
   }
 }

@@ -3,18 +3,21 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/error.hpp"
+
 namespace gpt2 {
 
-void group_tokens(TokenGroups& g, const int* tokens, int N) {
+void TokenGroups::allocate(int rows) {
+  N = rows;
+  table = Buffer<int>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "token_groups"), table_size(rows));
+}
+
+void group_tokens(TokenGroups& g, const int* tokens, int N, int* host) {
   constexpr int K = TokenGroups::kChunk;
   const int max_runs = N / (K + 1) + 1;  // a run has more than K rows
-  const size_t size = size_t(N) * 4 + 1 + size_t(max_runs) * 2 + 1;
-  if (g.N != N || g.host.size() != size) {
-    g.N = N;
-    g.host.assign(size, 0);
-    g.table = Buffer<int>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "token_groups"), size);
-  }
-  int* rows = g.host.data();
+  const size_t size = TokenGroups::table_size(N);
+  if (g.N != N || g.table.extent(0) != size) fail("group_tokens: the table is made for ", g.N, " rows, not ", N);
+  int* rows = host;
   int* chunk_begin = rows + N;
   int* chunk_token = chunk_begin + N + 1;
   int* chunk_part = chunk_token + N;
@@ -41,9 +44,9 @@ void group_tokens(TokenGroups& g, const int* tokens, int N) {
   }
   chunk_begin[g.chunks] = N;
   run_part[g.runs] = g.parts;
-  using HostInts = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  Kokkos::deep_copy(ExecSpace(), g.table, HostInts(g.host.data(), size));
-  auto at = [&](const int* p, size_t n) { return Vec<int>(g.table.data() + (p - g.host.data()), n); };
+  using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
+  Kokkos::deep_copy(ExecSpace(), g.table, PinnedInts(host, size));
+  auto at = [&](const int* p, size_t n) { return Vec<int>(g.table.data() + (p - host), n); };
   g.rows = at(rows, size_t(N));
   g.chunk_begin = at(chunk_begin, size_t(g.chunks) + 1);
   g.chunk_token = at(chunk_token, size_t(g.chunks));

@@ -1,13 +1,22 @@
 #pragma once
 // View aliases for the tensor layer. Everything is row-major (LayoutRight, stated explicitly because
-// CUDA's default is LayoutLeft) and lives in the default execution space's memory.
+// CUDA's default is LayoutLeft) and lives in device memory (tensor/device_memory.hpp).
 // Kernels take unmanaged views (slices of the flat parameter / activation buffers); Buffer owns memory.
 #include <Kokkos_Core.hpp>
+
+#include "tensor/device_memory.hpp"
 
 namespace gpt2 {
 
 using ExecSpace = Kokkos::DefaultExecutionSpace;
-using MemSpace = ExecSpace::memory_space;
+using MemSpace = DeviceMemory;
+// Page-locked host memory: what the device copies to or from while the host goes on.
+template <class T>
+using PinnedBuffer = Kokkos::View<T*, Kokkos::LayoutRight, PinnedMemory>;
+
+// A range of indices as wide as a tensor can be: Kokkos 3.4's default index on CUDA is a 32-bit
+// unsigned int, which wraps above 2^32 elements.
+using IndexRange = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<int64_t>>;
 
 template <class T>
 using Buffer = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;

@@ -123,6 +123,9 @@ void write_rank_attributes(hid_t g, const TraceMeta& meta, const Tracer& tracer,
   attr_per_rank(g, "allocations_per_step", meta.allocations_per_step, comm);
   attr_per_rank(g, "host_waits_per_step", meta.host_waits_per_step, comm);
   attr_per_rank(g, "stream_waits_per_step", meta.stream_waits_per_step, comm);
+  attr_per_rank(g, "host_copies_per_step", meta.host_copies_per_step, comm);
+  attr_per_rank(g, "launches_per_step", meta.launches_per_step, comm);
+  attr_per_rank<int64_t>(g, "fences_reported", meta.fences_reported, comm);
 }
 
 // /meta: attributes only (collective metadata: every rank makes the same calls).

@@ -12,7 +12,9 @@ namespace gpt2 {
 
 RankEngine::RankEngine(const RunConfig& cfg, Environment& env, MPI_Comm comm) {
   topo = std::make_unique<Topology>(comm, cfg.grid());
-  collective_phase(comm, [&] { groups = std::make_unique<CommGroups>(*topo, cfg.parallel.comm, env.local_size()); });
+  CommContext node;
+  node.local_size = env.local_size(), node.local_rank = env.local_rank();
+  collective_phase(comm, [&] { groups = std::make_unique<CommGroups>(*topo, cfg.parallel.comm, node); });
 }
 
 void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tracer, const int64_t& step) {
@@ -56,6 +58,7 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
   train_actions = std::move(lists.train[size_t(topo->stage())]);
   eval_actions = std::move(lists.eval[size_t(topo->stage())]);
   exec = std::make_unique<PipelineExecutor>(chunks, placement, *groups->pipe, tracer, schedule.split_backward);
+  exec->reserve(train_actions, eval_actions, mb_size);
 }
 
 StageOptions<float> RankEngine::stage_options(const RunConfig& cfg, Tracer& tracer, const int64_t& step) {

@@ -146,7 +146,7 @@ void Reporter::summary() {
   std::fflush(stdout);
 }
 
-void Reporter::write_trace(const SteadyStepCounts& counts) {
+void Reporter::write_trace(const StepCounts& counts) {
   if (cfg_.trace.file.empty()) return;
   std::vector<StepRecord> records;
   for (const StepMetrics& m : history_)
@@ -154,7 +154,7 @@ void Reporter::write_trace(const SteadyStepCounts& counts) {
   write_hdf5_trace(cfg_.trace.file, *engine_.groups->world, trace_meta(counts), tracer_, records);
 }
 
-TraceMeta Reporter::trace_meta(const SteadyStepCounts& counts) const {
+TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
   const Topology& topo = *engine_.topo;
   TraceMeta meta;
   meta.config_toml = cfg_.toml();
@@ -193,12 +193,15 @@ TraceMeta Reporter::trace_meta(const SteadyStepCounts& counts) const {
   meta.param_gather_bytes = double(store.gather_bytes());
   meta.activation_bytes = double(engine_.activation_bytes());
   meta.peak_microbatches = double(engine_.exec->peak_slots());
+  meta.fences_reported = device_fences_reported() ? 1 : 0;
   if (device_counters_installed()) {
     const DeviceCounters& c = counts.maxima();
     meta.device_waits_per_step = double(c.device_waits);
     meta.allocations_per_step = double(c.allocations + c.frees);
     meta.host_waits_per_step = double(c.host_waits);
     meta.stream_waits_per_step = double(c.stream_waits);
+    meta.host_copies_per_step = double(c.host_copies);
+    meta.launches_per_step = double(c.launches);
   }
   meta.event_timing = cfg_.trace.sync ? "fenced per event" : cfg_.trace.units ? "fenced per unit" : "host issue times";
   meta.steps = cfg_.train.steps;

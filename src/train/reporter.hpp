@@ -31,13 +31,13 @@ class Reporter {
   void bleu(const BleuReport& r);  // rank 0 logs and prints it
   void maybe_sample();             // collective: every train.sample_every steps, a sample from rank 0
   void summary();                  // collective: every rank's throughput and memory, printed by rank 0
-  void write_trace(const SteadyStepCounts& counts);  // collective; trace.file
+  void write_trace(const StepCounts& counts);  // collective; trace.file
   const std::vector<StepMetrics>& history() const { return history_; }
 
  private:
   bool root() const { return engine_.groups->world->rank() == 0; }
   void print_step(const StepMetrics& m, const std::string& bad, bool last);
-  TraceMeta trace_meta(const SteadyStepCounts& counts) const;
+  TraceMeta trace_meta(const StepCounts& counts) const;
 
   const RunConfig& cfg_;
   const TrainOptions& opts_;

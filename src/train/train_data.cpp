@@ -13,23 +13,26 @@ TrainData::TrainData(const RunConfig& cfg)
     val_set_ = std::make_unique<TokenDataset>(d.val, "data.val", d.seq_len, V);
     val_loader_ = std::make_unique<DataLoader>(*val_set_, cfg.train.batch_size, false, 0, "data.val");
   }
-  host_inputs_.resize(size_t(mb_size_) * d.seq_len);
-  host_targets_.resize(host_inputs_.size());
+  const size_t N = size_t(mb_size_) * d.seq_len;
+  region_ = 2 * N + TokenGroups::table_size(int(N));
+  staging_ = PinnedBuffer<int>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "microbatch_staging"),
+                               region_ * size_t(cfg.parallel.microbatches));
 }
 
 // The microbatch's sequences of this dp rank; with context parallelism, this rank's tokens of each
 // (its chunks i and 2cp-1-i: the Stage's local rows).
 void TrainData::load_microbatch(DataLoader& loader, int64_t batch, int mb, const Topology& topo, Activations<float>& a) {
   const int64_t row0 = int64_t(topo.dp_rank()) * (cfg_.train.batch_size / cfg_.parallel.dp) + int64_t(mb) * mb_size_;
-  loader.load(batch, row0, mb_size_, host_inputs_.data(), host_targets_.data());
+  const size_t N = size_t(mb_size_) * cfg_.data.seq_len;
+  int* const in = staging_.data() + region_ * size_t(mb % cfg_.parallel.microbatches);
+  int* const tg = in + N;
+  loader.load(batch, row0, mb_size_, in, tg);
   const int cp = topo.cp();
   if (cp > 1) {
     const int T = cfg_.data.seq_len, Tl = T / cp, L = Tl / 2, i = topo.cp_rank();
     // In place: local row (b, j) comes from a position at or after it, b * T + t >= b * Tl + j, and
     // rows are taken in increasing order (chunk i, then chunk 2cp-1-i >= i), so no source is
     // overwritten before it is read.
-    int* in = host_inputs_.data();
-    int* tg = host_targets_.data();
     for (int b = 0; b < mb_size_; ++b)
       for (int j = 0; j < Tl; ++j) {
         const int t = j < L ? i * L + j : (2 * cp - 1 - i) * L + (j - L);
@@ -37,7 +40,7 @@ void TrainData::load_microbatch(DataLoader& loader, int64_t batch, int mb, const
         tg[size_t(b) * Tl + j] = tg[size_t(b) * T + t];
       }
   }
-  a.load(host_inputs_.data(), host_targets_.data());
+  a.load(in, tg, tg + N);
 }
 
 }  // namespace gpt2

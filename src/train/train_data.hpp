@@ -26,7 +26,11 @@ class TrainData {
   int mb_size_;  // sequences per microbatch on a rank
   std::unique_ptr<TokenDataset> train_set_, val_set_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  std::vector<int> host_inputs_, host_targets_;
+  // The microbatches' host data in page-locked memory, a region each (inputs, targets, the tokens'
+  // groups): a region is not written again before the step's whole-device wait, so the host never
+  // waits for the copies from it.
+  PinnedBuffer<int> staging_;
+  size_t region_ = 0;
 };
 
 }  // namespace gpt2

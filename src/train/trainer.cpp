@@ -114,7 +114,7 @@ StepMetrics Trainer::train_step() {
   m.loss_scale = scale;
   update(m, counted);
   ++state_.step;
-  counts_.end_step();  // (a process's first step sizes the workspaces: not counted)
+  counts_.end_step();
   const double dt = tracer_.now() - t0;
   m.step_ms = dt * 1e3;
   m.tokens_per_s = double(cfg_.train.batch_size) * cfg_.data.seq_len / dt;
@@ -215,7 +215,26 @@ RunEnd Trainer::run() {
   checkpointer_->complete();  // (checkpoint.async: the run ends when its last checkpoint is in place)
   if (how != RunEnd::completed || cfg_.checkpoint.dir.empty() || state_.step == first) write_trace();
   reporter_->summary();
+  warn_device_events();
   return how;
+}
+
+// A step that allocated or waited on the host beyond its one whole-device wait runs slower on a GPU
+// than it should: say so, with what the first such step did (the trace's /meta has the counts).
+void Trainer::warn_device_events() const {
+  const std::vector<std::string>& events = counts_.events();
+  if (events.empty()) return;
+  const int rank = engine_->groups->world->rank();
+  const DeviceCounters& c = counts_.maxima();
+  std::string what;
+  for (const std::string& e : events) what += "\n  " + e;
+  std::fprintf(stderr,
+               "gpt2: rank %d: a training step allocated or waited on the host beyond its one whole-device wait (on "
+               "a GPU each is a stall; the most in one step: %llu whole-device waits, %llu other host waits, %llu "
+               "allocations, %llu frees); step %lld was the first, and did:%s\n",
+               rank, (unsigned long long)c.device_waits, (unsigned long long)c.other_host_waits(),
+               (unsigned long long)c.allocations, (unsigned long long)c.frees, (long long)counts_.first_step(),
+               what.c_str());
 }
 
 }  // namespace gpt2

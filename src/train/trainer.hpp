@@ -68,15 +68,17 @@ class Trainer {
   // This rank's memory at rest, and its saved activations at their peak (slots x slot size).
   MemoryUse memory() const { return engine_->store->memory(); }
   size_t activation_bytes() const { return engine_->activation_bytes(); }
-  // The most of each count one steady-state training step (from the second on) made on this rank:
-  // whole-device waits, host waits for communication, allocations, frees (runtime/device_counters).
-  const DeviceCounters& steady_step_counts() const { return counts_.maxima(); }
-  const std::vector<std::string>& steady_step_allocations() const { return counts_.allocations(); }
+  // The most of each count any training step (the first included) made on this rank: whole-device
+  // waits, the host's other waits, allocations, frees, launches (runtime/device_counters).
+  const DeviceCounters& step_counts() const { return counts_.maxima(); }
+  // What the first step that allocated or waited beyond its one whole-device wait did (empty: none).
+  const std::vector<std::string>& step_events() const { return counts_.events(); }
 
  private:
   // The update from the step's sums: skipped (non-finite, an fp16 overflow) or clipped and applied.
   void update(StepMetrics& m, int64_t counted_tokens);
   int stop_signal();                             // collective: a stop signal on any rank, or 0
+  void warn_device_events() const;               // what a step should not have done, if any did
   void save_on_stop(int signal, int64_t first);  // checkpoint and end_message_ of a stopped run
   void after_step(StepMetrics& m, bool last);    // evaluation, reports, samples, BLEU, checkpoints
 
@@ -85,7 +87,7 @@ class Trainer {
   Tracer tracer_;
   TrainState state_;
   LrSchedule lr_;
-  SteadyStepCounts counts_;
+  StepCounts counts_;
   std::unique_ptr<TrainData> data_;
   std::unique_ptr<RankEngine> engine_;
   std::unique_ptr<LossSums> sums_;

@@ -478,7 +478,9 @@ void BM_Embedding(benchmark::State& s) {
   for (int& t : host) t = int(r.below(kV));
   Kokkos::deep_copy(tok, Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(host.data(), kN));
   TokenGroups groups;
-  group_tokens(groups, host.data(), kN);
+  groups.allocate(kN);
+  std::vector<int> staging(TokenGroups::table_size(kN));
+  group_tokens(groups, host.data(), kN, staging.data());
   Buffer<float> parts("parts", size_t(TokenGroups::max_parts(kN)) * kC);
   for (auto _ : s) {
     embedding_forward<float>(Mat<float>(out.data(), kN, kC), tok, Mat<float>(wte.data(), kVp, kC),

@@ -166,7 +166,9 @@ void check_embedding(Outputs& out) {
   auto dy = dev(uniform(size_t(kN) * kC, 4, 1.0f));
   auto dwte = dev(uniform(size_t(kVp) * kC, 5, 0.1f)), dwpe = dev(uniform(size_t(kMaxT) * kC, 6, 0.1f));
   TokenGroups groups;
-  group_tokens(groups, host_tokens.data(), kN);
+  groups.allocate(kN);
+  std::vector<int> staging(TokenGroups::table_size(kN));
+  group_tokens(groups, host_tokens.data(), kN, staging.data());
   auto parts = zeros(size_t(TokenGroups::max_parts(kN)) * kC);
   embedding_backward<float>(M(dwte, kVp, kC), M(dwpe, kMaxT, kC), M(dy, kN, kC), groups, M(parts, groups.parts, kC), kT);
   out.add("embedding.bwd.dwte", dwte, false);
