@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "runtime/device_sync.hpp"
+#include "tensor/device_work.hpp"
 #include "tensor/half.hpp"
 #include "tensor/views.hpp"
 
@@ -73,6 +74,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, bool issue_order) : issue_order_
   if (issue_order_) {
     set_background_progress(&MpiCommunicator::advance);
     set_device_drain(&MpiCommunicator::drain);
+    set_device_work_hook(&MpiCommunicator::catch_up);
   }
 }
 
@@ -83,6 +85,7 @@ MpiCommunicator::~MpiCommunicator() {
     queue().erase(std::remove_if(queue().begin(), queue().end(), [](const Group& g) { return g.empty(); }),
                   queue().end());
     issuing().erase(std::remove_if(issuing().begin(), issuing().end(), mine), issuing().end());
+    stream_waits().erase(std::remove_if(stream_waits().begin(), stream_waits().end(), mine), stream_waits().end());
   }
   for (Op& op : ops_)
     for (MPI_Request* r : {&op.req, &op.send_req})
@@ -265,13 +268,31 @@ bool MpiCommunicator::poll(Op& op) {
   return true;
 }
 
-bool MpiCommunicator::test(Request& r) {
-  if (!r.pending()) return true;
-  if (issue_order_) advance();  // completes in order only
-  if (issue_order_ ? !ops_[r.id].retired : !poll(ops_[r.id])) return false;
+void MpiCommunicator::release(Request& r) {
   free_.push_back(r.id);
   r.id = -1;
+}
+
+bool MpiCommunicator::test(Request& r) {
+  if (!r.pending()) return true;
+  if (issue_order_) {  // completes in order only, and is seen DEVICE_LAG device operations later
+    advance();
+    const Op& op = ops_[size_t(r.id)];
+    if (!op.retired || device_clock() - op.retired_at < device_lag()) return false;
+  } else if (!poll(ops_[size_t(r.id)])) {
+    return false;
+  }
+  release(r);
   return true;
+}
+
+void MpiCommunicator::order_after(Request& r) {
+  if (!r.pending()) return;
+  if (!issue_order_) return complete(r);
+  refuse_in_group("order_after");
+  if (ops_[size_t(r.id)].retired) return release(r);  // its data is in place
+  stream_waits().push_back({this, r.id});              // the stream waits before its next work
+  r.id = -1;
 }
 
 std::string MpiCommunicator::describe(const Op& op) const {
@@ -300,15 +321,10 @@ void MpiCommunicator::hang(double waited, const Op& op) const {
 
 void MpiCommunicator::complete(Request& r) {
   if (!r.pending()) return;
-  if (issue_order_) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int spins = 0; !test(r); ++spins) {
-      if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
-      if ((spins & 1023) != 0) continue;
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited > timeout_seconds()) hang(waited, ops_[size_t(r.id)]);
-    }
-    return;
+  if (issue_order_) {  // the host waits: it sees the operation done as soon as it is
+    refuse_in_group("a host wait");
+    await_retired(r.id);
+    return release(r);
   }
   Op& op = ops_[r.id];
   if (!op.done) {
@@ -321,7 +337,10 @@ void MpiCommunicator::complete(Request& r) {
 }
 
 void MpiCommunicator::progress() {
-  if (issue_order_) return advance();
+  if (issue_order_) {  // the host gives the device time
+    ++device_clock();
+    return advance();
+  }
   for (Op& op : ops_)
     if ((op.req != MPI_REQUEST_NULL || op.send_req != MPI_REQUEST_NULL) && !op.done) poll(op);
 }

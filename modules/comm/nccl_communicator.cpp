@@ -236,6 +236,9 @@ void NcclCommunicator::release(Request& r) {
 
 bool NcclCommunicator::test(Request& r) {
   if (!r.pending()) return true;
+  // An operation of the open group has no event recorded yet (querying one reports "done").
+  for (const Grouped& g : grouped())
+    if (g.comm == this && g.id == r.id) return false;
   const cudaError_t e = cudaEventQuery(ops_[r.id].done);
   if (e == cudaErrorNotReady) return false;
   check(e, "cudaEventQuery");
@@ -255,6 +258,7 @@ void NcclCommunicator::order_after(Request& r) {
 
 void NcclCommunicator::complete(Request& r) {
   if (!r.pending()) return;
+  if (group_depth() > 0) fail("NCCL communicator: a host wait inside a group (its operations start at group_end)");
   const auto t0 = std::chrono::steady_clock::now();
   for (int spins = 0; !test(r); ++spins) {
     if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(10));

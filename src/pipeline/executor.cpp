@@ -63,7 +63,8 @@ void PipelineExecutor::release(int mb, int chunk) {
 Buffer<float> PipelineExecutor::buffer(size_t n) {
   recycle();
   // None free: the oldest message still on its way, once sent (a stream dependency) -- one of an
-  // earlier group: this group's are not issued until it ends.
+  // earlier group (this group's are not issued until it ends; and no group is open: nothing may be
+  // waited for inside one, NCCL's rule).
   return messages_.take(n, [this] {
     if (sealed_ == 0) return false;
     --sealed_;
@@ -102,10 +103,18 @@ void PipelineExecutor::drain() {
   sealed_ = 0;
 }
 
+Buffer<float> PipelineExecutor::taken(size_t n) {
+  if (ready_.empty() || ready_.back().extent(0) != n)
+    fail("pipeline: a run of messages needs more buffers than were taken before its group began");
+  Buffer<float> b = std::move(ready_.back());
+  ready_.pop_back();
+  return b;
+}
+
 PipelineExecutor::Incoming* PipelineExecutor::expect(bool grad, int mb, int chunk, size_t elems, size_t action) {
   const PipelineP2P::Peer from = grad ? p2p_.next(chunk) : p2p_.prev(chunk);
   if (from.rank == rank_) return nullptr;  // handed over locally: already in the inbox
-  Incoming& in = incoming_[{grad, mb, chunk}] = Incoming{{}, buffer(elems), action};
+  Incoming& in = incoming_[{grad, mb, chunk}] = Incoming{{}, taken(elems), action};
   return &in;
 }
 
@@ -117,14 +126,14 @@ void PipelineExecutor::receive(bool grad, int mb, int chunk, size_t elems, size_
 bool PipelineExecutor::hand_over(bool grad, int mb, int chunk, const float* data, size_t elems) {
   const PipelineP2P::Peer to = grad ? p2p_.prev(chunk) : p2p_.next(chunk);
   if (to.rank != rank_) return false;
-  Buffer<float> b = buffer(elems);
+  Buffer<float> b = taken(elems);
   Kokkos::deep_copy(ExecSpace(), b, Vec<float>(const_cast<float*>(data), elems));
   inbox_[{grad, mb, to.chunk}] = std::move(b);
   return true;
 }
 
 PipelineExecutor::Outgoing& PipelineExecutor::outgoing(const float* data, size_t elems) {
-  Outgoing o{buffer(elems), {}};
+  Outgoing o{taken(elems), {}};
   Kokkos::deep_copy(ExecSpace(), o.buf, Vec<float>(const_cast<float*>(data), elems));
   outgoing_.push_back(std::move(o));
   return outgoing_.back();
@@ -154,6 +163,11 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
                                    size_t elems) {
   const int B = io.microbatch_size;
   sealed_ = outgoing_.size();
+  // Every buffer the run needs, before its group: taking one may reclaim an earlier message's, which
+  // orders the stream after that send -- a wait, not allowed inside a group.
+  int need = 0;
+  for (size_t i = first; i < last; ++i) need += buffers_for(actions[i]).takes;
+  for (int k = 0; k < need; ++k) ready_.push_back(buffer(elems));
   p2p_.begin_group();  // the run's messages start together (NCCL: one group)
   for (size_t i = first; i < last; ++i) {
     const Action& a = actions[i];
@@ -193,7 +207,7 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
       }
       case ActionKind::send_grad_recv_activation: {
         Incoming* in = expect(false, a.recv_mb, a.recv_chunk, elems, i);
-        Outgoing& o = outgoing(stage(a.chunk).dres(B).data(), elems);  // (last: buffer() recycles outgoing_)
+        Outgoing& o = outgoing(stage(a.chunk).dres(B).data(), elems);
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
         auto pair = p2p_.exchange_with_previous(o.buf.data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
                                                     a.recv_chunk, elems);
@@ -205,6 +219,7 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
   }
   p2p_.end_group();
   sealed_ = outgoing_.size();
+  if (!ready_.empty()) fail("pipeline: ", ready_.size(), " message buffers taken for a run were not used");
 }
 
 // For the watchdog: the pass this rank is in and, for a message, the peer and what it waits for (the

@@ -104,6 +104,26 @@ TEST(Parallel, InterleavedAndZeroBubbleSchedulesMatchOneRank) {
   }
 }
 
+// Every registered schedule at four stages and sixteen microbatches (a microbatch of one sequence),
+// the depth at which a later stage's sends outnumber its message buffers: the executor must reclaim
+// a buffer outside the group it issues (NCCL's rule, which mpi-ordered enforces -- its host runs
+// ahead of a device whose sends look unfinished). Against one rank over 3 steps.
+TEST(Parallel, EveryScheduleAtFourStagesAndSixteenMicrobatches) {
+  if (world_size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  for (const ScheduleEntry& e : ScheduleRegistry::entries()) {
+    RunConfig c = tiny_config(data_dir());
+    c.model.n_layer = 8;
+    c.train.batch_size = 16;
+    c.parallel.schedule = e.name;
+    c.parallel.pp = 4, c.parallel.microbatches = 16;
+    c.parallel.virtual_stages = e.chunks == 0 ? 2 : 1;
+    MPI_Comm g;
+    const Result r = train_on_groups(c, 4, &g);
+    expect_matches_reference(r, g, e.name + " pp=4 m=16", &c);
+    MPI_Comm_free(&g);
+  }
+}
+
 // A schedule read from a file (parallel.schedule_file), one no built-in makes: GPipe's order over
 // two chunks a rank in a loop, the backward split, the W passes of one chunk run between the B
 // passes of the other. Against one rank over 6 steps on an 8-layer model.
