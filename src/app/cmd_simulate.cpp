@@ -56,7 +56,9 @@ int measure_comm() {
     return 2;
   }
   Topology topo(MPI_COMM_WORLD, GridShape{env.size(), 1, 1, 1});
-  CommGroups groups(topo, "auto", env.local_size());
+  CommContext node;
+  node.local_size = env.local_size(), node.local_rank = env.local_rank();
+  CommGroups groups(topo, "auto", node);
   Communicator& c = *groups.dp;
   const int n = c.size(), me = c.rank(), reps = 25;
   const size_t max_elems = size_t(16) << 20 >> 2;

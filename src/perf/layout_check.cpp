@@ -20,6 +20,28 @@ LayoutProblem problem(const char* key, const A&... a) {
 }
 
 // "interleaved, interleaved-zb": the schedules that take parallel.virtual_stages.
+// A kernel indexes within one tensor with products of its extents held in 32-bit ints: a layout
+// whose microbatch makes a larger tensor is refused (more microbatches, tp or cp make them smaller).
+constexpr int64_t kMaxTensorElements = (int64_t(1) << 31) - 1;
+
+LayoutProblem tensor_size_problem(const ModelConfig& m, const Layout& l, int64_t sequences, int seq_len) {
+  const int64_t rows = sequences * (seq_len / l.cp), heads = m.n_head / l.tp;
+  const struct {
+    const char* what;
+    int64_t elements;
+  } largest[] = {
+      {"logits (rows x padded vocabulary / tp)", rows * (m.padded_vocab() / l.tp)},
+      {"attention probabilities (sequences x heads / tp x seq_len^2)",
+       l.cp == 1 ? sequences * heads * int64_t(seq_len) * seq_len : 0},
+      {"MLP activations (rows x 4 n_embd / tp)", rows * 4 * m.n_embd / l.tp},
+  };
+  for (const auto& t : largest)
+    if (t.elements > kMaxTensorElements)
+      return problem("parallel.microbatches", "a microbatch of ", sequences, " sequences makes ", t.what, " of ",
+                     t.elements, " elements, more than the 2^31 - 1 a kernel indexes: use more microbatches (or tp, cp)");
+  return {};
+}
+
 std::string chunked_schedules() {
   std::string out;
   for (const ScheduleEntry& e : ScheduleRegistry::entries())
@@ -108,6 +130,7 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
       return problem("parallel.sequence_parallel", "needs a microbatch's tokens (", tokens, ") divisible by parallel.tp (",
                      l.tp, ")");
   }
+  if (LayoutProblem p = tensor_size_problem(m, l, w.batch / per_rank, w.seq_len)) return p;
   const int replicas = l.dp * l.cp;  // the ranks that hold the same parameters
   if (l.zero > 0 && replicas > 1 && !l.pad_shards) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over them
     const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);

@@ -4,8 +4,8 @@
 
 namespace gpt2 {
 
-CommGroups::CommGroups(const Topology& topo, const std::string& choice, int local_size) {
-  const CommBackend& b = resolve_comm_backend(choice, CommContext{local_size});
+CommGroups::CommGroups(const Topology& topo, const std::string& choice, const CommContext& node) {
+  const CommBackend& b = resolve_comm_backend(choice, node);
   backend = b.name;
   bucket_mb = b.bucket_mb;
   auto group = [&](MPI_Comm c, const CommBackend& with) -> std::unique_ptr<Communicator> {

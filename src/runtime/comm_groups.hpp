@@ -12,8 +12,8 @@
 namespace gpt2 {
 
 struct CommGroups {
-  // choice: parallel.comm (auto | mpi | nccl); local_size: ranks on this node.
-  CommGroups(const Topology& topo, const std::string& choice, int local_size);
+  // choice: parallel.comm (auto | mpi | nccl | mpi-ordered); node: this rank's node (ranks on it).
+  CommGroups(const Topology& topo, const std::string& choice, const CommContext& node);
 
   std::string backend;   // the data-plane backend the choice resolved to
   double bucket_mb = 1;  // its default gradient bucket size (MiB)

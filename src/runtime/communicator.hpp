@@ -175,6 +175,8 @@ int world_rank_of(MPI_Comm comm, int rank);
 // ---- the backend registry (modules/comm) ----
 struct CommContext {
   int local_size = 1;  // ranks on this node
+  int local_rank = 0;  // this rank among them (the one of rank 0 speaks for the node)
+  int gpus = -1;       // GPUs its ranks see (-1: ask the device runtime)
 };
 struct CommBackend {
   std::string name, help;

@@ -14,14 +14,14 @@ template <class F>
 void for_each_index(const char* name, int64_t n, const F& f) {
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
     constexpr int64_t kRun = 8192;  // 32 KiB of floats: long vector loops, enough runs to share out
-    Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, (n + kRun - 1) / kRun), [=](int64_t r) {
+    Kokkos::parallel_for(name, IndexRange(0, (n + kRun - 1) / kRun), [=](int64_t r) {
       const int64_t b = r * kRun, e = b + kRun < n ? b + kRun : n;
       const F local = f;  // a copy no store can reach: its scalars stay in registers through the loop
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) local(i);
     });
   } else {
-    Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, n), f);
+    Kokkos::parallel_for(name, IndexRange(0, n), f);
   }
 }
 

@@ -47,7 +47,7 @@ void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroup
   const int blocks = (C + W - 1) / W;
   const Vec<int> order = groups.rows, begin = groups.chunk_begin, token = groups.chunk_token, part = groups.chunk_part;
   Kokkos::parallel_for(
-      "embedding_backward_wte", Kokkos::RangePolicy<ExecSpace>(0, int64_t(groups.chunks) * blocks),
+      "embedding_backward_wte", IndexRange(0, int64_t(groups.chunks) * blocks),
       KOKKOS_LAMBDA(int64_t i) {
         const int ch = int(i / blocks), c0 = int(i % blocks) * W, w = c0 + W < C ? W : C - c0;
         const int tok = token(ch) - vocab_begin, p = part(ch);
@@ -63,7 +63,7 @@ void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroup
   if (groups.runs > 0) {
     const Vec<int> run_token = groups.run_token, run_part = groups.run_part;
     Kokkos::parallel_for(
-        "embedding_backward_wte_runs", Kokkos::RangePolicy<ExecSpace>(0, int64_t(groups.runs) * C),
+        "embedding_backward_wte_runs", IndexRange(0, int64_t(groups.runs) * C),
         KOKKOS_LAMBDA(int64_t i) {
           const int run = int(i / C), c = int(i % C), tok = run_token(run) - vocab_begin;
           if (tok < 0 || tok >= rows) return;
@@ -75,7 +75,7 @@ void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroup
   // wpe: for each position t, a column sum over the rows holding it (in row order).
   if (dwpe.extent(0) == 0) return;
   Kokkos::parallel_for(
-      "embedding_backward_wpe", Kokkos::RangePolicy<ExecSpace>(0, Tn * ((C + W - 1) / W)), KOKKOS_LAMBDA(int i) {
+      "embedding_backward_wpe", IndexRange(0, Tn * ((C + W - 1) / W)), KOKKOS_LAMBDA(int i) {
         const int blocks = (C + W - 1) / W, t = i / blocks, c0 = (i % blocks) * W, c1 = c0 + W < C ? c0 + W : C;
         const int pos = positions.extent(0) ? positions(t) : t;
         for (int n = t; n < N; n += Tn)

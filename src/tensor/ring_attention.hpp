@@ -105,7 +105,7 @@ void ring_attention_end(Mat<T> y, Vec<T> lse, CMat<T> O, CVec<T> m, CVec<T> l, i
   const int C = y.extent(1), hs = C / nh, Tl = 2 * L;
   const int64_t rows = y.extent(0);
   Kokkos::parallel_for(
-      "ring_attention_end", Kokkos::RangePolicy<ExecSpace>(0, rows * nh), KOKKOS_LAMBDA(int64_t i) {
+      "ring_attention_end", IndexRange(0, rows * nh), KOKKOS_LAMBDA(int64_t i) {
         const detail::RowHead r = detail::row_head(i, nh, Tl);
         const T inv = T(1) / l(r.state);
         for (int d = 0; d < hs; ++d) y(r.row, r.h * hs + d) = O(r.row, r.h * hs + d) * inv;
@@ -119,7 +119,7 @@ void ring_attention_backward_begin(Vec<T> D, CMat<T> dy, CMat<T> y, int L, int n
   const int C = y.extent(1), hs = C / nh, Tl = 2 * L;
   const int64_t rows = y.extent(0);
   Kokkos::parallel_for(
-      "ring_attention_dot", Kokkos::RangePolicy<ExecSpace>(0, rows * nh), KOKKOS_LAMBDA(int64_t i) {
+      "ring_attention_dot", IndexRange(0, rows * nh), KOKKOS_LAMBDA(int64_t i) {
         const detail::RowHead r = detail::row_head(i, nh, Tl);
         T s = 0;
         for (int d = 0; d < hs; ++d) s += dy(r.row, r.h * hs + d) * y(r.row, r.h * hs + d);
