@@ -57,7 +57,7 @@ inline int rank_of(MPI_Comm c) {
   return r;
 }
 
-inline void expect_device_discipline(const Trainer& t) {
+inline void expect_device_discipline(Trainer& t) {
   ASSERT_TRUE(device_counters_installed());
   // A Kokkos that reports no fences (Debian's, without cmake/patches) would let every check of
   // waits below pass whatever the code does: refuse instead.
@@ -75,6 +75,8 @@ inline void expect_device_discipline(const Trainer& t) {
                                << "its events:" << events;
   EXPECT_EQ(c.allocations, 0u) << "rank " << rank << ": allocations in a step (the first included); its events:" << events;
   EXPECT_EQ(c.frees, 0u) << "rank " << rank << ": frees in a step (the first included); its events:" << events;
+  EXPECT_EQ(t.store().reducer().waits_for_buffers(), 0)
+      << "rank " << rank << ": a gradient reduction waited for an earlier one to free its buffer";
 }
 
 inline Result train(RunConfig cfg, MPI_Comm comm, int steps = -1) {

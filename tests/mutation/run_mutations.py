@@ -26,6 +26,9 @@ class Mutation:
         self.name, self.what, self.path, self.old, self.new, self.tests = name, what, path, old, new, tests
 
 
+FWD = ("  const GemmWeights w16 = gemm_weights(u, pu, p);\n"
+       "  // A row-parallel projection")  # a block forward's first lines, where the forward mutations go
+
 MUTATIONS = [
     Mutation("cp-loss-factor", "context parallelism's factor cp dropped from the loss gradient",
              "src/train/trainer.cpp", "io.dloss = float(scale * cfg_.parallel.dp * e.topo->cp() /",
@@ -71,6 +74,130 @@ MUTATIONS = [
     Mutation("tp-host-wait", "tensor parallelism's all-gather waits on the host instead of a stream dependency",
              "src/parallel/tp_comm.hpp", "    Request r = tp_.iall_gather(send, recv, n, DType::f32);\n    tp_.order_after(r);",
              "    Request r = tp_.iall_gather(send, recv, n, DType::f32);\n    tp_.wait(r);", "^mpi_tests_np2$"),
+    # ---- src/pipeline/
+    Mutation("executor-buffer-in-group", "the run's buffers taken inside its open group (reclaiming one waits on a send)",
+             "src/pipeline/executor.cpp",
+             "  for (int k = 0; k < need; ++k) ready_.push_back(buffer(elems));\n"
+             "  p2p_.begin_group();  // the run's messages start together (NCCL: one group)\n",
+             "  p2p_.begin_group();  // the run's messages start together (NCCL: one group)\n"
+             "  for (int k = 0; k < need; ++k) ready_.push_back(buffer(elems));\n",
+             "^gpu_semantics_pipeline_np4$"),
+    # ---- src/tensor/
+    Mutation("gelu-derivative", "GELU's backward drops the 3 of d(x^3)/dx = 3x^2",
+             "src/tensor/gelu.hpp",
+             "const T du = T(0.7978845608028654) * (T(1) + T(3 * 0.044715) * x * x);",
+             "const T du = T(0.7978845608028654) * (T(1) + T(0.044715) * x * x);",
+             "^Kernels\\.GeluGradcheck$"),
+    Mutation("layernorm-din-set", "LayerNorm's input gradient overwrites din instead of adding to it",
+             "src/tensor/layernorm.hpp",
+             "din(n, c) += (w(c) * dout(n, c) - g_mean - norm * gx_mean) * s;",
+             "din(n, c) = (w(c) * dout(n, c) - g_mean - norm * gx_mean) * s;",
+             "^Kernels\\.LayerNormGradcheck$"),
+    # ---- src/data/
+    Mutation("shard-size-check", "the shard's size check counts tokens as bytes (2 bytes a token forgotten)",
+             "src/data/token_shard.cpp", "if (bytes != kShardHeaderBytes + 2 * count_)",
+             "if (bytes != kShardHeaderBytes + count_)", "^Shard\\.WriteReadRoundTripAndValidation$"),
+    Mutation("shuffle-epoch", "the epoch left out of the shuffle's random stream: every epoch the same order",
+             "src/data/loader.cpp", "Rng rng(seed_, 1000003ull + uint64_t(epoch));", "Rng rng(seed_, 1000003ull);",
+             "^Loader\\.ShuffledEpochsAreSeededPermutations$"),
+    # ---- src/runtime/
+    Mutation("grid-axis-order", "grid coordinates peeled outermost first (tp no longer the innermost axis)",
+             "src/runtime/topology.cpp",
+             "for (auto a = kAxes.rbegin(); a != kAxes.rend(); ++a) {  // innermost first",
+             "for (auto a = kAxes.begin(); a != kAxes.end(); ++a) {  // innermost first",
+             "^Topology\\.GridCoordinatesPutTensorParallelRanksInnermost$"),
+    Mutation("tied-group-colour", "the tied group's colour keeps the rank's own stage: first and last stage never meet",
+             "src/runtime/topology.cpp", "  GridCoords first = coords_;\n  first.pp = 0;\n",
+             "  GridCoords first = coords_;\n", "^mpi_tests_np2$"),
+    Mutation("stop-signals-restore", "the stop handlers' destructor restores 2 of the 3 signals (SIGUSR1's stays)",
+             "src/runtime/stop_signals.cpp",
+             "  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);",
+             "  for (int i = 0; i < 2; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);",
+             "^StopSignals\\.HandlersAreRestoredAndReclaimed$"),
+    # ---- modules/comm/
+    Mutation("ordered-entry-plain", "the mpi-ordered registry entry builds a plain MPI communicator",
+             "modules/comm/mpi_communicator.cpp",
+             "{ return std::make_unique<MpiCommunicator>(c, true); }",
+             "{ return std::make_unique<MpiCommunicator>(c); }", "^mpi_tests_np2$"),
+    Mutation("reduce-scatter-sum", "reduce-scatter with ReduceOp::avg sums (the 1/size scaling never asked for)",
+             "modules/comm/mpi_communicator.cpp",
+             "  o.average = op == ReduceOp::avg && size_ > 1;\n  const void* s = send;",
+             "  const void* s = send;", "^mpi_tests_np2$"),
+    # ---- modules/schedule/
+    Mutation("1f1b-unpaired", "1F1B's steady-state neighbour exchanges left unpaired",
+             "modules/schedule/one_f_one_b.cpp", "/*pair_exchanges=*/true", "/*pair_exchanges=*/false",
+             "^Schedule\\.OneFOneBPairsItsNeighbourExchangesAndGPipeDoesNot$"),
+    Mutation("gpipe-bound", "GPipe's in-flight bound is the stage count instead of the microbatch count",
+             "modules/schedule/gpipe.cpp", "e.max_in_flight = [](const ScheduleShape& s) { return s.microbatches; };",
+             "e.max_in_flight = [](const ScheduleShape& s) { return s.stages; };",
+             "^PassLists\\.EveryLayoutValidationAcceptsIsProvenForTrainingAndEvaluation$"),
+    # ---- modules/optim/
+    Mutation("decay-every-tensor", "AdamW decays every tensor (biases and LayerNorm gains too), not rank >= 2 only",
+             "modules/optim/adamw.cpp", "s.weight_decay = sp.decay ? cfg_.weight_decay : 0.0;",
+             "s.weight_decay = cfg_.weight_decay;", "^PyTorchReference\\.AdamWTrajectoryWithClipping$"),
+    Mutation("bias-correction-step", "AdamW's bias corrections one step ahead (t + 1 for the 1-based t)",
+             "modules/optim/adamw.cpp", "s.step = int(t_);", "s.step = int(t_) + 1;",
+             "^PyTorchReference\\.AdamWTrajectoryWithClipping$"),
+    Mutation("adamw-steps-resume", "a resumed AdamW restarts its step count at 0 (bias corrections as if new)",
+             "modules/optim/adamw.hpp", "void set_steps_taken(int64_t n) override { t_ = n; }",
+             "void set_steps_taken(int64_t n) override {}", "^e2e_resume$"),
+    # ---- modules/tokenizer/
+    Mutation("byte-decode-range", "the byte tokenizer accepts id 256 (off by one in the range check)",
+             "modules/tokenizer/byte_tokenizer.cpp", "if (ids[i] < 0 || ids[i] > 255)",
+             "if (ids[i] < 0 || ids[i] > 256)", "^ByteTokenizer\\.RoundTripsEveryByte$"),
+    Mutation("bpe-tie-break", "BPE takes the LAST occurrence of the lowest-rank pair (<= for <)",
+             "modules/tokenizer/gpt2_bpe.cpp", "if (rk[i] < rk[best]) best = i;", "if (rk[i] <= rk[best]) best = i;",
+             "^Gpt2BpeSynthetic\\.MergesByRankNotLeftToRight$"),
+    Mutation("surrogate-pair", "a JSON surrogate pair decoded without the 0x10000 offset",
+             "modules/tokenizer/flat_json.cpp", "u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);",
+             "u = ((u - 0xD800) << 10) + (lo - 0xDC00);", "^FlatJson\\.ReadsEveryEscape$"),
+    # ---- the hazards a review found (issue: what NCCL, a host that runs ahead and the compiler find) ----
+    Mutation("fence-in-forward", "a Kokkos::fence() (a whole-device wait) in a block's forward",
+             "src/model/stage_block.cpp", FWD, FWD.replace("p);\n", "p);\n  Kokkos::fence();\n"),
+             "^(mpi_tests_np2|device_sync_rule)$"),
+    Mutation("stream-fence-in-forward", "an execution space's fence (a host wait for its stream) in a block's forward",
+             "src/model/stage_block.cpp", FWD, FWD.replace("p);\n", "p);\n  ExecSpace().fence();\n"),
+             "^mpi_tests_np2$"),
+    Mutation("host-copy-in-forward", "a block's forward copies device data into pageable host memory (the host waits on a GPU)",
+             "src/model/stage_block.cpp", FWD,
+             FWD.replace("p);\n", "p);\n  { static std::vector<T> h(1 << 16); Kokkos::deep_copy(ExecSpace(), "
+                         "Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(h.data(), 8), Vec<T>(const_cast<T*>(pu), 8)); }\n"),
+             "^mpi_tests_np2$"),
+    Mutation("allocation-in-forward", "a View allocated in a block's forward (step 1 included)",
+             "src/model/stage_block.cpp", FWD, FWD.replace("p);\n", "p);\n  Buffer<T> scratch(\"scratch\", 16);\n"),
+             "^mpi_tests_np2$"),
+    Mutation("no-executor-reserve", "the executor's slots and message buffers left to the first step to make",
+             "src/train/rank_engine.cpp", "  exec->reserve(train_actions, eval_actions, mb_size);\n", "",
+             "^mpi_tests_np2$"),
+    Mutation("no-reducer-reserve", "the reducer's bf16 and staging buffers not made a bucket each (reductions wait on earlier ones)",
+             "src/parallel/param_store.cpp",
+             "  reducer_.reserve(policy_.grads);  // ZeRO-2/3 add each microbatch's reduction into the shard\n", "",
+             "^mpi_tests_np2$"),
+    Mutation("pageable-tokens", "a microbatch's tokens copied from pageable host memory (a host wait on a GPU)",
+             "src/model/stage.hpp",
+             "    using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;",
+             "    using PinnedInts = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;",
+             "^mpi_tests_np2$"),
+    Mutation("fence-not-counted", "the device counters ignore fences (every wait check would pass)",
+             "src/runtime/device_counters.cpp", "  ++(device_id == 0 ? device_waits : stream_waits);",
+             "  (void)device_id;", "^DeviceCounters\\.SeeEveryWaitAllocationCopyAndLaunch$"),
+    Mutation("pageable-not-counted", "copies with pageable host memory not told apart from page-locked ones",
+             "src/runtime/device_counters.cpp",
+             "bool is_pageable(const char* space) { return !std::strcmp(space, \"Host\"); }",
+             "bool is_pageable(const char* space) { return !std::strcmp(space, \"HostPinned\"); }",
+             "^DeviceCounters\\.SeeEveryWaitAllocationCopyAndLaunch$"),
+    Mutation("ordered-wait-in-group", "mpi-ordered lets a wait run inside an open group (NCCL's is fatal)",
+             "modules/comm/mpi_issue_order.cpp", "  if (depth() > 0)\n", "  if (depth() > 99)\n", "^mpi_tests_np2$"),
+    Mutation("ordered-blocking-order-after", "mpi-ordered's order_after blocks the host (it never runs ahead of its device)",
+             "modules/comm/mpi_communicator.cpp",
+             "  stream_waits().push_back({this, r.id});              // the stream waits before its next work\n  r.id = -1;",
+             "  await_retired(r.id);\n  release(r);", "^mpi_tests_np2$"),
+    Mutation("auto-no-reason", "parallel.comm = auto falls back to host-staged MPI without saying why",
+             "modules/comm/auto.cpp", "  if (why)\n", "  if (false && why)\n", "^mpi_tests_np2$"),
+    Mutation("tensor-limit", "the 2^31 tensor limit checked against 2^33 (a wrapping layout accepted)",
+             "src/perf/layout_check.cpp", "constexpr int64_t kMaxTensorElements = (int64_t(1) << 31) - 1;",
+             "constexpr int64_t kMaxTensorElements = (int64_t(1) << 33) - 1;",
+             "^StepModel\\.RefusesWhatTheTrainerRefuses$"),
 ]
 
 
@@ -88,7 +215,7 @@ def main():
     chosen = [m for m in MUTATIONS if not args.only or m.name in args.only.split(",")]
     if args.list:
         for m in chosen:
-            print(f"{m.name:20s} {m.what}\n{'':20s} {m.path}; ctest -R '{m.tests}'")
+            print(f"{m.name:28s} {m.what}\n{'':28s} {m.path}; ctest -R '{m.tests}'")
         return 0
     build = os.path.abspath(args.build)
     results = []
@@ -120,9 +247,9 @@ def main():
                 f.write(original)
             signal.signal(signal.SIGINT, previous)
     sh(["cmake", "--build", build, "-j2"])  # back to the tree as it is
-    print("\nmutation             result")
+    print("\nmutation                     result")
     for m, result, detail in results:
-        print(f"{m.name:20s} {result}")
+        print(f"{m.name:28s} {result}")
         if result == "SURVIVED":
             print(detail)
     return 0 if all(r.startswith("CAUGHT") for _, r, _ in results) else 1

@@ -551,6 +551,12 @@ TEST(StepModel, RefusesWhatTheTrainerRefuses) {
   l = Layout();
   l.dp = 8, l.zero = 1;
   EXPECT_EQ(check_layout(w, l), "");
+  // 64 sequences in one microbatch: 65536 rows of logits x 50304 columns pass a 32-bit index.
+  l = Layout();
+  EXPECT_NE(check_layout(w, l).find("parallel.microbatches: a microbatch of 64 sequences makes logits"), std::string::npos)
+      << check_layout(w, l);
+  l.microbatches = 2;  // 32768 x 50304: below 2^31 - 1
+  EXPECT_EQ(check_layout(w, l), "");
   Layout three;
   three.dp = 3;
   EXPECT_FALSE(predict_step(CostModel(w, test_hardware()), three).valid());
