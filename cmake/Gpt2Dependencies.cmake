@@ -14,14 +14,17 @@ find_package(MPI REQUIRED COMPONENTS C CXX)
 #            every kernel on every core of the rank (OMP_NUM_THREADS / KOKKOS_NUM_THREADS)
 #   threads  the same with the Threads (pthreads) backend, compiled with ThreadSanitizer
 #            (`build_kokkos.sh threads`; job_scripts/test_tsan.sh); needs GPT2_SANITIZE=thread
-#   serial   Debian's libtrilinos-kokkos-dev: Serial only, the kernels on one core
-#   auto     openmp where its install exists, else serial (with a warning)
+#   serial   the same, Serial only: the kernels on one core (`build_kokkos.sh serial`;
+#            job_scripts/test_sanitizers.sh)
+#   debian   Debian's libtrilinos-kokkos-dev: Serial only, without the patches -- it reports no
+#            fences, so the device checks of the test suites refuse to run on it
+#   auto     openmp where its install exists, else debian (with a warning)
 # -DKokkos_ROOT=DIR uses the Kokkos installed in DIR instead (it must have the backend asked for).
 # The CUDA build (GPT2_ENABLE_CUDA) takes the Kokkos of job_scripts/build_cuda.sh and ignores this.
-set(GPT2_HOST_KOKKOS auto CACHE STRING "Host Kokkos of a CPU build: auto | openmp | threads | serial")
-set_property(CACHE GPT2_HOST_KOKKOS PROPERTY STRINGS auto openmp threads serial)
-if(NOT GPT2_HOST_KOKKOS MATCHES "^(auto|openmp|threads|serial)$")
-  message(FATAL_ERROR "GPT2_HOST_KOKKOS is '${GPT2_HOST_KOKKOS}'; expected auto, openmp, threads or serial")
+set(GPT2_HOST_KOKKOS auto CACHE STRING "Host Kokkos of a CPU build: auto | openmp | threads | serial | debian")
+set_property(CACHE GPT2_HOST_KOKKOS PROPERTY STRINGS auto openmp threads serial debian)
+if(NOT GPT2_HOST_KOKKOS MATCHES "^(auto|openmp|threads|serial|debian)$")
+  message(FATAL_ERROR "GPT2_HOST_KOKKOS is '${GPT2_HOST_KOKKOS}'; expected auto, openmp, threads, serial or debian")
 endif()
 # Where job_scripts/build_kokkos.sh installs a backend (it knows GPT2_CACHE, KOKKOS_<BACKEND>_PREFIX).
 function(gpt2_kokkos_prefix backend out)
@@ -46,13 +49,14 @@ elseif(NOT GPT2_ENABLE_CUDA)
     if(EXISTS "${_kk_openmp}/.gpt2-kokkos-stamp")
       set(_kk_want openmp)
     else()
-      set(_kk_want serial)
+      set(_kk_want debian)
       message(WARNING "No threaded Kokkos in ${_kk_openmp}: using Debian's Serial Kokkos, which runs every "
-                      "kernel on one core. Build the threaded one with `job_scripts/build_kokkos.sh openmp` "
-                      "(job_scripts/setup.sh does) and configure again, or choose with -DGPT2_HOST_KOKKOS=serial.")
+                      "kernel on one core and reports no fences. Build the threaded one with "
+                      "`job_scripts/build_kokkos.sh openmp` (job_scripts/setup.sh does) and configure again, or "
+                      "choose with -DGPT2_HOST_KOKKOS=debian.")
     endif()
   endif()
-  if(_kk_want MATCHES "^(openmp|threads)$")
+  if(_kk_want MATCHES "^(openmp|threads|serial)$")
     gpt2_kokkos_prefix(${_kk_want} _kk_root)
     if(NOT EXISTS "${_kk_root}/.gpt2-kokkos-stamp")
       message(FATAL_ERROR "GPT2_HOST_KOKKOS=${_kk_want}: no Kokkos installed in ${_kk_root}. "
@@ -133,6 +137,11 @@ if(GPT2_ENABLE_CUDA)
                         "and pass -DKokkos_ROOT=<its install folder> (job_scripts/build_cuda.sh does both).")
   endif()
   message(STATUS "Kokkos devices: ${Kokkos_DEVICES}; GPU arch: ${Kokkos_ARCH}")
+  # Beside Kokkos' arch (sm_80): Hopper's machine code and PTX that newer GPUs JIT-compile
+  # (job_scripts/build_kokkos.sh builds Kokkos with the same).
+  set(GPT2_CUDA_GENCODE "-gencode=arch=compute_90,code=sm_90;-gencode=arch=compute_90,code=compute_90"
+      CACHE STRING "GPU code generated beside Kokkos' arch (nvcc -gencode options)")
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:${GPT2_CUDA_GENCODE}>")
   find_package(CUDAToolkit REQUIRED)
   find_package(NCCL REQUIRED)
 else()

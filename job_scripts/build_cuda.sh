@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds gpt2-kokkos for NVIDIA GPUs (sm_90: H100/H200): makes sure the CUDA-enabled Kokkos exists
+# Builds gpt2-kokkos for NVIDIA GPUs (sm_80 and sm_90 machine code -- A100, H100/H200 -- and PTX that
+# newer GPUs JIT-compile): makes sure the CUDA-enabled Kokkos exists
 # (job_scripts/build_kokkos_cuda.sh, cached outside the repository), then configures this project
 # with GPT2_ENABLE_CUDA=ON into build-cuda/ (or the folder given) and builds everything.
 # Compiling and linking need no GPU; the binaries run only on a machine with one.

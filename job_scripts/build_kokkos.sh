@@ -2,10 +2,13 @@
 # Builds Kokkos 3.4.01 with one parallel backend and installs it into a cache folder outside the
 # repository. Debian's own Kokkos package (libtrilinos-kokkos-dev) is Serial only; this gives
 #   openmp   Serial + OpenMP (libgomp): the threaded host Kokkos the CPU build uses (test.sh)
+#   serial   Serial only: the kernels on one core, with the patches (fences reported, so the device
+#            checks run); the AddressSanitizer build's (job_scripts/test_sanitizers.sh)
 #   threads  Serial + Threads (pthreads), compiled with -fsanitize=thread: for the ThreadSanitizer
 #            build (job_scripts/test_tsan.sh; libgomp is not TSan-instrumented, and Kokkos 3.4
 #            allows only one host parallel backend at a time)
-#   cuda     Serial + Cuda for sm_90 (H100/H200), with nvcc_wrapper: the GPT2_ENABLE_CUDA build
+#   cuda     Serial + Cuda for sm_80 and sm_90 (A100, H100/H200) with PTX for newer GPUs, with
+#            nvcc_wrapper: the GPT2_ENABLE_CUDA build
 #            (job_scripts/build_cuda.sh, through build_kokkos_cuda.sh)
 # All are C++17, Release, static libraries.
 #
@@ -16,21 +19,23 @@
 # (fence events for the tools interface, so the trainer counts every whole-device wait) and
 # kokkos-3.4.01-launch-waits.patch (launches that wait on the host: reported, and on CUDA avoided
 # below 4 KiB); cuda also
-# kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch) and kokkos-3.4.01-cuda-team-reduce.patch (a
-# barrier a team reduction lacks), threads kokkos-3.4.01-threads-tsan.patch
+# kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch), kokkos-3.4.01-cuda-team-reduce.patch (a
+# barrier a team reduction lacks) and kokkos-3.4.01-cuda-ptx.patch (PTX may run on a newer GPU),
+# threads kokkos-3.4.01-threads-tsan.patch
 # (synchronization TSan can see).
 # An install is reused while its stamp (version, backend, options, patch checksum) matches; one
 # build runs at a time per cache folder (a second caller waits, then finds the install ready).
 #
 # Usage: job_scripts/build_kokkos.sh BACKEND [--print-prefix] [--force]
-#   BACKEND         openmp | threads | cuda
+#   BACKEND         openmp | serial | threads | cuda
 #   --print-prefix  print the install folder and exit
 #   --force         rebuild even if the install is already there
 # Environment:
 #   GPT2_CACHE             cache root (default ~/.cache/gpt2-kokkos)
 #   KOKKOS_OPENMP_PREFIX   install folder of openmp  (default $GPT2_CACHE/kokkos-3.4.01-openmp)
+#   KOKKOS_SERIAL_PREFIX   install folder of serial  (default $GPT2_CACHE/kokkos-3.4.01-serial)
 #   KOKKOS_THREADS_PREFIX  install folder of threads (default $GPT2_CACHE/kokkos-3.4.01-threads-tsan)
-#   KOKKOS_CUDA_PREFIX     install folder of cuda    (default $GPT2_CACHE/kokkos-3.4.01-cuda-sm90)
+#   KOKKOS_CUDA_PREFIX     install folder of cuda    (default $GPT2_CACHE/kokkos-3.4.01-cuda-sm80-sm90)
 #   CXX                    host compiler of the openmp/threads builds (default c++)
 #   CUDA_HOME              CUDA toolkit (default: the nvcc on PATH, else /usr/local/cuda)
 #   JOBS                   parallel build jobs (default 2)
@@ -50,14 +55,14 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 BACKEND="" PRINT_PREFIX=0 FORCE=0
 for arg in "$@"; do
   case $arg in
-    openmp|threads|cuda) BACKEND=$arg ;;
+    openmp|serial|threads|cuda) BACKEND=$arg ;;
     --print-prefix) PRINT_PREFIX=1 ;;
     --force) FORCE=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build_kokkos: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
-[[ -n $BACKEND ]] || { echo "build_kokkos: which backend? openmp | threads | cuda (try --help)" >&2; exit 2; }
+[[ -n $BACKEND ]] || { echo "build_kokkos: which backend? openmp | serial | threads | cuda (try --help)" >&2; exit 2; }
 
 log() { echo "[build_kokkos $BACKEND] $*"; }
 die() { echo "[build_kokkos $BACKEND] ERROR: $*" >&2; exit 1; }
@@ -83,6 +88,11 @@ case $BACKEND in
     KOKKOS_OPTIONS+=(-DKokkos_ENABLE_OPENMP=ON)
     DEVICE=OPENMP
     ;;
+  serial)
+    PREFIX=${KOKKOS_SERIAL_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-serial}
+    DESCRIPTION="Serial, C++17"
+    DEVICE=SERIAL
+    ;;
   threads)
     PREFIX=${KOKKOS_THREADS_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-threads-tsan}
     DESCRIPTION="Serial + Threads, C++17, ThreadSanitizer"
@@ -94,11 +104,16 @@ case $BACKEND in
     PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-threads-tsan.patch")
     ;;
   cuda)
-    PREFIX=${KOKKOS_CUDA_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-cuda-sm90}
-    DESCRIPTION="Serial + Cuda, HOPPER90, C++17"
+    PREFIX=${KOKKOS_CUDA_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-cuda-sm80-sm90}
+    DESCRIPTION="Serial + Cuda, sm_80 + sm_90 + compute_90 PTX, C++17"
     PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda13.patch"
-              "$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda-team-reduce.patch")
-    KOKKOS_OPTIONS+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_HOPPER90=ON)
+              "$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda-team-reduce.patch"
+              "$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-cuda-ptx.patch")
+    # Kokkos' own arch is the oldest GPU (AMPERE80: its -arch=sm_80 goes to everything built on this
+    # Kokkos); the machine code for Hopper and the PTX for newer GPUs are added beside it (the same
+    # flags the project adds: cmake/Gpt2Dependencies.cmake, GPT2_CUDA_GENCODE).
+    KOKKOS_OPTIONS+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ARCH_AMPERE80=ON
+                     "-DCMAKE_CXX_FLAGS=-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90")
     DEVICE=CUDA
     ;;
 esac

@@ -39,7 +39,7 @@ command -v "$CXX" > /dev/null || { echo "fuzz: $CXX not found (apt-get install c
 # Debian's Serial Kokkos: the readers have no kernels worth threads, and the OpenMP Kokkos is built
 # against GCC's libgomp while clang's -fopenmp links LLVM's libomp.
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPT2_FUZZ=ON -DGPT2_BUILD_BENCHMARKS=OFF \
-      -DGPT2_HOST_KOKKOS=serial > /dev/null
+      -DGPT2_HOST_KOKKOS=debian > /dev/null
 cmake --build "$build" -j"${JOBS:-2}" --target "${targets[@]/#/fuzz_}"
 
 # ASan/UBSan: every report is fatal (libFuzzer then saves the input). Leak checking stays on.

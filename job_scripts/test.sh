@@ -12,7 +12,8 @@ job_scripts/setup.sh  # apt packages, and the threaded Kokkos (build_kokkos.sh o
 job_scripts/fetch_gpt2_vocab.sh || echo "test: GPT-2 vocabulary unavailable; those tokenizer tests will be skipped"
 
 # The threaded host Kokkos, explicitly: never Debian's Serial one by a silent fallback.
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPT2_HOST_KOKKOS=openmp
+# Warnings are errors here (GPT2_WERROR=OFF in the environment to build with them anyway).
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPT2_HOST_KOKKOS=openmp -DGPT2_WERROR="${GPT2_WERROR:-ON}"
 cmake --build "$build" -j"$(nproc)"
 # Side by side where tests allow (each MPI test holds every core: tests/CMakeLists.txt).
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"

@@ -2,8 +2,9 @@
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer): builds the
 # tests with GPT2_SANITIZE=address,undefined into BUILD_DIR (default build-asan) and runs the unit
 # tests, the fuzz harnesses on their seed corpora, the MPI tests on 2 ranks and the end-to-end tests
-# of the gpt2 command (the bad-input suite among them). It builds against Debian's Serial Kokkos
-# package (GPT2_HOST_KOKKOS=serial) while test.sh uses the threaded one: CI builds and tests both. Any report fails the run: a memory error,
+# of the gpt2 command (the bad-input suite among them). It builds against the Serial Kokkos
+# (`job_scripts/build_kokkos.sh serial`, GPT2_HOST_KOKKOS=serial) while test.sh uses the threaded
+# one: CI builds and tests both. Any report fails the run: a memory error,
 # undefined behaviour (not recoverable: -fno-sanitize-recover=undefined) or a leak at exit. Known leaks inside the system libraries are
 # suppressed by tests/sanitizers/lsan.supp (each justified there). CI runs it after test.sh.
 #   job_scripts/test_sanitizers.sh [BUILD_DIR] [extra ctest arguments]
@@ -16,6 +17,7 @@ shift || true
 t0=$(date +%s)
 
 job_scripts/setup.sh
+job_scripts/build_kokkos.sh serial
 # GPT-2's vocabulary: the real-vocabulary tokenizer tests run on it (skipped without it).
 job_scripts/fetch_gpt2_vocab.sh > /dev/null 2>&1 || echo "test_sanitizers: GPT-2 vocabulary unavailable; those tokenizer tests will be skipped"
 

@@ -6,6 +6,7 @@
 
 #include "app/commands.hpp"
 #include "core/error.hpp"
+#include "runtime/build_info.hpp"
 #include "runtime/collective.hpp"
 
 namespace gpt2::app {
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return std::string("error: ") + e.what() + "\nRun with --help for more information.\n";
   });
-  app.set_version_flag("--version", "gpt2-kokkos " GPT2_VERSION);
+  app.set_version_flag("--version", "gpt2-kokkos " + version());
   app.footer(
       "Examples:\n"
       "  gpt2 prepare --tokenizer byte --out data/licenses /usr/share/common-licenses/*\n"

@@ -55,9 +55,10 @@ struct Row {
 };
 
 // The perf.* keys: how another trainer runs a layout (src/perf/layout.hpp says what each prices).
+using LayoutFlag = bool Layout::*;  // (named: nvcc's host code parenthesises a bare member pointer)
 struct PerfKey {
   const char* key;
-  bool Layout::*member;
+  LayoutFlag member;
 };
 const std::vector<PerfKey> kPerfKeys = {{"perf.pad_shards", &Layout::pad_shards},
                                         {"perf.reduce_after_backward", &Layout::reduce_after_backward},

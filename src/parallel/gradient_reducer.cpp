@@ -59,7 +59,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
     if (wire_ == DType::bf16) {
       // Rounded into bf16 for the wire; back into fp32 when complete.
       const size_t n = b.range.size(), piece = b.piece.size();
-      auto reclaim = [this] { return complete_oldest(); };
+      auto reclaim = [this] { return ++buffer_waits_, complete_oldest(); };
       Buffer<bf16> send = wire_pool_.take(n, reclaim);
       convert<bf16, float>(Vec<bf16>(send.data(), n), Vec<const float>(src, n));
       if (!scatter) {
@@ -77,7 +77,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
       float* out = shard + b.shard_offset;
       if (accumulate) {
         const size_t n = b.piece.size();
-        p.staging = staging_pool_.take(n, [this] { return complete_oldest(); });
+        p.staging = staging_pool_.take(n, [this] { return ++buffer_waits_, complete_oldest(); });
         p.dst = out;
         out = p.staging.data();
       }

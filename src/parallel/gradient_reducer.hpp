@@ -42,6 +42,9 @@ class GradientReducer {
   bool complete_oldest();
   void finish();    // waits for everything launched
 
+  // Times its own buffers ran short and a reduction had to wait for an earlier one (0 when reserve()
+  // made one a bucket, as it should).
+  int64_t waits_for_buffers() const { return buffer_waits_; }
   // Seconds of the last step spent issuing and blocked waiting.
   double issue_seconds() const { return issue_s_; }
   double wait_seconds() const { return wait_s_; }
@@ -68,6 +71,7 @@ class GradientReducer {
   std::vector<Pending> pending_;
   BufferPool<float> staging_pool_{"reduce_staging"};
   int step_ = 0;
+  int64_t buffer_waits_ = 0;
   double issue_s_ = 0, wait_s_ = 0;
 };
 

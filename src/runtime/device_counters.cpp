@@ -37,6 +37,7 @@ bool is_pageable(const char* space) { return !std::strcmp(space, "Host"); }
 // Kokkos' tools callbacks (C signatures). A fence's device id is 0 for a global fence (the patch's
 // fence_global), a backend's id for an instance fence, fence_launch (5) for a launch that waits.
 thread_local bool in_copy = false;  // between a deep copy's begin and end callbacks
+constexpr uint32_t kCudaFenceId = 3;  // the fence-hooks patch's fence_cuda (a Kokkos without it has no name for it)
 // The thread that runs the steps (the one that installed the counters): another's Kokkos work -- a
 // background checkpoint's checksum on host threads -- is not the step's.
 thread_local bool stepping_thread = false;
@@ -46,7 +47,7 @@ void on_begin_fence(const char* name, const uint32_t device_id, uint64_t* handle
   if (!stepping_thread) return;
   // A host backend's copy with an execution space fences that space around itself (a no-op there;
   // on CUDA the same copy is an asynchronous cudaMemcpy): not a wait the code asked for.
-  if (in_copy && device_id != 0 && device_id != Kokkos::Tools::Experimental::fence_cuda) return;
+  if (in_copy && device_id != 0 && device_id != kCudaFenceId) return;
   ++(device_id == 0 ? device_waits : stream_waits);
   note(std::string("fence: ") + name);
 }
