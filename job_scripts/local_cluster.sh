@@ -23,7 +23,9 @@
 #            the client commands need; on any failure it removes what it made and exits non-zero
 # status     daemons, nodes and jobs
 # stop       cancels every job, stops the daemons and whatever the jobs left, removes the
-#            namespaces, links and bridge, and DIR when start made it (--keep: leave DIR)
+#            namespaces, links and bridge, and DIR when start made it (--keep: leave DIR); it
+#            returns once each daemon it signalled has exited (SIGKILL 20 s after SIGTERM) and each
+#            namespace and link is gone, or says what is left and exits 1
 # kill-node  a node lost: SIGKILL its slurmd and every process on it (job steps, ranks)
 # env        prints the export line for SLURM_CONF
 # Options:

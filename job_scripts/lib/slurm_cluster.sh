@@ -82,29 +82,101 @@ sc_pick_port() { # sc_pick_port [PORTS TO AVOID...]
 
 # A zombie counts as gone: the sandbox this runs in may reap exited processes a second or two late.
 sc_alive() { [[ -d /proc/$1 ]] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
-
-# sc_stop_pid PIDFILE COMM: SIGTERM the process in PIDFILE if /proc/PID/comm is COMM (never a
-# process by name), wait for it, SIGKILL after 10 s.
-sc_stop_pid() {
-  local file=$1 comm=$2 pid i
-  [[ -s $file ]] || return 0
-  pid=$(tr -dc 0-9 <"$file")
-  [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for i in $(seq 100); do sc_alive "$pid" || return 0; sleep 0.1; done
-  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] && kill -KILL "$pid" 2>/dev/null
-  sc_log "$comm ($pid) needed SIGKILL"
-}
+# sc_is PID COMM: PID is alive and is still a COMM (not a reused PID): nothing is signalled otherwise.
+sc_is() { sc_alive "$1" && [[ $(cat "/proc/$1/comm" 2>/dev/null) == "$2" ]]; }
 sc_pid_alive() { # sc_pid_alive PIDFILE COMM
   local pid
   [[ -s $1 ]] || return 1
   pid=$(tr -dc 0-9 <"$1")
-  [[ -n $pid ]] && sc_alive "$pid" && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]]
+  [[ -n $pid ]] && sc_is "$pid" "$2"
+}
+
+# The cluster's daemons as COMM:PID entries: recorded in SC_PIDS as each one starts (the daemons
+# delete their pid files as they exit, so these stay checkable until the end), and whatever their
+# pid files name (a start that failed half way may not have recorded one).
+sc_pidfiles() { # sc_pidfiles COMM: the pid files of COMM daemons
+  case $1 in
+    slurmd) ls "$SC_DIR"/run/slurmd-*.pid 2>/dev/null ;;
+    slurmctld) echo "$SC_DIR/run/slurmctld.pid" ;;
+    munged) echo "$SC_DIR/munge/munged.pid" ;;
+  esac
+}
+sc_daemons() { # sc_daemons COMM...: COMM:PID of every one recorded or in a pid file, each once
+  local comm e f pid out=()
+  for comm in "$@"; do
+    for e in "${SC_PIDS[@]}"; do [[ ${e%%:*} == "$comm" && " ${out[*]} " != *" $e "* ]] && out+=("$e"); done
+    for f in $(sc_pidfiles "$comm"); do
+      [[ -s $f ]] || continue
+      pid=$(tr -dc 0-9 <"$f")
+      [[ -n $pid && " ${out[*]} " != *" $comm:$pid "* ]] && out+=("$comm:$pid")
+    done
+  done
+  echo "${out[*]}"
+}
+# sc_children PID COMM: COMM:CHILD of PID's children named COMM (slurmctld's slurmscriptd).
+sc_children() {
+  local p s ppid
+  for p in /proc/[0-9]*; do
+    s=$(cat "$p/stat" 2>/dev/null) || continue
+    read -r _ ppid _ <<<"${s##*) }" # after "PID (comm) ": state, ppid
+    [[ $ppid == "$1" && $(cat "$p/comm" 2>/dev/null) == "$2" ]] && echo "$2:${p#/proc/}"
+  done
+}
+# sc_record COMM PIDFILE [SECONDS]: waits (default 10 s) for PIDFILE to name a live COMM and adds
+# it to SC_PIDS (saved at once, so that a stop after a failed start finds it too).
+sc_record() {
+  local comm=$1 file=$2 i pid
+  for ((i = 0; i < ${3:-10} * 10; i++)); do
+    pid=$(tr -dc 0-9 <"$file" 2>/dev/null)
+    if [[ -n $pid ]] && sc_is "$pid" "$comm"; then
+      [[ " ${SC_PIDS[*]} " == *" $comm:$pid "* ]] || SC_PIDS+=("$comm:$pid")
+      sc_save
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# sc_wait_gone SECONDS COMM:PID...: waits until none of them is alive (a zombie is gone); SC_STILL
+# holds those still alive. Returns 1 when some are.
+SC_STILL=()
+sc_wait_gone() {
+  local limit=$1 i e
+  shift
+  for ((i = 0; ; i++)); do
+    SC_STILL=()
+    for e in "$@"; do sc_is "${e#*:}" "${e%%:*}" && SC_STILL+=("$e"); done
+    ((${#SC_STILL[@]})) || return 0
+    ((i >= limit * 10)) && return 1
+    sleep 0.1
+  done
+}
+# sc_stop_procs COMM:PID...: SIGTERM each that still is that COMM (never a process by name), waits
+# up to 20 s for all to exit (a loaded machine: slurmctld saves its state first), SIGKILLs those
+# left and waits up to 5 s more. Returns 1, saying which, when any is still alive then.
+sc_stop_procs() {
+  local e sent=()
+  for e in "$@"; do
+    sc_is "${e#*:}" "${e%%:*}" || continue
+    kill -TERM "${e#*:}" 2>/dev/null
+    sent+=("$e")
+  done
+  ((${#sent[@]})) || return 0
+  sc_wait_gone 20 "${sent[@]}" && return 0
+  for e in "${SC_STILL[@]}"; do
+    sc_log "${e%%:*} (${e#*:}) still running 20 s after SIGTERM: SIGKILL"
+    sc_is "${e#*:}" "${e%%:*}" && kill -KILL "${e#*:}" 2>/dev/null
+  done
+  sc_wait_gone 5 "${SC_STILL[@]}" && return 0
+  sc_err "still running after SIGKILL: ${SC_STILL[*]/:/ }"
+  return 1
 }
 
 # Processes of the cluster's jobs that outlive their slurmd: job steps and the tasks they run carry
 # SLURM_CONF=<this cluster's slurm.conf> (and the tasks SLURM_JOB_ID) in their environment, which
 # nothing else has (a user's shell with SLURM_CONF set has no SLURM_JOB_ID and is left alone).
+# (A zombie's environment reads empty: job processes that have exited are not listed.)
 sc_stragglers() {
   local conf=$1 p env comm
   for p in /proc/[0-9]*; do
@@ -116,13 +188,19 @@ sc_stragglers() {
     if [[ $comm == slurmstepd ]] || grep -q '^SLURM_JOB_ID=' <<<"$env"; then echo "$p"; fi
   done
 }
-sc_kill_all() { # sc_kill_all LISTING_COMMAND...: TERM, then KILL, what the command lists
-  local sig p
+# sc_kill_all LISTING_COMMAND...: TERM what the command lists, waits up to 5 s for the listing to be
+# empty, then KILL and up to 5 s more. Returns 1, saying what is left, when it is not empty then.
+sc_kill_all() {
+  local sig p i
   for sig in TERM KILL; do
     for p in $("$@"); do kill -"$sig" "$p" 2>/dev/null; done
-    [[ -z $("$@") ]] && return 0
-    sleep 1
+    for i in $(seq 10); do
+      [[ -z $("$@") ]] && return 0
+      sleep 0.5
+    done
   done
+  sc_err "still running after SIGKILL ($*): $("$@" | paste -sd' ')"
+  return 1
 }
 
 # ---- state --------------------------------------------------------------------------------------
@@ -131,14 +209,15 @@ sc_save() {
   {
     echo "# made by job_scripts/local_cluster.sh; read by its stop and status"
     # (declare -g: sc_load sources this inside a function)
-    declare -p SC_MODE SC_ID SC_NODES SC_ADDRS SC_NETNS SC_VETHS SC_BRIDGE SC_CTL_ADDR SC_CTLD_PORT SC_SLURMD_PORT SC_OWN_DIR 2>/dev/null |
+    declare -p SC_MODE SC_ID SC_NODES SC_ADDRS SC_NETNS SC_VETHS SC_BRIDGE SC_CTL_ADDR SC_CTLD_PORT SC_SLURMD_PORT SC_OWN_DIR \
+      SC_PIDS 2>/dev/null |
       sed -e 's/^declare -- /declare -g /;t' -e 's/^declare -\([a-zA-Z]*\) /declare -g\1 /'
   } >"$SC_DIR/cluster.env.tmp" && mv "$SC_DIR/cluster.env.tmp" "$SC_DIR/cluster.env"
 }
 sc_load() { # sc_load DIR
   SC_DIR=$1
   SC_MODE="" SC_ID="" SC_NODES=() SC_ADDRS=() SC_NETNS=() SC_VETHS=() SC_BRIDGE="" SC_CTL_ADDR=""
-  SC_CTLD_PORT="" SC_SLURMD_PORT="" SC_OWN_DIR=0
+  SC_CTLD_PORT="" SC_SLURMD_PORT="" SC_OWN_DIR=0 SC_PIDS=()
   [[ -f $SC_DIR/cluster.env ]] || return 1
   # shellcheck disable=SC1091
   source "$SC_DIR/cluster.env"
@@ -312,7 +391,7 @@ sc_start() {
   install -d -m 755 "$SC_DIR/munge"  # (munged refuses a socket folder others cannot reach)
   SC_DIR=$(cd "$SC_DIR" && pwd)
   SC_MODE="" SC_NODES=() SC_ADDRS=() SC_NETNS=() SC_VETHS=() SC_BRIDGE="" SC_ID="" SC_CTL_ADDR=""
-  SC_CTLD_PORT="" SC_SLURMD_PORT=""
+  SC_CTLD_PORT="" SC_SLURMD_PORT="" SC_PIDS=()
   sc_save
   SC_CTLD_PORT=$(sc_pick_port) && SC_SLURMD_PORT=$(sc_pick_port "$SC_CTLD_PORT") || { sc_err "no free port"; return 1; }
   local ctl_host
@@ -344,8 +423,10 @@ sc_start() {
     --seed-file="$SC_DIR/munge/munged.seed" || { sc_err "munged did not start"; return 1; }
   for i in $(seq 50); do [[ -S $SC_DIR/munge/munge.socket ]] && break; sleep 0.1; done
   [[ -S $SC_DIR/munge/munge.socket ]] || { sc_err "munged made no socket"; return 1; }
+  sc_record munged "$SC_DIR/munge/munged.pid" || { sc_err "munged wrote no pid file"; return 1; }
 
   env SLURM_CONF="$conf" slurmctld -c -f "$conf" || { sc_err "slurmctld did not start"; return 1; }
+  sc_record slurmctld "$SC_DIR/run/slurmctld.pid" || { sc_err "slurmctld wrote no pid file"; return 1; }
   for i in "${!SC_NODES[@]}"; do
     if ((loopback)); then
       env SLURM_CONF="$conf" slurmd -f "$conf" || { sc_err "slurmd did not start"; return 1; }
@@ -353,6 +434,7 @@ sc_start() {
       sc_in_node "$i" env SLURM_CONF="$conf" slurmd -f "$conf" -N "${SC_NODES[i]}" ||
         { sc_err "slurmd of ${SC_NODES[i]} did not start"; return 1; }
     fi
+    sc_record slurmd "$SC_DIR/run/slurmd-${SC_NODES[i]}.pid" || { sc_err "slurmd of ${SC_NODES[i]} wrote no pid file"; return 1; }
   done
   # every node idle
   for i in $(seq 150); do
@@ -365,6 +447,12 @@ sc_start() {
     tail -n 5 "$SC_DIR"/log/slurmd*.log "$SC_DIR/log/slurmctld.log" >&2
     return 1
   fi
+  # slurmctld's helper for scripts, forked at its start: a daemon of this cluster too
+  local c e
+  for c in $(sc_daemons slurmctld); do
+    for e in $(sc_children "${c#*:}" slurmscriptd); do SC_PIDS+=("$e"); done
+  done
+  sc_save
   return 0
 }
 
@@ -373,9 +461,11 @@ sc_ns_pids() { [[ -e /run/netns/$1 ]] && ip netns pids "$1" 2>/dev/null; }
 
 # sc_stop DIR [KEEP]: cancels the jobs, stops the daemons, kills what is left of the jobs, removes
 # the namespaces, links and bridge, and DIR itself when start made it (KEEP=1: leaves DIR).
+# It returns only when every daemon it signalled has exited and every namespace and link is gone
+# (bounded waits; SIGKILL after SIGTERM); when something is still there it says what and returns 1.
 # Safe to run twice, and on a half-started cluster.
 sc_stop() {
-  local keep=${2:-0} i n jobs ns conf
+  local keep=${2:-0} i n jobs ns conf ok=1 c e ctld scriptd=() all
   sc_load "$1" || { sc_log "no cluster in $1 (no cluster.env)"; return 0; }
   export PATH=$PATH:/usr/sbin:/sbin
   conf=$(sc_conf)
@@ -387,23 +477,44 @@ sc_stop() {
       for i in $(seq 50); do [[ -z $(sc_sl squeue -h -t R,CG -o %i 2>/dev/null) ]] && break; sleep 0.2; done
     fi
   fi
-  local f
-  for f in "$SC_DIR"/run/slurmd-*.pid; do sc_stop_pid "$f" slurmd; done
-  for ns in "${SC_NETNS[@]}"; do sc_kill_all sc_ns_pids "$ns"; done
-  sc_kill_all sc_stragglers "$conf"
-  sc_stop_pid "$SC_DIR/run/slurmctld.pid" slurmctld
-  sc_stop_pid "$SC_DIR/munge/munged.pid" munged
+  # Every daemon, looked up now (pid files go as the daemons exit): checked again at the end.
+  all=$(sc_daemons slurmd slurmctld slurmscriptd munged)
+  ctld=$(sc_daemons slurmctld)
+  for e in $(sc_daemons slurmscriptd); do scriptd+=("$e"); done
+  for c in $ctld; do
+    for e in $(sc_children "${c#*:}" slurmscriptd); do [[ " ${scriptd[*]} " == *" $e "* ]] || scriptd+=("$e"); done
+  done
+  all+=" ${scriptd[*]}"
+  # shellcheck disable=SC2046
+  sc_stop_procs $(sc_daemons slurmd) || ok=0
+  for ns in "${SC_NETNS[@]}"; do sc_kill_all sc_ns_pids "$ns" || ok=0; done
+  sc_kill_all sc_stragglers "$conf" || ok=0
+  # shellcheck disable=SC2086
+  sc_stop_procs $ctld || ok=0
+  # slurmctld ends its slurmscriptd as it exits; one that outlives it is stopped here
+  sc_wait_gone 5 "${scriptd[@]}" || sc_stop_procs "${scriptd[@]}" || ok=0
+  # shellcheck disable=SC2046
+  sc_stop_procs $(sc_daemons munged) || ok=0
   for n in "${SC_VETHS[@]}"; do ip link del "$n" 2>/dev/null; done
   for ns in "${SC_NETNS[@]}"; do [[ -e /run/netns/$ns ]] && ip netns del "$ns"; done
   [[ -n $SC_BRIDGE ]] && ip link del "$SC_BRIDGE" 2>/dev/null
   # a namespace's links go away a moment after the namespace (the kernel cleans up in the background)
   local left
   for i in $(seq 50); do
-    left=$(sc_leftovers)
+    # shellcheck disable=SC2086
+    left=$(sc_leftovers $all)
     [[ -z $left ]] && break
     sleep 0.1
   done
   [[ -n $left ]] && sc_err "left behind: $left"
+  # The daemons have exited; give PID 1 (here a sandbox's, slow to reap) a moment to reap them, so
+  # that a process listing right after this shows none of them, not even as a zombie.
+  for i in $(seq 50); do
+    n=0
+    for e in $all; do [[ -d /proc/${e#*:} && $(cat "/proc/${e#*:}/comm" 2>/dev/null) == "${e%%:*}" ]] && n=1; done
+    ((n)) || break
+    sleep 0.1
+  done
   if ((keep)); then
     sc_log "kept $SC_DIR"
   elif ((SC_OWN_DIR)); then
@@ -411,22 +522,19 @@ sc_stop() {
   else
     rm -f "$SC_DIR/cluster.env"
   fi
-  [[ -z $left ]]
+  ((ok)) && [[ -z $left ]]
 }
 
-# What of this cluster still exists (namespaces, links, daemons, job processes), one line; "" if none.
+# sc_leftovers [COMM:PID...]: what of this cluster still exists (namespaces, links, daemons: those
+# given and those recorded or in pid files, job processes), one line; "" if none.
 sc_leftovers() {
-  local out=() ns n f
+  local out=() ns n e
   for ns in "${SC_NETNS[@]}"; do [[ -e /run/netns/$ns ]] && out+=("netns $ns"); done
   if [[ -n $SC_ID ]]; then
     for n in $(ip -o link 2>/dev/null | awk -F': ' '{ print $2 }' | cut -d@ -f1 | grep "^$SC_ID"); do out+=("link $n"); done
   fi
-  for f in "$SC_DIR"/run/*.pid "$SC_DIR/munge/munged.pid"; do
-    [[ -s $f ]] || continue
-    local pid
-    pid=$(tr -dc 0-9 <"$f")
-    [[ -n $pid ]] && sc_alive "$pid" && [[ $(cat "/proc/$pid/comm" 2>/dev/null) =~ ^(slurmd|slurmctld|munged)$ ]] &&
-      out+=("$(cat "/proc/$pid/comm") $pid")
+  for e in "$@" $(sc_daemons slurmd slurmctld slurmscriptd munged); do
+    sc_is "${e#*:}" "${e%%:*}" && [[ " ${out[*]} " != *" ${e%%:*} ${e#*:} "* ]] && out+=("${e%%:*} ${e#*:}")
   done
   local p
   for p in $(sc_stragglers "$(sc_conf)"); do out+=("job process $p"); done

@@ -11,6 +11,11 @@ namespace gpt2 {
 GradientReducer::GradientReducer(Communicator& dp, const ShardLayout& shards, Mode mode, Tracer& tracer, DType wire)
     : dp_(dp), shards_(shards), mode_(mode), tracer_(tracer), wire_(wire) {}
 
+bool GradientReducer::reclaim() {
+  if (!pending_.empty() && issued_ - pending_.front().seq < buckets_) ++buffer_waits_;
+  return complete_oldest();
+}
+
 bool GradientReducer::complete_oldest() {
   if (pending_.empty()) return false;
   Pending p = std::move(pending_.front());
@@ -32,6 +37,7 @@ void GradientReducer::reserve(bool accumulate) {
       ++staging[b.piece.size()];
     }
   }
+  buckets_ = int64_t(shards_.buckets().size());
   for (const auto& [n, count] : wire) wire_pool_.reserve(n, count);
   for (const auto& [n, count] : staging) staging_pool_.reserve(n, count);
 }
@@ -59,7 +65,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
     if (wire_ == DType::bf16) {
       // Rounded into bf16 for the wire; back into fp32 when complete.
       const size_t n = b.range.size(), piece = b.piece.size();
-      auto reclaim = [this] { return ++buffer_waits_, complete_oldest(); };
+      auto reclaim = [this] { return this->reclaim(); };
       Buffer<bf16> send = wire_pool_.take(n, reclaim);
       convert<bf16, float>(Vec<bf16>(send.data(), n), Vec<const float>(src, n));
       if (!scatter) {
@@ -77,7 +83,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
       float* out = shard + b.shard_offset;
       if (accumulate) {
         const size_t n = b.piece.size();
-        p.staging = staging_pool_.take(n, [this] { return ++buffer_waits_, complete_oldest(); });
+        p.staging = staging_pool_.take(n, [this] { return reclaim(); });
         p.dst = out;
         out = p.staging.data();
       }
@@ -88,6 +94,7 @@ void GradientReducer::reduce(int u, float* unit_grads, float* shard, bool accumu
     const size_t bytes = b.range.size() * dtype_size(wire_) * (scatter ? 1 : 2);
     tracer_.record(scatter ? EventKind::reduce_scatter_issue : EventKind::allreduce_issue, step_, ids[i], t0, t1,
                    active() ? int64_t(bytes) : 0);
+    p.seq = issued_++;
     pending_.push_back(std::move(p));
   }
   progress();

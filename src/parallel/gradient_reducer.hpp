@@ -42,8 +42,9 @@ class GradientReducer {
   bool complete_oldest();
   void finish();    // waits for everything launched
 
-  // Times its own buffers ran short and a reduction had to wait for an earlier one (0 when reserve()
-  // made one a bucket, as it should).
+  // Times its own buffers ran short while the oldest reduction in flight was one of the last
+  // backward's buckets -- compute made to wait on a reduction it just issued (0 when reserve() made
+  // a buffer a bucket, as it should; reclaiming an earlier backward's is no wait worth the name).
   int64_t waits_for_buffers() const { return buffer_waits_; }
   // Seconds of the last step spent issuing and blocked waiting.
   double issue_seconds() const { return issue_s_; }
@@ -59,7 +60,9 @@ class GradientReducer {
     Buffer<bf16> wire;       // bf16 on the wire: the bucket (all-reduce) or the received piece
     Buffer<bf16> wire_send;  // bf16 reduce-scatter: the bucket sent
     bool add = false;        // bf16: dst += the piece (else dst = it)
+    int64_t seq = 0;         // its place among the reductions issued
   };
+  bool reclaim();  // a buffer of the reducer's own pools back: complete_oldest, counting a recent one
   void complete(Pending& p);
   bool active() const { return dp_.size() > 1; }
   Communicator& dp_;
@@ -71,7 +74,7 @@ class GradientReducer {
   std::vector<Pending> pending_;
   BufferPool<float> staging_pool_{"reduce_staging"};
   int step_ = 0;
-  int64_t buffer_waits_ = 0;
+  int64_t buffer_waits_ = 0, issued_ = 0, buckets_ = 0;  // buckets_: a backward's (reserve)
   double issue_s_ = 0, wait_s_ = 0;
 };
 

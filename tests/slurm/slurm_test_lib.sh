@@ -34,11 +34,65 @@ st_cluster_start() {
   ((rc == 0)) || { echo "[$TAG] FAIL: local_cluster.sh start failed (status $rc)"; exit 1; }
   export PATH=$PATH:/usr/sbin:/sbin
 }
-# Stops it, keeping its folder (the test removes $D). Fails when anything it made is left.
+# Stops it, keeping its folder (the test removes $D). Fails when anything it made is left. It
+# first notes what the cluster made (st_cluster_made), for st_nothing_left to check afterwards.
 st_cluster_stop() {
   [[ -f $CLUSTER/cluster.env ]] || return 0
+  st_cluster_made
   "${SUDO[@]}" "$SRC/job_scripts/local_cluster.sh" stop --dir "$CLUSTER" --keep 2>&1 | sed "s/^/[$TAG] /"
   return "${PIPESTATUS[0]}"
+}
+# What the cluster made, from its cluster.env (the daemons as COMM:PID, recorded as each started;
+# namespaces; links) and its pid files: ST_PIDS, ST_NETNS, ST_LINKS.
+ST_PIDS=() ST_NETNS=() ST_LINKS=()
+# shellcheck disable=SC2153  # (SC_PIDS, SC_NETNS: cluster.env's)
+st_cluster_made() {
+  local f pid comm kind what
+  ST_PIDS=() ST_NETNS=() ST_LINKS=()
+  while read -r kind what; do
+    case $kind in
+      pid) ST_PIDS+=("$what") ;;
+      netns) ST_NETNS+=("$what") ;;
+      link) ST_LINKS+=("$what") ;;
+    esac
+  done < <(
+    # shellcheck disable=SC1091
+    source "$CLUSTER/cluster.env" || exit
+    for what in ${SC_PIDS[@]+"${SC_PIDS[@]}"}; do echo "pid $what"; done
+    for what in ${SC_NETNS[@]+"${SC_NETNS[@]}"}; do echo "netns $what"; done
+    for what in ${SC_VETHS[@]+"${SC_VETHS[@]}"} ${SC_BRIDGE:-}; do echo "link $what"; done
+  )
+  for f in "$CLUSTER"/run/*.pid "$CLUSTER/munge/munged.pid"; do
+    pid=$(tr -dc 0-9 <"$f" 2>/dev/null)
+    [[ -n $pid ]] || continue
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
+    [[ $comm =~ ^(slurmd|slurmctld|munged)$ && " ${ST_PIDS[*]} " != *" $comm:$pid "* ]] && ST_PIDS+=("$comm:$pid")
+  done
+}
+# After the stop: none of the cluster's daemons alive (an exited one that PID 1 has not reaped yet,
+# a zombie, is gone), none of its namespaces or links, no process of its jobs (their environment
+# names its slurm.conf). Says what is left and fails, or says what it checked.
+st_nothing_left() {
+  local e pid comm left=() ns l p
+  ((${#ST_PIDS[@]} + ${#ST_NETNS[@]})) || return 0 # no cluster was started
+  for e in "${ST_PIDS[@]}"; do
+    pid=${e#*:} comm=${e%%:*}
+    [[ -d /proc/$pid ]] || continue
+    grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null && continue
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] && left+=("$comm $pid")
+  done
+  for ns in "${ST_NETNS[@]}"; do
+    ip netns list 2>/dev/null | awk '{ print $1 }' | grep -qxF "$ns" && left+=("netns $ns")
+  done
+  for l in "${ST_LINKS[@]}"; do ip link show "$l" >/dev/null 2>&1 && left+=("link $l"); done
+  for p in /proc/[0-9]*; do
+    tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qxF "SLURM_CONF=$CONF" && left+=("job process ${p#/proc/} ($(cat "$p/comm" 2>/dev/null))")
+  done
+  if ((${#left[@]})); then
+    echo "[$TAG] FAIL: left running after the cluster's stop: ${left[*]}"
+    return 1
+  fi
+  echo "[$TAG] ok: nothing of the cluster left: daemons ${ST_PIDS[*]:-(none)} exited; namespaces ${ST_NETNS[*]:-(none)} and links ${ST_LINKS[*]:-(none)} gone"
 }
 st_dump_logs() {
   local f

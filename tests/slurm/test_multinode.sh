@@ -25,7 +25,9 @@
 #     job (NODE_FAIL, --requeue); the test moves it to the surviving node (scontrol update
 #     NumNodes=1 NumTasks=2 NumCPUs=2), where it resumes from the newest checkpoint and completes
 #     with every step's loss equal to the unbroken one-rank run's (1e-5).
-# Then it stops the cluster and checks that no namespace, link, daemon or job process is left.
+# Then it stops the cluster (local_cluster.sh stop returns once each daemon it signalled has exited
+# and each namespace and link is gone) and checks on its own that no namespace, link, daemon or job
+# process is left (st_nothing_left), before it exits.
 # Needs root (or sudo without a password) and network namespaces: otherwise it exits 77 (skipped),
 # saying why. Environment: GPT2_SLURM_KEEP=1 keeps the scratch folder; TMPDIR.
 set -uo pipefail
@@ -48,11 +50,13 @@ cleanup() {
   local rc=$? p
   trap - EXIT INT TERM
   set +e
-  for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   if ! st_cluster_stop; then
     echo "[$TAG] FAIL: the cluster left something behind (above)"
     ((rc == 0 || rc == 77)) && rc=1
   fi
+  # and, checked on its own: none of its daemons, namespaces, links or job processes is left
+  st_nothing_left || { ((rc == 0 || rc == 77)) && rc=1; }
   if [[ ${GPT2_SLURM_KEEP:-0} == 1 ]]; then
     echo "[$TAG] kept $D"
   elif ((rc == 0 || rc == 77)); then

@@ -19,16 +19,20 @@
 # and checks each job's state and exit code (scontrol show job; no accounting database needed),
 # its output file and its run folder. Plots are required only for the analysis/*.py scripts present.
 # Then a job whose time runs out: dp.slurm with --time=1 --signal=B:USR1@45 (the warning comes at
-# slurmctld's next time-limit check, every 30 s: the test releases the job, submitted held, when
-# that check will fall in the middle of its training), so the job is warned, checkpoints, requeues
-# itself and resumes; it must end COMPLETED with every step's loss equal to an uninterrupted run's
-# to 1e-5. (Slurm holds a requeued job back about two minutes, its BeginTime; the test moves that
-# to now and gives the requeued run 3 minutes, so that it is not warned again at its first check.)
+# slurmctld's next time-limit check, every 30 s; the test releases the job, submitted held, 15 s or
+# more before a check, suspends it once it trains and resumes it 2 s before that check, so that the
+# warning comes in the middle of its training whatever the load), so the job is warned, checkpoints,
+# requeues itself and resumes; it must end COMPLETED with every step's loss equal to an
+# uninterrupted run's (outside Slurm, meanwhile) to 1e-5. (Slurm holds a requeued job back about two
+# minutes, its BeginTime; the test moves that to now and gives the requeued run 3 minutes, so that
+# it is not warned again at its first check.)
 #
 # Slurm comes from Debian (slurmctld, slurmd; apt-get when missing). Needs root, or sudo without a
 # password; otherwise, or when the packages cannot be installed, it exits 77 (skipped) saying why.
-# The daemons are always stopped at exit (trap: local_cluster.sh stop), by the PIDs in their pid
-# files, each checked against /proc/PID/comm; never by name. Helpers: tests/slurm/slurm_test_lib.sh.
+# The daemons are always stopped at exit (trap: local_cluster.sh stop), by the PIDs recorded as they
+# started (and their pid files), each checked against /proc/PID/comm, never by name; the stop waits
+# until each has exited, and the test then checks that none of them is left (st_nothing_left).
+# Helpers: tests/slurm/slurm_test_lib.sh.
 # Environment: GPT2_SLURM_KEEP=1 keeps the scratch folder; GPT2_SLURM_TIMEOUT (seconds to wait for
 # the jobs, default 240); TMPDIR (where the scratch folder goes).
 set -uo pipefail
@@ -48,16 +52,21 @@ source "$SRC/tests/slurm/slurm_test_lib.sh"
 [[ -f $SRC/job_scripts/dp.slurm ]] || { echo "[slurm-test] FAIL: no job_scripts/dp.slurm in $SRC"; rm -rf "$D"; exit 1; }
 
 # ---- stopping everything, whatever happens ----------------------------------------------------------
-# local_cluster.sh stop: cancels the jobs, stops slurmd, slurmctld and munged by the PIDs in their
-# pid files (each checked against /proc/PID/comm; never by name) and the jobs' left-over processes.
+# local_cluster.sh stop: cancels the jobs, stops slurmd, slurmctld (and its slurmscriptd) and munged
+# by their recorded PIDs (each checked against /proc/PID/comm; never by name) and the jobs' left-over
+# processes, and returns once each has exited (SIGKILL after 20 s), or says what is left and fails.
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   set +e
+  # the requeue part's reference run, if it still runs (mpiexec passes SIGTERM on to its ranks)
+  [[ -n ${REF_PID:-} ]] && kill "$REF_PID" 2>/dev/null && wait "$REF_PID"
   if ! st_cluster_stop; then
     echo "[slurm-test] FAIL: the cluster left something behind (above)"
     ((rc == 0 || rc == 77)) && rc=1
   fi
+  # and, checked on its own: none of its daemons, namespaces, links or job processes is left
+  st_nothing_left || { ((rc == 0 || rc == 77)) && rc=1; }
   if [[ ${GPT2_SLURM_KEEP:-0} == 1 ]]; then
     echo "[slurm-test] kept $D"
   elif ((rc == 0 || rc == 77)); then
@@ -364,33 +373,65 @@ dir = "$D/work/requeue_checkpoints"
 [parallel]
 microbatches = 2
 EOF
-# The uninterrupted run, outside Slurm, on the same 2 ranks: its losses and its duration.
-t0=$(date +%s.%N)
+# The uninterrupted run, outside Slurm, on the same 2 ranks (its own checkpoint folder): its losses,
+# in the background meanwhile (the job waits for slurmctld's check below most of the time).
 OPENBLAS_NUM_THREADS=1 mpiexec -n 2 "$BIN" train "$RQ_DECK" --set parallel.dp=2 --set parallel.pp=1 -q \
-  --metrics-jsonl "$D/out/requeue_reference.jsonl" >"$D/out/requeue_reference.log" 2>&1 ||
-  { cat "$D/out/requeue_reference.log"; die "the uninterrupted reference run failed"; }
-T_REF=$(echo "$(date +%s.%N) - $t0" | bc)
+  --set checkpoint.dir="$D/work/requeue_reference_checkpoints" \
+  --metrics-jsonl "$D/out/requeue_reference.jsonl" >"$D/out/requeue_reference.log" 2>&1 &
+REF_PID=$!
 # slurmctld checks time limits (and sends --signal warnings) every 30 s: the last check in its log.
 last_check() {
   local ts
   ts=$(grep "Testing job time limits" "$CLUSTER/log/slurmctld.log" | tail -n1 | sed -n 's/^\[\([^]]*\)\].*/\1/p')
   [[ -n $ts ]] && date -d "$ts" +%s.%N
 }
-# The job is submitted held and released when the next check is LEAD seconds away: about 3 s to
-# start the ranks, then half of the training before the warning.
+next_check_in() { echo "$1 + 30 - $(date +%s.%N)" | bc; } # next_check_in LAST_CHECK: seconds
+warned() { grep -q "warning signal 10 to JobId=$JOB_RQ\$" "$CLUSTER/log/slurmctld.log"; }
+# The warning must come while the job trains. Its time is not predicted (a reference run's duration
+# said nothing about the job's once the load changed: on a busy box the job trained faster than the
+# reference and ended before the check, unwarned, 0 restarts): the job is released when the next
+# check is 15 s or more away (time to start), else just after that check; once it trains it is
+# suspended (scontrol suspend: a suspended job is not checked, and its time stops) and resumed 2 s
+# before the next check, which warns it with most of its steps ahead.
 JOB_RQ=$(submit "$EXPORT,GPT2_PLOTS=0" --hold -N 1 -n 2 -J requeue --time=1 --signal=B:USR1@45 \
   "$SRC/job_scripts/dp.slurm" "$RQ_DECK") || die "sbatch of the requeue job failed"
-LEAD=$(echo "l = 3 + 0.5 * $T_REF; if (l > 20) l = 20; l" | bc)
-for i in $(seq 160); do
-  lc=$(last_check) || lc=""
-  if [[ -n $lc ]]; then
-    next_in=$(echo "$lc + 30 - $(date +%s.%N)" | bc)
-    (($(echo "$next_in <= $LEAD && $next_in >= $LEAD - 1.5" | bc))) && break
-  fi
-  sleep 0.25
-done
+lc0=$(last_check) || lc0=""
+if [[ -z $lc0 ]] || (($(echo "$(next_check_in "$lc0") < 15" | bc))); then
+  for _ in $(seq 400); do
+    lc=$(last_check) || lc=""
+    [[ -n $lc && $lc != "$lc0" ]] && break
+    sleep 0.1
+  done
+  [[ -n $lc && $lc != "$lc0" ]] || die "no time-limit check in slurmctld's log for 40 s"
+else
+  lc=$lc0
+fi
 sl scontrol release "$JOB_RQ" || die "scontrol release $JOB_RQ failed"
-say "requeue: reference run ${T_REF} s; job $JOB_RQ released ${next_in:-?} s before slurmctld's next time-limit check"
+say "requeue: job $JOB_RQ released $(next_check_in "$lc") s before slurmctld's next time-limit check"
+rq_steps() { local n; n=$(grep -c '"loss"' "$(run_dir "$JOB_RQ")/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
+# Training, before the next check comes near (else the check warns it while it starts: a note below).
+while (($(rq_steps) == 0)) && (($(echo "$(next_check_in "$lc") > 3" | bc))); do sleep 0.1; done
+for _ in 1 2 3; do
+  if (($(rq_steps) == 0)) || job_done "$JOB_RQ"; then break; fi
+  sl scontrol suspend "$JOB_RQ" || die "scontrol suspend $JOB_RQ failed"
+  say "requeue: job $JOB_RQ suspended at step $(rq_steps), $(next_check_in "$lc") s before the next check"
+  while (($(echo "$(next_check_in "$lc") > 2" | bc))); do sleep 0.1; done
+  sl scontrol resume "$JOB_RQ" || die "scontrol resume $JOB_RQ failed"
+  # The check comes (a little late on a busy box): warned? If the check found it still suspended (a
+  # slow resume), suspend it again for the next one.
+  l=$lc
+  for _ in $(seq 200); do
+    l=$(last_check) && [[ $l != "$lc" ]] && break
+    sleep 0.1
+  done
+  lc=$l
+  for _ in $(seq 20); do warned && break; sleep 0.1; done
+  warned && break
+  say "requeue: the check at $(date -d "@$lc" +%T) did not warn job $JOB_RQ ($(job_field "$JOB_RQ" JobState)); again"
+done
+if warned; then
+  say "requeue: slurmctld warned job $JOB_RQ at step $(rq_steps) ($(grep -c '"loss"' "$D/out/requeue_reference.jsonl" 2>/dev/null) of the reference's)"
+fi
 deadline=$((SECONDS + 150))
 ((deadline > T_START + 560)) && deadline=$((T_START + 560))  # inside ctest's TIMEOUT (600 s)
 while :; do
@@ -408,6 +449,8 @@ while :; do
   ((SECONDS > deadline)) && { sl squeue; die "requeue job $JOB_RQ not finished in time"; }
   sleep 0.5
 done
+wait "$REF_PID" || { cat "$D/out/requeue_reference.log"; die "the uninterrupted reference run failed"; }
+REF_PID="" # (reaped: the cleanup must not signal a PID that may be reused)
 f=$(out_file "$JOB_RQ")
 run=$(ls -d "$D/runs/"*-"$JOB_RQ" 2>/dev/null | head -n1)
 restarts=$(job_field "$JOB_RQ" Restarts)
