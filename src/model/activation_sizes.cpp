@@ -28,11 +28,12 @@ ActivationSizes activation_sizes(const ActivationShape& s) {
   // Stream tensors (input, ln1, res2, ln2, res3 and the statistics) have R rows; the tensor-parallel
   // region's (qkv, att, atty, fch) all N rows and 1/tp of the columns.
   const size_t R = s.sequence_parallel ? N / tp : N;
-  // Attention's saved tensor: the probabilities (B, nh, T, T); under context parallelism the
-  // log-sum-exp of each row and head (B, nh, T), from which the backward recomputes them.
+  // Attention's saved tensor: the probabilities (B, nh, T, T); fused (and under context parallelism,
+  // always) the log-sum-exp of each row and head (B, nh, T), from which the backward recomputes them
   // (and, with 16-bit GEMM inputs, its output y in fp32 too: the backward's row dots need it).
   const size_t heads = size_t(s.B) * size_t(s.n_head) / tp;
-  const size_t att = pad_values(s.cp > 1 ? heads * T + (s.mixed ? N * C / tp : 0) : heads * T * T);
+  const bool fused = s.fused_attention || s.cp > 1;
+  const size_t att = pad_values(fused ? heads * T + (s.mixed ? N * C / tp : 0) : heads * T * T);
   // The GEMMs' inputs: ln1, atty, ln2, fch_gelu (16-bit under mixed precision).
   const size_t gemm_inputs = pad_values(R * C) * 2 + pad_values(N * C / tp) + pad_values(N * 4 * C / tp);
   const size_t res3 = pad_values(R * C);
@@ -58,12 +59,10 @@ ActivationSizes activation_sizes(const ActivationShape& s) {
   // parallelism's gathered stream; the wte gradient's partial sums; the head's lnf, logits, lse and
   // (tp > 1) cross-entropy sums; what recomputed blocks share (full: a block but its output;
   // selective: attention's probabilities).
-  // Attention's backward scratch: its probabilities' gradient (B, nh, T, T), or under context
-  // parallelism the ring's two K/V blocks and their two gradient blocks (N, 2C/tp each), the running
-  // max and sum (or the backward's row dots) per row and head, and two (nh, L, L) tiles, L = T / 2.
-  const size_t L = T / 2, local_heads = size_t(s.n_head) / tp;
-  const size_t attention_scratch =
-      s.cp > 1 ? 4 * N * 2 * C / tp + 2 * heads * T + 2 * local_heads * L * L : heads * T * T;
+  // Attention's backward scratch: its probabilities' gradient (B, nh, T, T), or fused the row dots
+  // per row and head; under context parallelism also the ring's two K/V blocks and their two gradient
+  // blocks (N, 2C/tp each) and the running sum per row and head (the row dots hold the running max).
+  const size_t attention_scratch = !fused ? heads * T * T : heads * T + (s.cp > 1 ? 4 * N * 2 * C / tp + heads * T : 0);
   out.scratch = N * C * 2 + N * 3 * C / tp + attention_scratch + N * 4 * C / tp + N * C / tp;
   if (tp > 1) out.scratch += N * C;
   if (s.sequence_parallel) out.scratch += N * C;

@@ -10,6 +10,7 @@
 #include "model/param_init.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/column_sum.hpp"
+#include "tensor/flash_attention.hpp"
 #include "tensor/residual.hpp"
 
 namespace gpt2 {
@@ -35,7 +36,7 @@ template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), cp_(o.cp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
       on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
-      chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
+      fused_(o.fused_attention), chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
   if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
   first_ = layout_.chunks()[size_t(chunk_)].first;
@@ -84,19 +85,16 @@ void Stage<T>::allocate_scratch(int max_batch) {
   dln_ = uninitialized<T>("dln", N * C);
   dqkv_ = uninitialized<T>("dqkv", N * 3 * C / tp);
   const size_t heads = size_t(max_batch) * c.n_head / tp;
-  if (cp == 1) {
-    datt_ = uninitialized<T>("datt", heads * T_ * T_);
-  } else {
-    const size_t L = size_t(T_) / 2;
+  if (!fused()) datt_ = uninitialized<T>("datt", heads * T_ * T_);
+  if (fused()) flash_d_ = uninitialized<T>("flash_d", heads * T_);
+  if (cp > 1) {
     for (int k = 0; k < 2; ++k) {
       ring_kv_[k] = uninitialized<T>("ring_kv", N * 2 * C / tp);
       ring_dkv_[k] = uninitialized<T>("ring_dkv", N * 2 * C / tp);
     }
-    ring_m_ = uninitialized<T>("ring_m", heads * T_);
     ring_l_ = uninitialized<T>("ring_l", heads * T_);
-    ring_s_ = uninitialized<T>("ring_s", size_t(c.n_head) / tp * L * L);
-    ring_p_ = uninitialized<T>("ring_p", size_t(c.n_head) / tp * L * L);
   }
+  if (fused()) reserve_flash_scratch<T>(int(C / c.n_head), cp > 1 ? T_ / 2 : T_);
   dfch_ = uninitialized<T>("dfch", N * 4 * C / tp);
   datty_ = uninitialized<T>("datty", N * C / tp);
   if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
@@ -137,7 +135,7 @@ void Stage<T>::check_scratch(const ActivationSizes& sizes) const {
   size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0) + recompute_mem16_.extent(0);
   for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
                              &logits_, &lse_, &ce_, &recompute_mem_, &ring_kv_[0], &ring_kv_[1], &ring_dkv_[0],
-                             &ring_dkv_[1], &ring_m_, &ring_l_, &ring_s_, &ring_p_})
+                             &ring_dkv_[1], &ring_l_, &flash_d_})
     scratch += b->extent(0);
   if (scratch != sizes.scratch || scratch16 != sizes.scratch16)
     fail("Stage: its scratch takes ", scratch, " + ", scratch16, " values, the size table says ", sizes.scratch, " + ",
@@ -168,6 +166,7 @@ ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   const ModelConfig& c = config();
   ActivationShape s;
   s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = tp_->size(), s.cp = cp_->size();
+  s.fused_attention = fused();
   s.blocks = end_ - first_;
   s.first = has_embedding(), s.last = has_head();
   s.sequence_parallel = sp_, s.split = split, s.mixed = lin_.mixed();
@@ -257,11 +256,11 @@ template <class T>
 Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const ModelConfig& c = config();
   const size_t tp = size_t(tp_->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
-  // attention's probabilities (B*nh, T, T), or with context parallelism its log-sum-exp (B*nh*T, 1)
-  // (with 16-bit GEMM inputs, followed by attention's output y in fp32: ring_attention_backward's row dots)
-  const size_t att_cols = cp_->size() > 1 ? 1 : size_t(T_);
+  // attention's probabilities (B*nh, T, T), or when fused its log-sum-exp (B*nh*T, 1) (with 16-bit
+  // GEMM inputs, followed by attention's output y in fp32: the fused backward's row dots read it)
+  const size_t att_cols = fused() ? 1 : size_t(T_);
   const bool mixed = lin_.mixed();
-  const size_t att = size_t(B) * c.n_head / tp * T_ * att_cols + (cp_->size() > 1 && mixed ? N * C / tp : 0);
+  const size_t att = size_t(B) * c.n_head / tp * T_ * att_cols + (fused() && mixed ? N * C / tp : 0);
   const int nblocks = end_ - first_;
   const size_t embed = split && has_embedding() ? 1 : 0;
   const ActivationSizes sizes = activation_sizes(activation_shape(B, split));

@@ -103,6 +103,9 @@ struct StageOptions {
   Recompute recompute = Recompute::none;  // activation recomputation (model/activation_sizes.hpp)
   int recompute_every = 1;                // of every this many blocks, the first
   std::function<void(int unit, bool begin)> on_recompute;  // optional: bounds of each recomputation
+  // model.attention: fused (tensor/flash_attention.hpp: no T x T matrix) or materialized (the
+  // probabilities kept for the backward). Context parallelism's ring is always fused.
+  bool fused_attention = true;
 };
 
 template <class T>
@@ -196,10 +199,11 @@ class Stage {
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
   void block_forward(int layer, Activations<T>& a, CMat<T> in, bool recomputing = false);
-  // Context parallelism: attention over the ring's K/V blocks (tensor/ring_attention.hpp); y and the
-  // log-sum-exp per row and head out, and their backward into dqkv.
-  void ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B);
-  void ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B);
+  // Fused attention (tensor/flash_attention.hpp), under context parallelism over the ring's K/V
+  // blocks: y and the log-sum-exp per row and head out, and their backward into dqkv.
+  bool fused() const { return fused_ || cp_->size() > 1; }
+  void fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B);
+  void fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B);
   void recompute_block(int layer, Activations<T>& a, CMat<T> in, bool split);
   void attention(typename Activations<T>::Block& s, int B, bool keep_output);
   bool recomputed(int layer) const { return is_recomputed(recompute_, recompute_every_, layer); }
@@ -247,6 +251,7 @@ class Stage {
   std::function<void(int, bool)> on_recompute_;
   Recompute recompute_;
   int recompute_every_;
+  bool fused_;
   int chunk_, first_, end_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).
@@ -254,7 +259,8 @@ class Stage {
   Buffer<T> wte_parts_;  // first stage: the wte gradient's partial sums (embedding_backward)
   Buffer<uint16_t> lnf16_, full16_;  // mixed precision: the head's GEMM input; gathered 16-bit rows
   Buffer<T> recompute_mem_;          // what recomputed blocks share (make_activations)
-  Buffer<T> ring_kv_[2], ring_dkv_[2], ring_m_, ring_l_, ring_s_, ring_p_;  // context parallelism's scratch
+  Buffer<T> ring_kv_[2], ring_dkv_[2], ring_l_;  // context parallelism's blocks and running sum
+  Buffer<T> flash_d_;                           // fused: the backward's row dots (the ring's running max)
   Buffer<uint16_t> recompute_mem16_;
   Linear<T> lin_;
 };

@@ -2,58 +2,69 @@
 // parallelism: the K/V blocks go round the cp ring), and the recomputations train.recompute asks for.
 #include "model/stage.hpp"
 #include "tensor/attention.hpp"
-#include "tensor/ring_attention.hpp"
+#include "tensor/flash_attention.hpp"
 
 namespace gpt2 {
 
-// Context parallelism's ring attention: the rank's queries (its two chunks of each sequence) against
-// every rank's K/V block in turn -- its own first, then each received from the previous rank while
-// the next is on its way -- merged with an online softmax (tensor/ring_attention.hpp).
+// Fused attention (tensor/flash_attention.hpp). One rank: one call over the whole sequence. Context
+// parallelism's ring: the rank's queries (its two chunks of each sequence) against every rank's K/V
+// block in turn -- its own first, then each received from the previous rank while the next is on its
+// way -- the online softmax's state (y unnormalised, the running max and sum) carried between them.
 template <class T>
-void Stage<T>::ring_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B) {
-  const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
-  const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
+void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B) {
+  const int c = cp_->size(), i = cp_->rank(), nh = config().n_head / tp_->size();
+  const int C = int(qkv.extent(1) / 3), hs = C / nh;
+  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), DocStarts(), B, nh, hs,
+                    flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
+  if (c == 1) {
+    flash_attention_forward<T>(p, y, Vec<T>(), Vec<T>(), lse, FlashPass{});
+    return;
+  }
+  const int L = T_ / 2;
+  const size_t rows = size_t(B) * T_, n = rows * 2 * C;
   Mat<T> kv[2] = {mat(ring_kv_[0].data(), rows, 2 * C), mat(ring_kv_[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
-  const Vec<T> m(ring_m_.data(), size_t(B) * nh * T_), l(ring_l_.data(), size_t(B) * nh * T_);
-  const Mat<T> S(ring_s_.data(), size_t(nh) * L, L);
-  ring_attention_begin<T>(y, m, l);
+  const Vec<T> m(flash_d_.data(), size_t(B) * nh * T_), l(ring_l_.data(), size_t(B) * nh * T_);
+  p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
     const Mat<T> cur = kv[s % 2];
     if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
-    const int src = (i - s + c) % c;
-    RingTile tiles[4];
-    const int count = ring_tiles(i, 2 * c - 1 - i, src, 2 * c - 1 - src, tiles);
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < count; ++t) ring_attention_tile_forward<T>(y, m, l, qkv, cur, S, b, L, nh, tiles[t]);
+    p.kv = cur, p.kcol = 0, p.vcol = C;
+    p.ks = AttnSpan::ring(L, c, (i - s + c) % c);
+    flash_attention_forward<T>(p, y, m, l, lse, FlashPass{s == 0, s == c - 1});
     if (s + 1 < c) cp_->finish_shifts();
   }
-  ring_attention_end<T>(y, lse, y, m, l, L, nh);
 }
 
-// The backward goes round the ring again: each K/V block with its gradient, which every rank adds
-// its queries' part to; after cp shifts each block's gradient is back with its own rank.
+// The backward: the queries' gradient from each block in turn, and each block's keys' and values'
+// gradient, which goes round the ring with its block (every rank adds its queries' part); after cp
+// shifts each block's gradient is back with its own rank.
 template <class T>
-void Stage<T>::ring_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B) {
-  const int c = cp_->size(), i = cp_->rank(), L = T_ / 2, nh = config().n_head / tp_->size();
-  const size_t rows = size_t(B) * T_, C = qkv.extent(1) / 3, n = rows * 2 * C;
+void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B) {
+  const int c = cp_->size(), i = cp_->rank(), nh = config().n_head / tp_->size();
+  const int C = int(qkv.extent(1) / 3), hs = C / nh;
+  const Vec<T> D(flash_d_.data(), size_t(B) * nh * T_);
+  flash_attention_row_dots<T>(D, dy, y, T_, nh);
+  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), DocStarts(), B, nh, hs,
+                    flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
+  if (c == 1) {
+    flash_attention_backward_dq<T>(p, dqkv, dy, lse, D, false);
+    flash_attention_backward_dkv<T>(p, dqkv, dy, lse, D, false);  // (into dqkv's k and v columns)
+    return;
+  }
+  const int L = T_ / 2;
+  const size_t rows = size_t(B) * T_, n = rows * 2 * C;
   Mat<T> kv[2] = {mat(ring_kv_[0].data(), rows, 2 * C), mat(ring_kv_[1].data(), rows, 2 * C)};
   Mat<T> dkv[2] = {mat(ring_dkv_[0].data(), rows, 2 * C), mat(ring_dkv_[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
-  Kokkos::deep_copy(ExecSpace(), dkv[0], T(0));
-  Kokkos::deep_copy(ExecSpace(), dqkv, T(0));
-  const Vec<T> D(ring_m_.data(), size_t(B) * nh * T_);
-  const Mat<T> S(ring_s_.data(), size_t(nh) * L, L), P(ring_p_.data(), size_t(nh) * L, L);
-  ring_attention_backward_begin<T>(D, dy, y, L, nh);
+  p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
     const Mat<T> cur = kv[s % 2], dcur = dkv[s % 2];
     if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
-    const int src = (i - s + c) % c;
-    RingTile tiles[4];
-    const int count = ring_tiles(i, 2 * c - 1 - i, src, 2 * c - 1 - src, tiles);
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < count; ++t)
-        ring_attention_tile_backward<T>(dqkv, dcur, qkv, cur, dy, lse, D, S, P, b, L, nh, tiles[t]);
+    p.kv = cur, p.kcol = 0, p.vcol = C;
+    p.ks = AttnSpan::ring(L, c, (i - s + c) % c);
+    flash_attention_backward_dq<T>(p, dqkv, dy, lse, D, s > 0);
+    flash_attention_backward_dkv<T>(p, dcur, dy, lse, D, s > 0);  // (the rank's own block starts at 0)
     cp_->start_shift(dcur.data(), dkv[(s + 1) % 2].data(), n);
     cp_->finish_shifts();
   }
@@ -92,11 +103,11 @@ void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_out
   const int nh = config().n_head / tp_->size();
   const size_t rows = size_t(B) * T_;
   const Mat<T> scratch = mat(datty_.data(), rows, s.atty.cols());
-  if (cp_->size() > 1) {
-    const Vec<T> lse(s.att.data(), s.att.size());
+  if (fused()) {
+    const Vec<T> lse(s.att.data(), size_t(B) * nh * T_);
     const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())
                                      : keep_output ? s.atty.full : scratch;
-    ring_attention_forward(y, lse, s.qkv, B);
+    fused_attention_forward(y, lse, s.qkv, B);
     if (keep_output && s.atty.is_low()) lin_.store(s.atty, y);
   } else if (keep_output && !s.atty.is_low()) {
     attention_forward<T>(s.atty.full, s.att, s.qkv, B, T_, nh);
@@ -108,8 +119,8 @@ void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_out
 
 // The class is instantiated in stage.cpp; these are the members defined here.
 #define GPT2_STAGE_ATTENTION(T)                                                                         \
-  template void Stage<T>::ring_attention_forward(Mat<T>, Vec<T>, CMat<T>, int);                        \
-  template void Stage<T>::ring_attention_backward(Mat<T>, CMat<T>, CMat<T>, CMat<T>, CVec<T>, int);    \
+  template void Stage<T>::fused_attention_forward(Mat<T>, Vec<T>, CMat<T>, int);                       \
+  template void Stage<T>::fused_attention_backward(Mat<T>, CMat<T>, CMat<T>, CMat<T>, CVec<T>, int);   \
   template void Stage<T>::recompute_block(int, Activations<T>&, CMat<T>, bool);                        \
   template void Stage<T>::attention(typename Activations<T>::Block&, int, bool);
 GPT2_STAGE_ATTENTION(float)

@@ -143,10 +143,10 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))
   row_parallel_backward(d2, datty, s.atty, w16.attprojw, g.attprojw, g.attprojb);
   if (do_in) {
-    if (cp_->size() > 1)
-      ring_attention_backward(dqkv, datty, s.qkv,
-                              s.atty.is_low() ? CMat<T>(s.att.data() + s.att.size(), N, C / tp) : CMat<T>(s.atty.full),
-                              Vec<T>(s.att.data(), s.att.size()), a.B);
+    if (fused())
+      fused_attention_backward(dqkv, datty, s.qkv,
+                               s.atty.is_low() ? CMat<T>(s.att.data() + s.att.size(), N, C / tp) : CMat<T>(s.atty.full),
+                               Vec<T>(s.att.data(), s.att.size()), a.B);
     else
       attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
   }

@@ -95,7 +95,8 @@ UnitWork CostModel::unit_work(int u, int b, const Layout& l) const {
 }
 
 void CostModel::add_ring_work(UnitWork& w, int b, const Layout& l) const {
-  // The trainer's ring (tensor/ring_attention.hpp): a sequence in 2cp chunks of L = T / 2cp, a rank
+  // An unfused ring (the trainer's before its fused kernels; perf.fused_attention = false with cp > 1):
+  // a sequence in 2cp chunks of L = T / 2cp, a rank
   // holding two, so its queries meet 2cp + 1 key chunks at or before their own over the ring (the
   // diagonal ones computed whole, then masked). A tile is nh / tp batched products of L rows: the
   // forward's scores (L x L x hs) and P v (L x hs x L), then the merge (scores read twice, written

@@ -20,7 +20,7 @@ void activation_memory(const Workload& w, const Layout& l, const BlockRange& chu
                        int b, double& per_mb, double& scratch, double& shared) {
   ActivationShape s;
   s.B = b, s.seq_len = w.seq_len / l.cp, s.n_embd = w.model.n_embd, s.n_head = w.model.n_head, s.tp = l.tp;
-  s.cp = l.cp;
+  s.cp = l.cp, s.fused_attention = l.fused_attention;
   s.blocks = chunk.end - chunk.first;
   s.first = chunk.first == 0, s.last = chunk.end == w.model.n_layer;
   s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != "fp32";

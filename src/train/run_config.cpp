@@ -15,13 +15,15 @@ namespace gpt2 {
 
 namespace {
 // [model]: the GPT-2 shape.
-std::vector<DeckField> model_fields(ModelConfig& model) {
+std::vector<DeckField> model_fields(ModelConfig& model, std::string& attention) {
   return {
       {"model.n_layer", &model.n_layer, "transformer blocks"},
       {"model.n_head", &model.n_head, "attention heads"},
       {"model.n_embd", &model.n_embd, "channels"},
       {"model.vocab_size", &model.vocab_size, "tokens (padded to a multiple of 128 internally)"},
       {"model.block_size", &model.block_size, "longest sequence the model supports"},
+      {"model.attention", &attention,
+       "fused (no T x T matrix kept; the default) | materialized (probabilities kept; parallel.cp = 1 only)"},
   };
 }
 
@@ -135,7 +137,7 @@ std::vector<DeckField> RunConfig::fields() {
   auto append = [&all](const std::vector<DeckField>& section) {
     all.insert(all.end(), section.begin(), section.end());
   };
-  append(model_fields(model));
+  append(model_fields(model, attention));
   append(data_fields(data));
   append(train_fields(train));
   append(parallel_fields(parallel));
@@ -254,6 +256,11 @@ void check_numerics(const RunConfig& c) {
     fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", c.train.precision, "\"");
   if (!c.train.tf32.is("auto") && !c.train.tf32.is("true") && !c.train.tf32.is("false"))
     fail_input("train.tf32", "expected true, false or \"auto\", got \"", c.train.tf32.text, "\"");
+  if (c.attention != "fused" && c.attention != "materialized")
+    fail_input("model.attention", "expected fused or materialized, got \"", c.attention, "\"");
+  if (c.attention == "materialized" && c.parallel.cp > 1)
+    fail_input("model.attention", "materialized needs parallel.cp = 1 (ring attention is fused), got parallel.cp = ",
+               c.parallel.cp);
   Recompute recompute;
   if (!parse_recompute(c.train.recompute, recompute))
     fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");
@@ -293,6 +300,7 @@ Layout RunConfig::layout() const {
   l.sequence_parallel = parallel.sequence_parallel && parallel.tp > 1;
   l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
   l.precision = train.precision;
+  l.fused_attention = attention == "fused" || parallel.cp > 1;
   l.recompute = train.recompute, l.recompute_every = train.recompute_every;
   l.grad_reduce_dtype = parallel.grad_reduce_dtype, l.param_gather_dtype = parallel.param_gather_dtype;
   return l;

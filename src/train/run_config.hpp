@@ -109,6 +109,9 @@ struct TraceConfig {
 
 struct RunConfig {
   ModelConfig model;
+  // model.attention: fused (no T x T matrix: tensor/flash_attention.hpp) | materialized (the
+  // probabilities kept for the backward; one rank of context only). A choice of kernels, not of shape.
+  std::string attention = "fused";
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

@@ -32,6 +32,7 @@
 #include "parallel/zero.hpp"
 #include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
+#include "tensor/flash_attention.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
@@ -43,7 +44,6 @@
 #endif
 #include "tensor/layernorm.hpp"
 #include "tensor/matmul.hpp"
-#include "tensor/ring_attention.hpp"
 
 using namespace gpt2;
 
@@ -546,67 +546,79 @@ void BM_Matmul(benchmark::State& s) {  // the MLP up-projection: (N, C) x (4C, C
 }
 BENCHMARK(BM_Matmul)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Whole-sequence attention, forward and backward, at the benchmark's shape. arg: 0 materialized
+// (the T x T probabilities kept), 1 fused (tensor/flash_attention.hpp).
 void BM_Attention(benchmark::State& s) {
+  const bool fused = s.range(0) == 1;
   auto qkv = random_buffer(kN * 3 * kC, 1), out = random_buffer(kN * kC, 2), dout = random_buffer(kN * kC, 3);
-  auto att = random_buffer(kB * kH * kT * kT, 4), datt = random_buffer(kB * kH * kT * kT, 5);
-  auto dqkv = random_buffer(kN * 3 * kC, 6);
+  auto att = random_buffer(fused ? 0 : kB * kH * kT * kT, 4), datt = random_buffer(fused ? 0 : kB * kH * kT * kT, 5);
+  auto dqkv = random_buffer(kN * 3 * kC, 6), lse = random_buffer(kB * kH * kT, 7), D = random_buffer(kB * kH * kT, 8);
+  const Mat<float> q(qkv.data(), kN, 3 * kC), y(out.data(), kN, kC), dy(dout.data(), kN, kC), dq(dqkv.data(), kN, 3 * kC);
+  const int hs = kC / kH;
+  const FlashProblem<float> p{q, q, kC, 2 * kC, AttnSpan::whole(kT), AttnSpan::whole(kT), DocStarts(), kB, kH, hs,
+                              flash::tile_for<float>(hs, kT)};
+  if (fused) reserve_flash_scratch<float>(hs, kT);
   for (auto _ : s) {
-    attention_forward<float>(Mat<float>(out.data(), kN, kC), Mat<float>(att.data(), kB * kH * kT, kT),
-                             Mat<float>(qkv.data(), kN, 3 * kC), kB, kT, kH);
-    attention_backward<float>(Mat<float>(dqkv.data(), kN, 3 * kC), Mat<float>(datt.data(), kB * kH * kT, kT),
-                              Mat<float>(dout.data(), kN, kC), Mat<float>(qkv.data(), kN, 3 * kC),
-                              Mat<float>(att.data(), kB * kH * kT, kT), kB, kT, kH);
+    if (fused) {
+      flash_attention_forward<float>(p, y, Vec<float>(), Vec<float>(), lse, FlashPass{});
+      flash_attention_row_dots<float>(D, dy, y, kT, kH);
+      flash_attention_backward_dq<float>(p, dq, dy, lse, D, false);
+      flash_attention_backward_dkv<float>(p, dq, dy, lse, D, false);
+    } else {
+      attention_forward<float>(y, Mat<float>(att.data(), kB * kH * kT, kT), q, kB, kT, kH);
+      attention_backward<float>(dq, Mat<float>(datt.data(), kB * kH * kT, kT), dy, q,
+                                Mat<float>(att.data(), kB * kH * kT, kT), kB, kT, kH);
+    }
     Kokkos::fence();
   }
   report(s, 3.0 * 4.0 * kB * kT * kT * kC);  // 2 GEMMs forward, 4 backward, full T x T
+  s.SetLabel(fused ? "fused" : "materialized");
 }
-BENCHMARK(BM_Attention)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Attention)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// One tile of context parallelism's ring attention (tensor/ring_attention.hpp), a whole (not diagonal)
-// one, of sequence 0: the facts behind a hardware file's kernel_overhead_us on the host. arg 0: 0
-// forward (two products over the heads and the online-softmax merge: 3 launches), 1 backward (five
-// products and the elementwise pass: 6), 2 an empty Kokkos kernel. arg 1, the shape (heads, L = T /
-// 2cp, head size): 0 the host model validation's (8, 32, 32: C 256, T 128, cp 2), 1 GPT-2 124M at T
-// 1024, cp 2 (12, 256, 64). Counter us_per_launch: the tile's time beyond what the step model prices
-// its work at (perf/cost_model.cpp add_ring_work: the products at GPT2_BENCH_GEMM_GFLOPS, default
-// 100 -- take BM_StepGemm's large ones -- and the scores' traffic at GPT2_BENCH_GBS, default 12.6,
-// devbox.toml's bandwidth x memory_efficiency), over its launches.
+// One block of context parallelism's ring attention (the fused kernels), cp 2: rank 1's queries
+// (chunks 1 and 2) against rank 0's block (chunks 0 and 3) -- two whole (L x L) tiles, of sequence 0:
+// the facts behind a hardware file's kernel_overhead_us on the host. arg 0: 0 forward (scores and
+// P v per tile: 1 launch), 1 backward (the query pass's scores, dP and dq, the key pass's scores, dP,
+// dv and dk: 2 launches), 2 an empty Kokkos kernel. arg 1, the shape (heads, L = T / 2cp, head
+// size): 0 the host model validation's (8, 32, 32: C 256, T 128, cp 2), 1 GPT-2 124M at T 1024, cp
+// 2 (12, 256, 64). Counter us_per_launch: the block's time beyond its products at
+// GPT2_BENCH_GEMM_GFLOPS (default 100 -- take BM_StepGemm's large ones), over its launches.
 void BM_RingTile(benchmark::State& s) {
   const int part = int(s.range(0)), shape = int(s.range(1));
   const int nh = shape == 0 ? 8 : 12, L = shape == 0 ? 32 : 256, hs = shape == 0 ? 32 : 64, C = nh * hs;
-  const size_t rows = size_t(2) * L, states = size_t(nh) * rows, scores = size_t(nh) * L * L;
+  const size_t rows = size_t(2) * L, states = size_t(nh) * rows;
   auto qkv = random_buffer(rows * 3 * C, 1), kv = random_buffer(rows * 2 * C, 2), O = random_buffer(rows * C, 3);
   auto dqkv = random_buffer(rows * 3 * C, 4), dkv = random_buffer(rows * 2 * C, 5), dy = random_buffer(rows * C, 6);
   auto m = random_buffer(states, 7), l = random_buffer(states, 8), lse = random_buffer(states, 9);
-  auto D = random_buffer(states, 10), S = random_buffer(scores, 11), P = random_buffer(scores, 12);
-  const RingTile tile{1, 0, false};
+  auto D = random_buffer(states, 10);
+  const FlashProblem<float> p{Mat<float>(qkv.data(), rows, 3 * C), Mat<float>(kv.data(), rows, 2 * C), 0, C,
+                              AttnSpan::ring(L, 2, 1), AttnSpan::ring(L, 2, 0), DocStarts(), 1, nh, hs,
+                              flash::tile_for<float>(hs, L)};
+  reserve_flash_scratch<float>(hs, L);
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : s) {
-    if (part == 0)
-      ring_attention_tile_forward<float>(Mat<float>(O.data(), rows, C), m, l, Mat<float>(qkv.data(), rows, 3 * C),
-                                         Mat<float>(kv.data(), rows, 2 * C), Mat<float>(S.data(), size_t(nh) * L, L), 0,
-                                         L, nh, tile);
-    else if (part == 1)
-      ring_attention_tile_backward<float>(Mat<float>(dqkv.data(), rows, 3 * C), Mat<float>(dkv.data(), rows, 2 * C),
-                                          Mat<float>(qkv.data(), rows, 3 * C), Mat<float>(kv.data(), rows, 2 * C),
-                                          Mat<float>(dy.data(), rows, C), lse, D,
-                                          Mat<float>(S.data(), size_t(nh) * L, L),
-                                          Mat<float>(P.data(), size_t(nh) * L, L), 0, L, nh, tile);
-    else
+    if (part == 0) {
+      flash_attention_forward<float>(p, Mat<float>(O.data(), rows, C), m, l, lse, FlashPass{false, false});
+    } else if (part == 1) {
+      flash_attention_backward_dq<float>(p, Mat<float>(dqkv.data(), rows, 3 * C), Mat<float>(dy.data(), rows, C), lse,
+                                         D, true);
+      flash_attention_backward_dkv<float>(p, Mat<float>(dkv.data(), rows, 2 * C), Mat<float>(dy.data(), rows, C), lse,
+                                          D, true);
+    } else {
       Kokkos::parallel_for("empty", Kokkos::RangePolicy<ExecSpace>(0, 1), KOKKOS_LAMBDA(int64_t) {});
+    }
     Kokkos::fence();
   }
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  const int products = part == 0 ? 2 : part == 1 ? 5 : 0, launches = part == 0 ? 3 : part == 1 ? 6 : 1;
+  const int products = part == 0 ? 2 * 2 : part == 1 ? 7 * 2 : 0, launches = part == 0 ? 1 : part == 1 ? 2 : 1;
   const double flops = products * 2.0 * nh * L * L * hs;
   report(s, flops);
-  const char *rate = std::getenv("GPT2_BENCH_GEMM_GFLOPS"), *gbs = std::getenv("GPT2_BENCH_GBS");
-  const double values = part == 0 ? nh * (3.0 * L * L + 2.0 * L * hs) : part == 1 ? nh * 4.0 * L * L : 0;
-  const double work_us =
-      flops / ((rate ? std::atof(rate) : 100.0) * 1e3) + 4 * values / ((gbs ? std::atof(gbs) : 12.6) * 1e3);
+  const char* rate = std::getenv("GPT2_BENCH_GEMM_GFLOPS");
+  const double work_us = flops / ((rate ? std::atof(rate) : 100.0) * 1e3);
   s.counters["work_us"] = work_us;
   s.counters["us_per_launch"] = (us / std::max<double>(1, double(s.iterations())) - work_us) / launches;
-  s.SetLabel(part == 0 ? "forward tile" : part == 1 ? "backward tile" : "empty kernel");
+  s.SetLabel(part == 0 ? "forward block" : part == 1 ? "backward block" : "empty kernel");
 }
 BENCHMARK(BM_RingTile)->ArgsProduct({{0, 1, 2}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 

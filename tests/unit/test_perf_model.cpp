@@ -12,7 +12,6 @@
 #include "perf/planner.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
-#include "tensor/ring_attention.hpp"
 
 using namespace gpt2;
 
@@ -214,13 +213,13 @@ TEST(CostModel, ContextParallelRingPricesTheTilesTheTrainerComputes) {
   h.kernel_overhead = 1e-6;
   const CostModel cm(w, h);
   for (int cp : {2, 3, 4}) {
-    // The trainer's tiles (tensor/ring_attention.hpp): each rank over every block of the ring.
+    // An unfused ring's (L x L) tiles: each rank's two query chunks against the key chunks at or
+    // before them over every block of the ring.
     for (int i = 0; i < cp; ++i) {
       int tiles = 0;
-      for (int src = 0; src < cp; ++src) {
-        RingTile t[4];
-        tiles += ring_tiles(i, 2 * cp - 1 - i, src, 2 * cp - 1 - src, t);
-      }
+      for (int src = 0; src < cp; ++src)
+        for (int q : {i, 2 * cp - 1 - i})
+          for (int k : {src, 2 * cp - 1 - src}) tiles += k <= q;
       EXPECT_EQ(tiles, 2 * cp + 1) << "cp " << cp << " rank " << i;
     }
     Layout l;
