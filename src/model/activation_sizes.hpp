@@ -23,7 +23,7 @@ int recomputed_blocks(Recompute r, int every, int first, int end);  // among blo
 struct ActivationShape {
   int B = 1, seq_len = 1, n_embd = 1, n_head = 1, tp = 1;  // seq_len: the rank's tokens of a sequence
   int cp = 1;  // context parallelism: ring attention keeps a log-sum-exp per row and head, not T x T
-  bool fused_attention = true;       // so does fused attention (the ring always is)
+  bool fused_attention = false;      // so does fused attention (the ring always is)
   int blocks = 0;                    // blocks of the chunk
   bool first = false, last = false;  // the chunk holds the embedding / the head
   bool sequence_parallel = false;    // stream tensors on N / tp rows

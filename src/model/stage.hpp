@@ -105,7 +105,7 @@ struct StageOptions {
   std::function<void(int unit, bool begin)> on_recompute;  // optional: bounds of each recomputation
   // model.attention: fused (tensor/flash_attention.hpp: no T x T matrix) or materialized (the
   // probabilities kept for the backward). Context parallelism's ring is always fused.
-  bool fused_attention = true;
+  bool fused_attention = false;
 };
 
 template <class T>

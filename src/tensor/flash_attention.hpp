@@ -52,7 +52,7 @@ struct FlashProblem {
   AttnSpan qs, ks;
   DocStarts doc;
   int B = 1, nh = 1, hs = 1;
-  int tile = 64;  // rows of a query tile and of a key tile (flash_tile)
+  int tile = 64;  // rows of a query tile and of a key tile: a multiple of flash::kCols (flash::tile_for)
 };
 
 // Which block of a ring this call is: the first starts the running state, the last finishes it.
@@ -61,21 +61,28 @@ struct FlashPass {
 };
 
 namespace flash {
-// Values of team scratch a tile of `t` rows takes: the forward, the backward's query pass and its key
-// pass (each with one tile of both sides, the running rows and two rows of scores per row).
-inline size_t forward_values(int t, int hs) { return size_t(t) * (4 * hs + t + 2); }
-inline size_t dq_values(int t, int hs) { return size_t(t) * (6 * hs + 2 * t + 2); }
-inline size_t dkdv_values(int t, int hs) { return size_t(t) * (8 * hs + 2 * t + 3); }
+// Products inside a team are register tiles of kRows rows by kCols columns (a GEMM's micro-kernel:
+// each value of B loaded once for kRows rows). Tiles are at least kCols rows, and a head's columns
+// are padded to a multiple of kCols with zeros in scratch, so every register tile is whole.
+constexpr int kRows = 4, kCols = 16;
+KOKKOS_INLINE_FUNCTION int padded(int hs) { return (hs + kCols - 1) / kCols * kCols; }
+
+// Values of team scratch a tile of `t` rows takes: the forward (q, O, K^T, V, scores, three per-row
+// values), the backward's query pass (q, dy, dq, K^T, V^T, K, scores, dP, two per-row) and its key
+// pass (K, V, dK, dV, q, dy, q^T, dy^T, scores, dP, three per-row).
+inline size_t forward_values(int t, int hs) { return size_t(t) * (4 * size_t(padded(hs)) + t + 3); }
+inline size_t dq_values(int t, int hs) { return size_t(t) * (6 * size_t(padded(hs)) + 2 * t + 2); }
+inline size_t dkdv_values(int t, int hs) { return size_t(t) * (8 * size_t(padded(hs)) + 2 * t + 3); }
 inline size_t max_values(int t, int hs) { return std::max({forward_values(t, hs), dq_values(t, hs), dkdv_values(t, hs)}); }
 
-// The tile: the largest of 64, 32, 16, 8 rows whose scratch fits the backend's budget (a GPU's shared
-// memory; the host's second-level cache, shared by nothing), never far beyond the rows there are.
+// The tile: the largest of 64, 32, 16 rows whose scratch fits the backend's budget (a GPU's shared
+// memory; on the host a core's second-level cache), never far beyond the rows there are.
 template <class T>
 int tile_for(int hs, int rows) {
   const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
-  const size_t budget = host ? 160 * 1024 : 46 * 1024;
+  const size_t budget = host ? 256 * 1024 : 46 * 1024;
   int t = 64;
-  while (t > 8 && (max_values(t, hs) * sizeof(T) > budget || t / 2 >= rows)) t /= 2;
+  while (t > kCols && (max_values(t, hs) * sizeof(T) > budget || t / 2 >= rows)) t /= 2;
   return t;
 }
 
@@ -114,6 +121,42 @@ Kokkos::TeamPolicy<ExecSpace> policy(int64_t league, size_t values) {
   p.set_scratch_size(0, Kokkos::PerTeam(Scratch<T>::shmem_size(values)));
   return p;
 }
+
+// C (rows x cols, row-major, ldc) = (accumulate ? C : 0) + A (rows x K, lda) B (K x cols, ldb), rows
+// a multiple of kRows and cols of kCols, shared out over the team's threads a register tile each.
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION void team_product(const Member& team, T* C, int ldc, const T* A, int lda, const T* B, int ldb,
+                                         int rows, int cols, int K, bool accumulate) {
+  const int col_tiles = cols / kCols;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows / kRows * col_tiles), [&](int item) {
+    const int i0 = item / col_tiles * kRows, c0 = item % col_tiles * kCols;
+    T acc[kRows][kCols];
+    for (int r = 0; r < kRows; ++r)
+      for (int c = 0; c < kCols; ++c) acc[r][c] = accumulate ? C[(i0 + r) * ldc + c0 + c] : T(0);
+    for (int k = 0; k < K; ++k) {
+      const T* b = B + k * ldb + c0;
+      for (int r = 0; r < kRows; ++r) {
+        const T a = A[(i0 + r) * lda + k];
+        GPT2_VECTOR_LOOP
+        for (int c = 0; c < kCols; ++c) acc[r][c] += a * b[c];
+      }
+    }
+    for (int r = 0; r < kRows; ++r)
+      for (int c = 0; c < kCols; ++c) C[(i0 + r) * ldc + c0 + c] = acc[r][c];
+  });
+}
+
+// Row i of a tile of n rows (at t rows, padded) from matrix row `row` of m, columns col..col+hs,
+// times `scale`, into `row_major` (stride hp) and/or `transposed` (stride t); padding zero.
+template <class T, class Src>
+KOKKOS_INLINE_FUNCTION void load_row(T* row_major, T* transposed, const Src& m, int64_t row, int col, int i, int n,
+                                     int t, int hs, int hp, T scale) {
+  for (int d = 0; d < hp; ++d) {
+    const T x = i < n && d < hs ? T(m(row, col + d)) * scale : T(0);
+    if (row_major) row_major[i * hp + d] = x;
+    if (transposed) transposed[d * t + i] = x;
+  }
+}
 }  // namespace flash
 
 // Set-up: Kokkos' per-team workspace made as large as these kernels ask for (a host backend grows it
@@ -132,7 +175,7 @@ void reserve_flash_scratch(int hs, int rows) {
 template <class T>
 void flash_attention_forward(const FlashProblem<T>& p, Mat<T> O, Vec<T> m, Vec<T> l, Vec<T> lse, FlashPass pass) {
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
-  const int hs = p.hs, nh = p.nh, bt = p.tile, kcol = p.kcol, vcol = p.vcol;
+  const int hs = p.hs, hp = flash::padded(hs), nh = p.nh, bt = p.tile, kcol = p.kcol, vcol = p.vcol;
   const AttnSpan qs = p.qs, ks = p.ks;
   const int qper = flash::tiles_per_part(qs, bt), qtiles = qs.parts * qper;
   const int kper = flash::tiles_per_part(ks, bt), ktiles = ks.parts * kper;
@@ -150,68 +193,53 @@ void flash_attention_forward(const FlashProblem<T>& p, Mat<T> O, Vec<T> m, Vec<T
         const int lo0 = doc.extent(0) ? doc(row0) : 0;
         const flash::Scratch<T> mem(team.team_scratch(0), values);
         flash::Carve<T> c{mem.data()};
-        T *Q = c.take(size_t(bt) * hs), *Ob = c.take(size_t(bt) * hs), *Kt = c.take(size_t(hs) * bt),
-          *V = c.take(size_t(bt) * hs), *S = c.take(size_t(bt) * bt), *mr = c.take(bt), *lr = c.take(bt);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
-          for (int d = 0; d < hs; ++d) {
-            Q[i * hs + d] = q(row0 + i, h * hs + d) * scale;
-            Ob[i * hs + d] = first ? T(0) : O(row0 + i, h * hs + d);
-          }
-          mr[i] = first ? T(-1e30) : m(st0 + i);
-          lr[i] = first ? T(0) : l(st0 + i);
+        T *Q = c.take(size_t(bt) * hp), *Ob = c.take(size_t(bt) * hp), *Kt = c.take(size_t(hp) * bt),
+          *V = c.take(size_t(bt) * hp), *S = c.take(size_t(bt) * bt), *mr = c.take(bt), *lr = c.take(bt);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
+          flash::load_row<T>(Q, nullptr, q, row0 + i, h * hs, i, qr.n, bt, hs, hp, scale);
+          if (first) flash::load_row<T>(Ob, nullptr, O, row0 + i, h * hs, i, 0, bt, hs, hp, T(1));
+          else flash::load_row<T>(Ob, nullptr, O, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+          mr[i] = first || i >= qr.n ? T(-1e30) : m(st0 + i);
+          lr[i] = first || i >= qr.n ? T(0) : l(st0 + i);
         });
         for (int kt = 0; kt < ktiles; ++kt) {
           const flash::Tile kr = flash::span_tile(ks, kt, kper, bt);
           if (!flash::tiles_meet(qr, lo0, kr)) continue;  // (the same for the whole team)
           const int64_t krow0 = int64_t(b) * ks.rows() + kr.row0;
           team.team_barrier();  // every row is done with the previous tile
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kr.n), [&](int j) {
-            for (int d = 0; d < hs; ++d) {
-              Kt[d * bt + j] = kv(krow0 + j, kcol + h * hs + d);
-              V[j * hs + d] = kv(krow0 + j, vcol + h * hs + d);
-            }
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
+            flash::load_row<T>(nullptr, Kt, kv, krow0 + j, kcol + h * hs, j, kr.n, bt, hs, hp, T(1));
+            flash::load_row<T>(V, nullptr, kv, krow0 + j, vcol + h * hs, j, kr.n, bt, hs, hp, T(1));
           });
           team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
+          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);  // S = scale q k^T
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
             // Row i sees the tile's keys [j0, j1): from its document's start to its own position.
-            const int qpos = qr.pos0 + i, lo = doc.extent(0) ? doc(row0 + i) : 0;
+            const int qpos = qr.pos0 + i, lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;
             const int j0 = lo - kr.pos0 > 0 ? lo - kr.pos0 : 0;
-            const int j1 = qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;
-            if (j0 >= j1) return;
+            const int j1 = i >= qr.n ? 0 : qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;
             T* s = S + i * bt;
-            const T* qi = Q + i * hs;
+            T mx = T(-1e30);
+            for (int j = j0; j < j1; ++j) mx = s[j] > mx ? s[j] : mx;
+            const T mnew = mx > mr[i] ? mx : mr[i], corr = j0 < j1 ? km::expf_(mr[i] - mnew) : T(1);
             GPT2_VECTOR_LOOP
-            for (int j = j0; j < j1; ++j) s[j] = 0;
-            for (int d = 0; d < hs; ++d) {
-              const T x = qi[d];
-              const T* kd = Kt + d * bt;
-              GPT2_VECTOR_LOOP
-              for (int j = j0; j < j1; ++j) s[j] += x * kd[j];
-            }
-            T mx = s[j0];
-            for (int j = j0 + 1; j < j1; ++j) mx = s[j] > mx ? s[j] : mx;
-            const T mnew = mx > mr[i] ? mx : mr[i], corr = km::expf_(mr[i] - mnew);
+            for (int j = 0; j < bt; ++j) s[j] = j >= j0 && j < j1 ? km::expf_(s[j] - mnew) : T(0);
             T sum = 0;
-            GPT2_VECTOR_LOOP
-            for (int j = j0; j < j1; ++j) s[j] = km::expf_(s[j] - mnew);
             for (int j = j0; j < j1; ++j) sum += s[j];
             lr[i] = lr[i] * corr + sum;
             mr[i] = mnew;
-            T* o = Ob + i * hs;
+            T* o = Ob + i * hp;
             GPT2_VECTOR_LOOP
-            for (int d = 0; d < hs; ++d) o[d] *= corr;
-            for (int j = j0; j < j1; ++j) {
-              const T pj = s[j];
-              const T* vj = V + j * hs;
-              GPT2_VECTOR_LOOP
-              for (int d = 0; d < hs; ++d) o[d] += pj * vj[d];
-            }
+            for (int d = 0; d < hp; ++d) o[d] *= corr;
           });
+          team.team_barrier();
+          flash::team_product(team, Ob, hp, S, bt, V, hp, bt, hp, bt, true);  // O += P v
         }
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
           const T inv = last ? T(1) / lr[i] : T(1);
-          for (int d = 0; d < hs; ++d) O(row0 + i, h * hs + d) = Ob[i * hs + d] * inv;
+          for (int d = 0; d < hs; ++d) O(row0 + i, h * hs + d) = Ob[i * hp + d] * inv;
           if (last) {
             lse(st0 + i) = mr[i] + km::log(lr[i]);
           } else {
@@ -243,7 +271,7 @@ template <class T>
 void flash_attention_backward_dq(const FlashProblem<T>& p, Mat<T> dq, CMat<T> dy, CVec<T> lse, CVec<T> D,
                                  bool accumulate) {
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
-  const int hs = p.hs, nh = p.nh, bt = p.tile, kcol = p.kcol, vcol = p.vcol;
+  const int hs = p.hs, hp = flash::padded(hs), nh = p.nh, bt = p.tile, kcol = p.kcol, vcol = p.vcol;
   const AttnSpan qs = p.qs, ks = p.ks;
   const int qper = flash::tiles_per_part(qs, bt), qtiles = qs.parts * qper;
   const int kper = flash::tiles_per_part(ks, bt), ktiles = ks.parts * kper;
@@ -260,70 +288,47 @@ void flash_attention_backward_dq(const FlashProblem<T>& p, Mat<T> dq, CMat<T> dy
         const int lo0 = doc.extent(0) ? doc(row0) : 0;
         const flash::Scratch<T> mem(team.team_scratch(0), values);
         flash::Carve<T> c{mem.data()};
-        T *Q = c.take(size_t(bt) * hs), *dO = c.take(size_t(bt) * hs), *dQ = c.take(size_t(bt) * hs),
-          *Kt = c.take(size_t(hs) * bt), *Vt = c.take(size_t(hs) * bt), *K = c.take(size_t(bt) * hs),
+        T *Q = c.take(size_t(bt) * hp), *dO = c.take(size_t(bt) * hp), *dQ = c.take(size_t(bt) * hp),
+          *Kt = c.take(size_t(hp) * bt), *Vt = c.take(size_t(hp) * bt), *K = c.take(size_t(bt) * hp),
           *S = c.take(size_t(bt) * bt), *dP = c.take(size_t(bt) * bt), *lr = c.take(bt), *Dr = c.take(bt);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
-          for (int d = 0; d < hs; ++d) {
-            Q[i * hs + d] = q(row0 + i, h * hs + d) * scale;
-            dO[i * hs + d] = dy(row0 + i, h * hs + d);
-            dQ[i * hs + d] = 0;
-          }
-          lr[i] = lse(st0 + i);
-          Dr[i] = D(st0 + i);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
+          flash::load_row<T>(Q, nullptr, q, row0 + i, h * hs, i, qr.n, bt, hs, hp, scale);
+          flash::load_row<T>(dO, nullptr, dy, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+          for (int d = 0; d < hp; ++d) dQ[i * hp + d] = 0;
+          lr[i] = i < qr.n ? lse(st0 + i) : T(0);
+          Dr[i] = i < qr.n ? D(st0 + i) : T(0);
         });
         for (int kt = 0; kt < ktiles; ++kt) {
           const flash::Tile kr = flash::span_tile(ks, kt, kper, bt);
           if (!flash::tiles_meet(qr, lo0, kr)) continue;
           const int64_t krow0 = int64_t(b) * ks.rows() + kr.row0;
           team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kr.n), [&](int j) {
-            for (int d = 0; d < hs; ++d) {
-              const T k = kv(krow0 + j, kcol + h * hs + d);
-              Kt[d * bt + j] = k;
-              K[j * hs + d] = k;
-              Vt[d * bt + j] = kv(krow0 + j, vcol + h * hs + d);
-            }
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
+            flash::load_row<T>(K, Kt, kv, krow0 + j, kcol + h * hs, j, kr.n, bt, hs, hp, T(1));
+            flash::load_row<T>(nullptr, Vt, kv, krow0 + j, vcol + h * hs, j, kr.n, bt, hs, hp, T(1));
           });
           team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
-            const int qpos = qr.pos0 + i, lo = doc.extent(0) ? doc(row0 + i) : 0;
+          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);    // scale q k^T
+          flash::team_product(team, dP, bt, dO, hp, Vt, bt, bt, bt, hp, false);  // dy v^T
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
+            const int qpos = qr.pos0 + i, lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;
             const int j0 = lo - kr.pos0 > 0 ? lo - kr.pos0 : 0;
-            const int j1 = qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;
-            if (j0 >= j1) return;
-            T *s = S + i * bt, *dp = dP + i * bt;
-            const T *qi = Q + i * hs, *gi = dO + i * hs;
-            GPT2_VECTOR_LOOP
-            for (int j = j0; j < j1; ++j) s[j] = dp[j] = 0;
-            for (int d = 0; d < hs; ++d) {
-              const T x = qi[d], g = gi[d];
-              const T *kd = Kt + d * bt, *vd = Vt + d * bt;
-              GPT2_VECTOR_LOOP
-              for (int j = j0; j < j1; ++j) {
-                s[j] += x * kd[j];
-                dp[j] += g * vd[j];
-              }
-            }
+            const int j1 = i >= qr.n ? 0 : qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;
             const T lse_i = lr[i], D_i = Dr[i];
+            T *s = S + i * bt, *dp = dP + i * bt;
             GPT2_VECTOR_LOOP
-            for (int j = j0; j < j1; ++j) {
-              const T pj = km::expf_(s[j] - lse_i);
-              dp[j] = pj * (dp[j] - D_i) * scale;  // dS, times the scale of the scores
-            }
-            T* o = dQ + i * hs;
-            for (int j = j0; j < j1; ++j) {
-              const T ds = dp[j];
-              const T* kj = K + j * hs;
-              GPT2_VECTOR_LOOP
-              for (int d = 0; d < hs; ++d) o[d] += ds * kj[d];
-            }
+            for (int j = 0; j < bt; ++j)  // dS, times the scores' scale
+              dp[j] = j >= j0 && j < j1 ? km::expf_(s[j] - lse_i) * (dp[j] - D_i) * scale : T(0);
           });
+          team.team_barrier();
+          flash::team_product(team, dQ, hp, dP, bt, K, hp, bt, hp, bt, true);  // dq += dS k
         }
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
           for (int d = 0; d < hs; ++d) {
             T& out = dq(row0 + i, h * hs + d);
-            out = accumulate ? out + dQ[i * hs + d] : dQ[i * hs + d];
+            out = accumulate ? out + dQ[i * hp + d] : dQ[i * hp + d];
           }
         });
       });
@@ -335,7 +340,7 @@ template <class T>
 void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> dy, CVec<T> lse, CVec<T> D,
                                   bool accumulate) {
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
-  const int hs = p.hs, nh = p.nh, bt = p.tile, kcol = p.kcol, vcol = p.vcol;
+  const int hs = p.hs, hp = flash::padded(hs), nh = p.nh, bt = p.tile, kcol = p.kcol, vcol = p.vcol;
   const AttnSpan qs = p.qs, ks = p.ks;
   const int qper = flash::tiles_per_part(qs, bt), qtiles = qs.parts * qper;
   const int kper = flash::tiles_per_part(ks, bt), ktiles = ks.parts * kper;
@@ -351,78 +356,57 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
         const int64_t krow0 = int64_t(b) * ks.rows() + kr.row0;
         const flash::Scratch<T> mem(team.team_scratch(0), values);
         flash::Carve<T> c{mem.data()};
-        T *K = c.take(size_t(bt) * hs), *V = c.take(size_t(bt) * hs), *dK = c.take(size_t(bt) * hs),
-          *dV = c.take(size_t(bt) * hs), *Q = c.take(size_t(bt) * hs), *Qt = c.take(size_t(hs) * bt),
-          *dO = c.take(size_t(bt) * hs), *dOt = c.take(size_t(hs) * bt), *S = c.take(size_t(bt) * bt),
+        T *K = c.take(size_t(bt) * hp), *V = c.take(size_t(bt) * hp), *dK = c.take(size_t(bt) * hp),
+          *dV = c.take(size_t(bt) * hp), *Q = c.take(size_t(bt) * hp), *Qt = c.take(size_t(hp) * bt),
+          *dO = c.take(size_t(bt) * hp), *dOt = c.take(size_t(hp) * bt), *S = c.take(size_t(bt) * bt),
           *dP = c.take(size_t(bt) * bt), *lr = c.take(bt), *Dr = c.take(bt), *lor = c.take(bt);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kr.n), [&](int j) {
-          for (int d = 0; d < hs; ++d) {
-            K[j * hs + d] = kv(krow0 + j, kcol + h * hs + d) * scale;
-            V[j * hs + d] = kv(krow0 + j, vcol + h * hs + d);
-            dK[j * hs + d] = dV[j * hs + d] = 0;
-          }
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
+          flash::load_row<T>(K, nullptr, kv, krow0 + j, kcol + h * hs, j, kr.n, bt, hs, hp, scale);
+          flash::load_row<T>(V, nullptr, kv, krow0 + j, vcol + h * hs, j, kr.n, bt, hs, hp, T(1));
+          for (int d = 0; d < hp; ++d) dK[j * hp + d] = dV[j * hp + d] = 0;
         });
         for (int qt = 0; qt < qtiles; ++qt) {
           const flash::Tile qr = flash::span_tile(qs, qt, qper, bt);
           const int64_t row0 = int64_t(b) * qs.rows() + qr.row0, st0 = int64_t(bh) * qs.rows() + qr.row0;
           if (!flash::tiles_meet(qr, doc.extent(0) ? doc(row0) : 0, kr)) continue;
           team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qr.n), [&](int i) {
-            for (int d = 0; d < hs; ++d) {
-              const T x = q(row0 + i, h * hs + d), g = dy(row0 + i, h * hs + d);
-              Q[i * hs + d] = Qt[d * bt + i] = x;
-              dO[i * hs + d] = dOt[d * bt + i] = g;
-            }
-            lr[i] = lse(st0 + i);
-            Dr[i] = D(st0 + i);
-            lor[i] = T(doc.extent(0) ? doc(row0 + i) : 0);  // (positions are exact in T below 2^24)
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
+            flash::load_row<T>(Q, Qt, q, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+            flash::load_row<T>(dO, dOt, dy, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+            lr[i] = i < qr.n ? lse(st0 + i) : T(0);
+            Dr[i] = i < qr.n ? D(st0 + i) : T(0);
+            // (positions are exact in T below 2^24; rows past the tile see nothing)
+            lor[i] = i < qr.n ? T(doc.extent(0) ? doc(row0 + i) : 0) : T(1e30);
           });
           team.team_barrier();
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kr.n), [&](int j) {
+          flash::team_product(team, S, bt, K, hp, Qt, bt, bt, bt, hp, false);   // scale k q^T
+          flash::team_product(team, dP, bt, V, hp, dOt, bt, bt, bt, hp, false);  // v dy^T
+          team.team_barrier();
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
             // Key j is seen by the tile's queries [i0, i1): at or after it, in its document (the
             // documents' starts rise with the row, so those rows are consecutive).
-            const int kpos = kr.pos0 + j, i0 = kpos - qr.pos0 > 0 ? kpos - qr.pos0 : 0;
+            const int kpos = kr.pos0 + j, i0 = j >= kr.n ? bt : kpos - qr.pos0 > 0 ? kpos - qr.pos0 : 0;
             int i1 = i0;
             while (i1 < qr.n && lor[i1] <= T(kpos)) ++i1;
-            if (i0 >= i1) return;
             T *s = S + j * bt, *dp = dP + j * bt;
-            const T *kj = K + j * hs, *vj = V + j * hs;
             GPT2_VECTOR_LOOP
-            for (int i = i0; i < i1; ++i) s[i] = dp[i] = 0;
-            for (int d = 0; d < hs; ++d) {
-              const T x = kj[d], w = vj[d];
-              const T *qd = Qt + d * bt, *gd = dOt + d * bt;
-              GPT2_VECTOR_LOOP
-              for (int i = i0; i < i1; ++i) {
-                s[i] += x * qd[i];
-                dp[i] += w * gd[i];
-              }
-            }
-            GPT2_VECTOR_LOOP
-            for (int i = i0; i < i1; ++i) {
-              const T pi = km::expf_(s[i] - lr[i]);
+            for (int i = 0; i < bt; ++i) {
+              const T pi = i >= i0 && i < i1 ? km::expf_(s[i] - lr[i]) : T(0);
               s[i] = pi;
               dp[i] = pi * (dp[i] - Dr[i]) * scale;
             }
-            T *gk = dK + j * hs, *gv = dV + j * hs;
-            for (int i = i0; i < i1; ++i) {
-              const T pi = s[i], ds = dp[i];
-              const T *qi = Q + i * hs, *gi = dO + i * hs;
-              GPT2_VECTOR_LOOP
-              for (int d = 0; d < hs; ++d) {
-                gv[d] += pi * gi[d];
-                gk[d] += ds * qi[d];
-              }
-            }
           });
+          team.team_barrier();
+          flash::team_product(team, dV, hp, S, bt, dO, hp, bt, hp, bt, true);  // dv += P^T dy
+          flash::team_product(team, dK, hp, dP, bt, Q, hp, bt, hp, bt, true);  // dk += dS^T q
         }
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kr.n), [&](int j) {
           for (int d = 0; d < hs; ++d) {
             T& k = dkv(krow0 + j, kcol + h * hs + d);
             T& v = dkv(krow0 + j, vcol + h * hs + d);
-            k = accumulate ? k + dK[j * hs + d] : dK[j * hs + d];
-            v = accumulate ? v + dV[j * hs + d] : dV[j * hs + d];
+            k = accumulate ? k + dK[j * hp + d] : dK[j * hp + d];
+            v = accumulate ? v + dV[j * hp + d] : dV[j * hp + d];
           }
         });
       });

@@ -102,7 +102,8 @@ void ring_attention(const Ring& g, const std::vector<D>& qkv, const std::vector<
                     std::vector<D>& dqkv_full) {
   const int C = g.C, L = g.L(), R = g.rows(), nh = g.nh, c = g.cp;
   const size_t states = size_t(g.B) * nh * 2 * L;
-  std::vector<Buffer<D>> q(size_t(c)), kv(size_t(c)), y(size_t(c)), lse(size_t(c)), dkv(size_t(c));
+  const size_t n = static_cast<size_t>(c);
+  std::vector<Buffer<D>> q(n), kv(n), y(n), lse(n), dkv(n);
   for (int i = 0; i < c; ++i) {
     const std::vector<D> loc = g.local(qkv, 3 * C, i);
     q[size_t(i)] = from_host(loc);
@@ -161,8 +162,8 @@ TEST(FlashAttention, EqualsMaterializedAttention) {
   struct Case {
     int B, T, nh, C, tile;
   };
-  for (const Case k : {Case{2, 16, 2, 16, 8}, Case{1, 70, 2, 32, 16}, Case{2, 37, 3, 24, 64}, Case{1, 1, 1, 8, 8},
-                       Case{1, 130, 1, 16, 0}}) {
+  for (const Case k : {Case{2, 16, 2, 16, 32}, Case{1, 70, 2, 32, 32}, Case{2, 37, 3, 24, 64}, Case{1, 1, 1, 8, 32},
+                       Case{1, 130, 1, 16, 0}, Case{1, 100, 2, 128, 32}}) {
     const size_t N = size_t(k.B) * k.T;
     const std::vector<D> qkv = random_vector(N * 3 * k.C, 11), dy = random_vector(N * k.C, 12);
     std::vector<D> yf, gf, ym, gm;
@@ -178,7 +179,7 @@ TEST(FlashAttention, EqualsMaterializedAttention) {
 }
 
 TEST(FlashAttention, Gradcheck) {
-  const int B = 2, T = 11, nh = 2, C = 8, tile = 4;
+  const int B = 2, T = 35, nh = 2, C = 8, tile = 32;
   const size_t N = size_t(B) * T;
   const std::vector<D> R = random_vector(N * C, 21);
   Buffer<D> x = random_buffer<D>(N * 3 * C, 22);
@@ -196,8 +197,8 @@ TEST(FlashAttention, Gradcheck) {
 // Packed examples with a document mask: each example's rows of the output and of the gradient
 // equal the example run alone (tiles that straddle a boundary, tiles wholly outside the mask).
 TEST(FlashAttention, DocumentMaskedPackingEqualsExamplesAlone) {
-  const int B = 2, T = 20, nh = 2, C = 8, tile = 4;
-  const std::vector<std::vector<int>> starts = {{0, 7, 15}, {0, 3}};
+  const int B = 2, T = 80, nh = 2, C = 8, tile = 32;
+  const std::vector<std::vector<int>> starts = {{0, 7, 23, 35, 70}, {0, 3, 16, 40}};
   const size_t N = size_t(B) * T;
   const std::vector<D> qkv = random_vector(N * 3 * C, 31), dy = random_vector(N * C, 32);
   std::vector<D> y, g;
@@ -219,8 +220,8 @@ TEST(FlashAttention, DocumentMaskedPackingEqualsExamplesAlone) {
 }
 
 TEST(FlashAttention, EveryRingRankSeesWhatTheWholeSequenceAttentionDoes) {
-  for (const Ring g : {Ring{2, 12, 2, 6, 1, 64}, Ring{2, 12, 2, 6, 2, 64}, Ring{2, 12, 2, 6, 3, 64},
-                       Ring{1, 40, 2, 8, 2, 4}, Ring{1, 36, 1, 8, 3, 4}}) {
+  for (const Ring g : {Ring{2, 12, 2, 6, 1, 32}, Ring{2, 12, 2, 6, 2, 32}, Ring{2, 12, 2, 6, 3, 64},
+                       Ring{1, 160, 2, 8, 2, 32}, Ring{1, 192, 1, 8, 3, 32}}) {
     const int N = g.B * g.T;
     const std::vector<D> qkv = random_vector(size_t(N) * 3 * g.C, 3), dy = random_vector(size_t(N) * g.C, 4);
     std::vector<D> y, dqkv, yw, gw;
