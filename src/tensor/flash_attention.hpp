@@ -23,10 +23,15 @@
 #include "tensor/views.hpp"
 
 // A loop each of whose iterations is independent (host: vectorised; a GPU thread runs it in order).
+// The same with a running maximum `mx` or sum `sum` of its iterations.
 #if defined(__CUDA_ARCH__)
 #define GPT2_VECTOR_LOOP
+#define GPT2_VECTOR_MAX
+#define GPT2_VECTOR_SUM
 #else
 #define GPT2_VECTOR_LOOP _Pragma("omp simd")
+#define GPT2_VECTOR_MAX _Pragma("omp simd reduction(max : mx)")
+#define GPT2_VECTOR_SUM _Pragma("omp simd reduction(+ : sum)")
 #endif
 
 namespace gpt2 {
@@ -67,11 +72,11 @@ namespace flash {
 constexpr int kRows = 4, kCols = 16;
 KOKKOS_INLINE_FUNCTION int padded(int hs) { return (hs + kCols - 1) / kCols * kCols; }
 
-// Values of team scratch a tile of `t` rows takes: the forward (q, O, K^T, V, scores, three per-row
-// values), the backward's query pass (q, dy, dq, K^T, V^T, K, scores, dP, two per-row) and its key
-// pass (K, V, dK, dV, q, dy, q^T, dy^T, scores, dP, three per-row).
-inline size_t forward_values(int t, int hs) { return size_t(t) * (4 * size_t(padded(hs)) + t + 3); }
-inline size_t dq_values(int t, int hs) { return size_t(t) * (6 * size_t(padded(hs)) + 2 * t + 2); }
+// Values of team scratch a tile of `t` rows takes: the forward (q, O, K, K^T, V, scores, three
+// per-row values), the backward's query pass (q, dy, dq, K, K^T, V, V^T, scores, dP, two per-row)
+// and its key pass (K, V, dK, dV, q, dy, q^T, dy^T, scores, dP, three per-row).
+inline size_t forward_values(int t, int hs) { return size_t(t) * (5 * size_t(padded(hs)) + t + 3); }
+inline size_t dq_values(int t, int hs) { return size_t(t) * (7 * size_t(padded(hs)) + 2 * t + 2); }
 inline size_t dkdv_values(int t, int hs) { return size_t(t) * (8 * size_t(padded(hs)) + 2 * t + 3); }
 inline size_t max_values(int t, int hs) { return std::max({forward_values(t, hs), dq_values(t, hs), dkdv_values(t, hs)}); }
 
@@ -146,16 +151,67 @@ KOKKOS_INLINE_FUNCTION void team_product(const Member& team, T* C, int ldc, cons
   });
 }
 
-// Row i of a tile of n rows (at t rows, padded) from matrix row `row` of m, columns col..col+hs,
-// times `scale`, into `row_major` (stride hp) and/or `transposed` (stride t); padding zero.
+// Row i of a tile of n rows from matrix row `row` of m, columns col..col+hs, times `scale`, into
+// dst (stride hp); the padding (columns past hs, rows past n) zero.
 template <class T, class Src>
-KOKKOS_INLINE_FUNCTION void load_row(T* row_major, T* transposed, const Src& m, int64_t row, int col, int i, int n,
-                                     int t, int hs, int hp, T scale) {
-  for (int d = 0; d < hp; ++d) {
-    const T x = i < n && d < hs ? T(m(row, col + d)) * scale : T(0);
-    if (row_major) row_major[i * hp + d] = x;
-    if (transposed) transposed[d * t + i] = x;
+KOKKOS_INLINE_FUNCTION void load_row(T* dst, const Src& m, int64_t row, int col, int i, int n, int hs, int hp, T scale) {
+  T* out = dst + i * hp;
+  if (i < n) {
+    const auto* in = &m(row, col);
+    GPT2_VECTOR_LOOP
+    for (int d = 0; d < hs; ++d) out[d] = T(in[d]) * scale;
   }
+  for (int d = i < n ? hs : 0; d < hp; ++d) out[d] = 0;
+}
+
+// dst (hp x t) = src (t x hp) transposed, shared out over the team.
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION void team_transpose(const Member& team, T* dst, const T* src, int t, int hp) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hp), [&](int d) {
+    GPT2_VECTOR_LOOP
+    for (int j = 0; j < t; ++j) dst[d * t + j] = src[j * hp + d];
+  });
+}
+
+// Zero row r's values outside [lo, hi) of a row of t.
+template <class T>
+KOKKOS_INLINE_FUNCTION void zero_outside(T* r, int lo, int hi, int t) {
+  lo = lo < t ? lo : t;
+  hi = hi < lo ? lo : hi;
+  for (int j = 0; j < lo; ++j) r[j] = 0;
+  for (int j = hi; j < t; ++j) r[j] = 0;
+}
+
+// The keys [j0, j1) of key tile k that query row i of tile q sees (rows past the tile see none):
+// from its document's start `lo` to its own position.
+struct KeyRange {
+  int j0, j1;
+};
+KOKKOS_INLINE_FUNCTION KeyRange visible_keys(const Tile& q, int i, int lo, const Tile& k) {
+  const int qpos = q.pos0 + i, j0 = lo - k.pos0 > 0 ? lo - k.pos0 : 0;
+  return {j0, i >= q.n ? 0 : qpos - k.pos0 + 1 < k.n ? qpos - k.pos0 + 1 : k.n};
+}
+
+// One row's scores s (a row of t) against the keys [j0, j1) merged into its running max m and sum
+// l: s becomes the softmax's numerators (0 outside the range); returns the factor the row's output
+// so far is rescaled by.
+template <class T>
+KOKKOS_INLINE_FUNCTION T online_softmax_row(T* s, KeyRange r, int t, T& m, T& l) {
+  T mx = T(-1e30);
+  GPT2_VECTOR_MAX
+  for (int j = r.j0; j < r.j1; ++j) mx = s[j] > mx ? s[j] : mx;
+  const T mnew = mx > m ? mx : m, corr = r.j0 < r.j1 ? km::expf_(m - mnew) : T(1);
+  if (r.j0 < r.j1) {
+    GPT2_VECTOR_LOOP
+    for (int j = 0; j < t; ++j) s[j] = km::expf_(s[j] - mnew);
+  }
+  zero_outside(s, r.j0, r.j1, t);
+  T sum = 0;
+  GPT2_VECTOR_SUM
+  for (int j = r.j0; j < r.j1; ++j) sum += s[j];
+  l = l * corr + sum;
+  m = mnew;
+  return corr;
 }
 }  // namespace flash
 
@@ -193,12 +249,12 @@ void flash_attention_forward(const FlashProblem<T>& p, Mat<T> O, Vec<T> m, Vec<T
         const int lo0 = doc.extent(0) ? doc(row0) : 0;
         const flash::Scratch<T> mem(team.team_scratch(0), values);
         flash::Carve<T> c{mem.data()};
-        T *Q = c.take(size_t(bt) * hp), *Ob = c.take(size_t(bt) * hp), *Kt = c.take(size_t(hp) * bt),
-          *V = c.take(size_t(bt) * hp), *S = c.take(size_t(bt) * bt), *mr = c.take(bt), *lr = c.take(bt);
+        T *Q = c.take(size_t(bt) * hp), *Ob = c.take(size_t(bt) * hp), *K = c.take(size_t(bt) * hp),
+          *Kt = c.take(size_t(hp) * bt), *V = c.take(size_t(bt) * hp), *S = c.take(size_t(bt) * bt), *mr = c.take(bt),
+          *lr = c.take(bt);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
-          flash::load_row<T>(Q, nullptr, q, row0 + i, h * hs, i, qr.n, bt, hs, hp, scale);
-          if (first) flash::load_row<T>(Ob, nullptr, O, row0 + i, h * hs, i, 0, bt, hs, hp, T(1));
-          else flash::load_row<T>(Ob, nullptr, O, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+          flash::load_row<T>(Q, q, row0 + i, h * hs, i, qr.n, hs, hp, scale);
+          flash::load_row<T>(Ob, O, row0 + i, h * hs, i, first ? 0 : qr.n, hs, hp, T(1));
           mr[i] = first || i >= qr.n ? T(-1e30) : m(st0 + i);
           lr[i] = first || i >= qr.n ? T(0) : l(st0 + i);
         });
@@ -208,27 +264,17 @@ void flash_attention_forward(const FlashProblem<T>& p, Mat<T> O, Vec<T> m, Vec<T
           const int64_t krow0 = int64_t(b) * ks.rows() + kr.row0;
           team.team_barrier();  // every row is done with the previous tile
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
-            flash::load_row<T>(nullptr, Kt, kv, krow0 + j, kcol + h * hs, j, kr.n, bt, hs, hp, T(1));
-            flash::load_row<T>(V, nullptr, kv, krow0 + j, vcol + h * hs, j, kr.n, bt, hs, hp, T(1));
+            flash::load_row<T>(K, kv, krow0 + j, kcol + h * hs, j, kr.n, hs, hp, T(1));
+            flash::load_row<T>(V, kv, krow0 + j, vcol + h * hs, j, kr.n, hs, hp, T(1));
           });
+          team.team_barrier();
+          flash::team_transpose(team, Kt, K, bt, hp);
           team.team_barrier();
           flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);  // S = scale q k^T
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
-            // Row i sees the tile's keys [j0, j1): from its document's start to its own position.
-            const int qpos = qr.pos0 + i, lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;
-            const int j0 = lo - kr.pos0 > 0 ? lo - kr.pos0 : 0;
-            const int j1 = i >= qr.n ? 0 : qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;
-            T* s = S + i * bt;
-            T mx = T(-1e30);
-            for (int j = j0; j < j1; ++j) mx = s[j] > mx ? s[j] : mx;
-            const T mnew = mx > mr[i] ? mx : mr[i], corr = j0 < j1 ? km::expf_(mr[i] - mnew) : T(1);
-            GPT2_VECTOR_LOOP
-            for (int j = 0; j < bt; ++j) s[j] = j >= j0 && j < j1 ? km::expf_(s[j] - mnew) : T(0);
-            T sum = 0;
-            for (int j = j0; j < j1; ++j) sum += s[j];
-            lr[i] = lr[i] * corr + sum;
-            mr[i] = mnew;
+            const int lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;
+            const T corr = flash::online_softmax_row(S + i * bt, flash::visible_keys(qr, i, lo, kr), bt, mr[i], lr[i]);
             T* o = Ob + i * hp;
             GPT2_VECTOR_LOOP
             for (int d = 0; d < hp; ++d) o[d] *= corr;
@@ -290,10 +336,11 @@ void flash_attention_backward_dq(const FlashProblem<T>& p, Mat<T> dq, CMat<T> dy
         flash::Carve<T> c{mem.data()};
         T *Q = c.take(size_t(bt) * hp), *dO = c.take(size_t(bt) * hp), *dQ = c.take(size_t(bt) * hp),
           *Kt = c.take(size_t(hp) * bt), *Vt = c.take(size_t(hp) * bt), *K = c.take(size_t(bt) * hp),
-          *S = c.take(size_t(bt) * bt), *dP = c.take(size_t(bt) * bt), *lr = c.take(bt), *Dr = c.take(bt);
+          *V = c.take(size_t(bt) * hp), *S = c.take(size_t(bt) * bt), *dP = c.take(size_t(bt) * bt), *lr = c.take(bt),
+          *Dr = c.take(bt);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
-          flash::load_row<T>(Q, nullptr, q, row0 + i, h * hs, i, qr.n, bt, hs, hp, scale);
-          flash::load_row<T>(dO, nullptr, dy, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+          flash::load_row<T>(Q, q, row0 + i, h * hs, i, qr.n, hs, hp, scale);
+          flash::load_row<T>(dO, dy, row0 + i, h * hs, i, qr.n, hs, hp, T(1));
           for (int d = 0; d < hp; ++d) dQ[i * hp + d] = 0;
           lr[i] = i < qr.n ? lse(st0 + i) : T(0);
           Dr[i] = i < qr.n ? D(st0 + i) : T(0);
@@ -304,22 +351,24 @@ void flash_attention_backward_dq(const FlashProblem<T>& p, Mat<T> dq, CMat<T> dy
           const int64_t krow0 = int64_t(b) * ks.rows() + kr.row0;
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
-            flash::load_row<T>(K, Kt, kv, krow0 + j, kcol + h * hs, j, kr.n, bt, hs, hp, T(1));
-            flash::load_row<T>(nullptr, Vt, kv, krow0 + j, vcol + h * hs, j, kr.n, bt, hs, hp, T(1));
+            flash::load_row<T>(K, kv, krow0 + j, kcol + h * hs, j, kr.n, hs, hp, T(1));
+            flash::load_row<T>(V, kv, krow0 + j, vcol + h * hs, j, kr.n, hs, hp, T(1));
           });
+          team.team_barrier();
+          flash::team_transpose(team, Kt, K, bt, hp);
+          flash::team_transpose(team, Vt, V, bt, hp);
           team.team_barrier();
           flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);    // scale q k^T
           flash::team_product(team, dP, bt, dO, hp, Vt, bt, bt, bt, hp, false);  // dy v^T
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
-            const int qpos = qr.pos0 + i, lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;
-            const int j0 = lo - kr.pos0 > 0 ? lo - kr.pos0 : 0;
-            const int j1 = i >= qr.n ? 0 : qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;
+            const int lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;
+            const flash::KeyRange r = flash::visible_keys(qr, i, lo, kr);
             const T lse_i = lr[i], D_i = Dr[i];
             T *s = S + i * bt, *dp = dP + i * bt;
             GPT2_VECTOR_LOOP
-            for (int j = 0; j < bt; ++j)  // dS, times the scores' scale
-              dp[j] = j >= j0 && j < j1 ? km::expf_(s[j] - lse_i) * (dp[j] - D_i) * scale : T(0);
+            for (int j = 0; j < bt; ++j) dp[j] = km::expf_(s[j] - lse_i) * (dp[j] - D_i) * scale;  // dS, scaled
+            flash::zero_outside(dp, r.j0, r.j1, bt);
           });
           team.team_barrier();
           flash::team_product(team, dQ, hp, dP, bt, K, hp, bt, hp, bt, true);  // dq += dS k
@@ -361,8 +410,8 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
           *dO = c.take(size_t(bt) * hp), *dOt = c.take(size_t(hp) * bt), *S = c.take(size_t(bt) * bt),
           *dP = c.take(size_t(bt) * bt), *lr = c.take(bt), *Dr = c.take(bt), *lor = c.take(bt);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int j) {
-          flash::load_row<T>(K, nullptr, kv, krow0 + j, kcol + h * hs, j, kr.n, bt, hs, hp, scale);
-          flash::load_row<T>(V, nullptr, kv, krow0 + j, vcol + h * hs, j, kr.n, bt, hs, hp, T(1));
+          flash::load_row<T>(K, kv, krow0 + j, kcol + h * hs, j, kr.n, hs, hp, scale);
+          flash::load_row<T>(V, kv, krow0 + j, vcol + h * hs, j, kr.n, hs, hp, T(1));
           for (int d = 0; d < hp; ++d) dK[j * hp + d] = dV[j * hp + d] = 0;
         });
         for (int qt = 0; qt < qtiles; ++qt) {
@@ -371,13 +420,16 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
           if (!flash::tiles_meet(qr, doc.extent(0) ? doc(row0) : 0, kr)) continue;
           team.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bt), [&](int i) {
-            flash::load_row<T>(Q, Qt, q, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
-            flash::load_row<T>(dO, dOt, dy, row0 + i, h * hs, i, qr.n, bt, hs, hp, T(1));
+            flash::load_row<T>(Q, q, row0 + i, h * hs, i, qr.n, hs, hp, T(1));
+            flash::load_row<T>(dO, dy, row0 + i, h * hs, i, qr.n, hs, hp, T(1));
             lr[i] = i < qr.n ? lse(st0 + i) : T(0);
             Dr[i] = i < qr.n ? D(st0 + i) : T(0);
             // (positions are exact in T below 2^24; rows past the tile see nothing)
             lor[i] = i < qr.n ? T(doc.extent(0) ? doc(row0 + i) : 0) : T(1e30);
           });
+          team.team_barrier();
+          flash::team_transpose(team, Qt, Q, bt, hp);
+          flash::team_transpose(team, dOt, dO, bt, hp);
           team.team_barrier();
           flash::team_product(team, S, bt, K, hp, Qt, bt, bt, bt, hp, false);   // scale k q^T
           flash::team_product(team, dP, bt, V, hp, dOt, bt, bt, bt, hp, false);  // v dy^T
@@ -391,10 +443,12 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
             T *s = S + j * bt, *dp = dP + j * bt;
             GPT2_VECTOR_LOOP
             for (int i = 0; i < bt; ++i) {
-              const T pi = i >= i0 && i < i1 ? km::expf_(s[i] - lr[i]) : T(0);
+              const T pi = km::expf_(s[i] - lr[i]);
               s[i] = pi;
               dp[i] = pi * (dp[i] - Dr[i]) * scale;
             }
+            flash::zero_outside(s, i0, i1, bt);
+            flash::zero_outside(dp, i0, i1, bt);
           });
           team.team_barrier();
           flash::team_product(team, dV, hp, S, bt, dO, hp, bt, hp, bt, true);  // dv += P^T dy

@@ -61,6 +61,7 @@ void write_run_attributes(hid_t g, const TraceMeta& meta) {
   h5_attr_text(g, "versions", versions());
   h5_attr_text(g, "schedule", meta.schedule);
   h5_attr_text(g, "recompute", meta.recompute);
+  h5_attr_text(g, "attention", meta.attention);
   h5_attr_int(g, "recompute_every", meta.recompute_every);
   h5_attr_text(g, "execution_space", meta.execution_space);
   h5_attr_text(g, "device", meta.device);

@@ -4,7 +4,7 @@
 //   /meta     attributes: config (TOML text), git_revision, versions, slurm_job_id, slurm_nodes,
 //             world_size, dp, pp, cp, tp (the grid's axes), zero, microbatches, schedule, virtual_stages, placement
 //             (loop | vee: which virtual stage a rank's chunk is), recompute,
-//             recompute_every, bubble_theory (the
+//             recompute_every, attention (fused | materialized: what model.attention resolved to), bubble_theory (the
 //             schedule's simulated idle share with ideal stages), execution_space, device, comm,
 //             blas_threads, host_threads, stage_layers, tokens_per_step, num_params, n_layer, n_head, n_embd,
 //             vocab_size, seq_len, batch_size, steps, batches_per_epoch, train_tokens;
@@ -55,6 +55,7 @@ class Communicator;
 
 struct TraceMeta {
   std::string config_toml, schedule, execution_space, device, comm, recompute = "none", placement = "loop";
+  std::string attention = "materialized";
   int recompute_every = 1;
   int world_size = 1, zero = 0, microbatches = 1, virtual_stages = 1, blas_threads = 1, host_threads = 1, seq_len = 0;
   GridShape grid;    // written as one attribute per axis (dp, pp, cp, tp)

@@ -165,6 +165,7 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
   meta.recompute = cfg_.train.recompute, meta.recompute_every = cfg_.train.recompute_every;
+  meta.attention = cfg_.fused_attention() ? "fused" : "materialized";
   meta.virtual_stages = engine_.placement.chunks;
   meta.placement = engine_.placement.kind == Placement::Kind::vee ? "vee" : "loop";
   // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):

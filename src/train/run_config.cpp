@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "model/activation_sizes.hpp"
+#include "tensor/attention_choice.hpp"
 #include "runtime/communicator.hpp"
 #include "model/optimizer.hpp"
 #include "pipeline/schedule.hpp"
@@ -23,8 +24,8 @@ std::vector<DeckField> model_fields(ModelConfig& model, std::string& attention) 
       {"model.vocab_size", &model.vocab_size, "tokens (padded to a multiple of 128 internally)"},
       {"model.block_size", &model.block_size, "longest sequence the model supports"},
       {"model.attention", &attention,
-       "materialized (probabilities kept; the default) | fused (no T x T matrix kept: less memory, slower on "
-       "the host today); with parallel.cp > 1 attention is always fused (the ring)"},
+       "auto (fused where measured faster: on the host from 512 tokens a sequence) | fused (no T x T matrix kept) | "
+       "materialized (the probabilities kept); with parallel.cp > 1 attention is always fused (the ring)"},
   };
 }
 
@@ -257,8 +258,8 @@ void check_numerics(const RunConfig& c) {
     fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", c.train.precision, "\"");
   if (!c.train.tf32.is("auto") && !c.train.tf32.is("true") && !c.train.tf32.is("false"))
     fail_input("train.tf32", "expected true, false or \"auto\", got \"", c.train.tf32.text, "\"");
-  if (c.attention != "fused" && c.attention != "materialized")
-    fail_input("model.attention", "expected fused or materialized, got \"", c.attention, "\"");
+  if (c.attention != "auto" && c.attention != "fused" && c.attention != "materialized")
+    fail_input("model.attention", "expected auto, fused or materialized, got \"", c.attention, "\"");
   Recompute recompute;
   if (!parse_recompute(c.train.recompute, recompute))
     fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");
@@ -288,6 +289,10 @@ void RunConfig::validate(int world_size) const {
   if (trace.max_events <= 0) fail_input("trace.max_events", "must be positive, got ", trace.max_events);
 }
 
+bool RunConfig::fused_attention() const {
+  return parallel.cp > 1 || attention == "fused" || (attention == "auto" && fused_attention_faster(data.seq_len));
+}
+
 Workload RunConfig::workload() const { return {model, data.seq_len, train.batch_size}; }
 
 Layout RunConfig::layout() const {
@@ -298,7 +303,7 @@ Layout RunConfig::layout() const {
   l.sequence_parallel = parallel.sequence_parallel && parallel.tp > 1;
   l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
   l.precision = train.precision;
-  l.fused_attention = attention == "fused" || parallel.cp > 1;
+  l.fused_attention = fused_attention();
   l.recompute = train.recompute, l.recompute_every = train.recompute_every;
   l.grad_reduce_dtype = parallel.grad_reduce_dtype, l.param_gather_dtype = parallel.param_gather_dtype;
   return l;

@@ -109,11 +109,12 @@ struct TraceConfig {
 
 struct RunConfig {
   ModelConfig model;
-  // model.attention: fused (no T x T matrix: tensor/flash_attention.hpp) | materialized (the
-  // probabilities kept for the backward; with context parallelism the ring is fused whatever this
-  // says). A choice of kernels, not of
-  // shape. Materialized by default until fused is measured faster (on the host today it is not).
-  std::string attention = "materialized";
+  // model.attention: auto | fused (no T x T matrix: tensor/flash_attention.hpp) | materialized
+  // (the probabilities kept for the backward). A choice of kernels, not of shape; with context
+  // parallelism the ring is fused whatever this says. auto: fused where it was measured faster
+  // (tensor/attention_choice.hpp).
+  std::string attention = "auto";
+  bool fused_attention() const;  // what model.attention resolves to for this run
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

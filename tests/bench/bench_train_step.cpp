@@ -576,7 +576,7 @@ void BM_Attention(benchmark::State& s) {
   report(s, 3.0 * 4.0 * kB * kT * kT * kC);  // 2 GEMMs forward, 4 backward, full T x T
   s.SetLabel(fused ? "fused" : "materialized");
 }
-BENCHMARK(BM_Attention)->ArgsProduct({{0, 1}, {64, 256, 1024}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_Attention)->ArgsProduct({{0, 1}, {64, 256, 512, 1024, 4096}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // One block of context parallelism's ring attention (the fused kernels), cp 2: rank 1's queries
 // (chunks 1 and 2) against rank 0's block (chunks 0 and 3) -- two whole (L x L) tiles, of sequence 0:

@@ -3,7 +3,8 @@
 end to end and equals one rank, number for number.
 
 The axes: dp, tp, pp, cp, ZeRO level, pipeline schedule (the six built in, and a schedule file),
-virtual stages, sequence parallelism, precision, activation recomputation, and the communication
+virtual stages, sequence parallelism, precision, activation recomputation, attention (materialized or
+fused; the one-rank reference is materialized, so fused cases hold it to it), and the communication
 backend (mpi, or mpi-ordered: a device's view of NCCL's ordering on the host, its runs with teams of
 2 threads -- the ctest label gpu_semantics). A pair counts only where
 both of its values take effect (see ACTS: ZeRO with dp x cp > 1, a schedule or virtual stages with
@@ -50,6 +51,7 @@ AXES = {
     "sequence_parallel": [False, True],
     "precision": ["fp32", "bf16", "fp16"],
     "recompute": ["none", "selective", "full"],
+    "attention": ["materialized", "fused"],
     "comm": ["mpi", "mpi-ordered"],
 }
 NAMES = list(AXES)
@@ -59,13 +61,15 @@ ACTS = {
     "schedule": lambda v, c: c["pp"] > 1,
     "virtual_stages": lambda v, c: v == 1 or c["pp"] > 1,
     "sequence_parallel": lambda v, c: not v or c["tp"] > 1,
-    "recompute": lambda v, c: v != "selective" or c["cp"] == 1,  # ring attention keeps no probabilities
+    # ring and fused attention keep no probabilities
+    "recompute": lambda v, c: v != "selective" or (c["cp"] == 1 and c["attention"] == "materialized"),
+    "attention": lambda v, c: v == "materialized" or c["cp"] == 1,  # (the ring is always fused)
 }
 RUN_LIMIT_S = 120  # per run; the watchdog's default is 600 s
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}        # losses, relative
 NORM_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 5e-2}   # gradient norms, relative
 ONE_RANK = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
-                recompute="none", comm="mpi")
+                recompute="none", attention="materialized", comm="mpi")
 STEPS_PER_CASE = 2
 
 
@@ -99,6 +103,8 @@ def describe(c):
         s += f" cp{c['cp']}"
     if c["recompute"] != "none":
         s += f" recompute-{c['recompute']}"
+    if c["attention"] != "materialized" and c["cp"] == 1:
+        s += f" {c['attention']}"
     return s + f" m{microbatches(c)} {c['precision']} {c['comm']}"
 
 
@@ -152,7 +158,7 @@ class Matrix:
             for c in combos:
                 sets = {f"parallel.{k}": v for k, v in self.parallel(c).items()}
                 sets |= {"train.precision": c["precision"], "train.recompute": c["recompute"],
-                         "parallel.comm": c["comm"]}
+                         "model.attention": c["attention"], "parallel.comm": c["comm"]}
                 if "parallel.schedule_file" in sets:
                     sets["parallel.schedule"] = "1f1b"  # (the file's own name replaces it)
                 f.write(" ".join(f"{k}={gpt2test.toml_value(v)}" for k, v in sets.items()) + "\n")
@@ -211,7 +217,8 @@ class Matrix:
 
     def deck(self, c, ckpt_dir, trace=""):
         d = {
-            "model": {"n_layer": N_LAYER, "n_head": 4, "n_embd": 32, "vocab_size": 64, "block_size": 16},
+            "model": {"n_layer": N_LAYER, "n_head": 4, "n_embd": 32, "vocab_size": 64, "block_size": 16,
+                      "attention": c["attention"]},
             "data": {"train": self.train_bin, "val": self.val, "seq_len": 16},
             "train": {"batch_size": BATCH, "steps": max(self.total_steps, 2), "lr": 1e-3, "eval_every": 2,
                       "eval_batches": 2, "precision": c["precision"], "seed": 3, "recompute": c["recompute"]},

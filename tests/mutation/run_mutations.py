@@ -32,21 +32,17 @@ FWD = ("  const GemmWeights w16 = gemm_weights(u, pu, p);\n"
 MUTATIONS = [
     Mutation("flash-doc-mask", "fused attention's forward ignores the document mask (packed examples see each other)",
              "src/tensor/flash_attention.hpp",
-             "const int qpos = qr.pos0 + i, lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;\n"
-             "            const int j0 = lo - kr.pos0 > 0 ? lo - kr.pos0 : 0;\n"
-             "            const int j1 = i >= qr.n ? 0 : qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;\n"
-             "            T* s = S + i * bt;",
-             "const int qpos = qr.pos0 + i, lo = 0;\n"
-             "            const int j0 = lo - kr.pos0 > 0 ? lo - kr.pos0 : 0;\n"
-             "            const int j1 = i >= qr.n ? 0 : qpos - kr.pos0 + 1 < kr.n ? qpos - kr.pos0 + 1 : kr.n;\n"
-             "            T* s = S + i * bt;",
+             "const int lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;\n"
+             "            const T corr = flash::online_softmax_row(",
+             "const int lo = 0;\n"
+             "            const T corr = flash::online_softmax_row(",
              "^FlashAttention\\.DocumentMaskedPackingEqualsExamplesAlone$"),
-    Mutation("flash-barrier", "fused attention's forward reads a key tile before the team has loaded it (no barrier)",
+    Mutation("flash-barrier", "fused attention's forward multiplies by a key tile before the team has transposed it (no barrier)",
              "src/tensor/flash_attention.hpp",
-             "          });\n          team.team_barrier();\n"
-             "          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);  // S = scale q k^T",
-             "          });\n"
-             "          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);  // S = scale q k^T",
+             "          flash::team_transpose(team, Kt, K, bt, hp);\n          team.team_barrier();\n"
+             "          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);",
+             "          flash::team_transpose(team, Kt, K, bt, hp);\n"
+             "          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);",
              "^unit_kernels_teams4$"),
     Mutation("cp-loss-factor", "context parallelism's factor cp dropped from the loss gradient",
              "src/train/trainer.cpp", "io.dloss = float(scale * cfg_.parallel.dp * e.topo->cp() /",

@@ -1,0 +1,20 @@
+#pragma once
+// model.attention = "auto": fused (tensor/flash_attention.hpp) where it was measured faster than the
+// materialised kernels (tensor/attention.hpp), both forward and backward in one run (bench notebook,
+// "Fused attention on the host"): on the host from 512 tokens a sequence (0.83x materialised's time
+// at 512, 0.80x at 1024, 0.70x at 4096; 1.1-1.5x below 512). On CUDA it has not been measured yet:
+// materialised there until it is.
+#include <Kokkos_Macros.hpp>
+
+namespace gpt2 {
+
+inline bool fused_attention_faster(int seq_len) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  (void)seq_len;
+  return false;
+#else
+  return seq_len >= 512;
+#endif
+}
+
+}  // namespace gpt2
