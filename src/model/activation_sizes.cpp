@@ -1,5 +1,7 @@
 #include "model/activation_sizes.hpp"
 
+#include <algorithm>
+
 #include "tensor/token_groups.hpp"
 
 namespace gpt2 {
@@ -21,6 +23,11 @@ int recomputed_blocks(Recompute r, int every, int first, int end) {
   int n = 0;
   for (int l = first; l < end; ++l) n += is_recomputed(r, every, l);
   return n;
+}
+
+size_t loss_chunk_rows(int requested, size_t N, size_t local_vocab) {
+  const size_t rows = requested > 0 ? size_t(requested) : kLossChunkValues / std::max<size_t>(1, local_vocab);
+  return std::max<size_t>(1, std::min(rows, N));
 }
 
 ActivationSizes activation_sizes(const ActivationShape& s) {
@@ -67,7 +74,8 @@ ActivationSizes activation_sizes(const ActivationShape& s) {
   if (tp > 1) out.scratch += N * C;
   if (s.sequence_parallel) out.scratch += N * C;
   if (s.first) out.scratch += size_t(TokenGroups::max_parts(int(N))) * C;
-  if (s.last) out.scratch += N * C + N * size_t(s.local_vocab) + N + (tp > 1 ? 3 * N : 0);
+  if (s.last) out.scratch += N * C + loss_chunk_rows(s.loss_rows, N, size_t(s.local_vocab)) * size_t(s.local_vocab) + N +
+                             (tp > 1 ? 3 * N : 0);
   if (full) out.scratch += inner;
   if (selective) out.scratch += att;
   if (s.mixed) out.scratch16 = (s.sequence_parallel ? N * C : 0) + (s.last ? N * C : 0) + (full ? gemm_inputs : 0);

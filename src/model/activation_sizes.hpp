@@ -30,6 +30,7 @@ struct ActivationShape {
   bool split = false;                // split backward: the input pass keeps what the weight pass needs
   bool mixed = false;                // 16-bit GEMM inputs
   int local_vocab = 0;               // the rank's vocabulary rows (the head's logits)
+  int loss_rows = 0;                 // train.loss_chunk_rows as asked (0: automatic; loss_chunk_rows)
   int first_block = 0;               // the chunk's first block (which blocks recompute)
   Recompute recompute = Recompute::none;
   int recompute_every = 1;
@@ -45,5 +46,11 @@ struct ActivationSizes {
 constexpr size_t pad_values(size_t n) { return (n + 63) / 64 * 64; }  // 256-byte aligned slices
 
 ActivationSizes activation_sizes(const ActivationShape& s);
+
+// The head computes the logits, the loss and their gradients a block of rows at a time, so the whole
+// (N, V) logits never exist (train.loss_chunk_rows): `requested` rows (0: as many as keep a block's
+// logits within kLossChunkValues values), at most the N rows there are.
+constexpr size_t kLossChunkValues = size_t(1) << 24;  // 64 MiB of fp32
+size_t loss_chunk_rows(int requested, size_t N, size_t local_vocab);
 
 }  // namespace gpt2

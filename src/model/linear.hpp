@@ -31,6 +31,10 @@ struct GemmInput {
   size_t rows() const { return is_low() ? low.extent(0) : full.extent(0); }
   size_t cols() const { return is_low() ? low.extent(1) : full.extent(1); }
   size_t size() const { return rows() * cols(); }
+  GemmInput row_block(size_t r0, size_t n) const {  // rows [r0, r0 + n)
+    if (is_low()) return low_bits(low.data() + r0 * cols(), n, cols());
+    return GemmInput(Mat<T>(full.data() + r0 * cols(), n, cols()));
+  }
   template <class L>
   Mat<L> as() const {  // the 16-bit storage as L (bf16 or fp16)
     return Mat<L>(reinterpret_cast<L*>(low.data()), low.extent(0), low.extent(1));

@@ -36,7 +36,7 @@ template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), cp_(o.cp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
       on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
-      fused_(o.fused_attention), chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
+      fused_(o.fused_attention), loss_rows_(o.loss_chunk_rows), chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
   if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
   first_ = layout_.chunks()[size_t(chunk_)].first;
@@ -104,7 +104,7 @@ void Stage<T>::allocate_scratch(int max_batch) {
   if (has_head() && lin_.mixed()) lnf16_ = uninitialized<uint16_t>("lnf16", N * C);
   if (has_head()) {
     lnf_ = uninitialized<T>("lnf", N * C);
-    logits_ = uninitialized<T>("logits", N * size_t(layout_.local_vocab()));
+    logits_ = uninitialized<T>("logits", loss_chunk_rows(loss_rows_, N, layout_.local_vocab()) * layout_.local_vocab());
     lse_ = uninitialized<T>("lse", N);
     if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
   }
@@ -112,7 +112,8 @@ void Stage<T>::allocate_scratch(int max_batch) {
   // widest layer (the MLP's 4C / tp columns) or a weight matrix; the held ones are the head's wte and
   // dlogits and a block's output gradient.
   const size_t wide = std::max(C, 4 * C / tp), V = size_t(layout_.local_vocab());
-  const size_t held[Linear<T>::kHoldSlots] = {has_head() ? V * C : 0, has_head() ? N * V : 0, N * wide};
+  const size_t held[Linear<T>::kHoldSlots] = {has_head() ? V * C : 0, has_head() ? loss_chunk_rows(loss_rows_, N, V) * V : 0,
+                                              N * wide};
   lin_.reserve(std::max(N * wide, wide * C), held);
   reserve_column_sum_scratch<T>(int(N));  // (bias and LayerNorm gradients' team workspace)
 }
@@ -170,7 +171,7 @@ ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   s.blocks = end_ - first_;
   s.first = has_embedding(), s.last = has_head();
   s.sequence_parallel = sp_, s.split = split, s.mixed = lin_.mixed();
-  s.local_vocab = layout_.local_vocab();
+  s.local_vocab = layout_.local_vocab(), s.loss_rows = loss_rows_;
   s.first_block = first_, s.recompute = recompute_, s.recompute_every = recompute_every_;
   return s;
 }

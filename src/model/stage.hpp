@@ -106,6 +106,7 @@ struct StageOptions {
   // model.attention: fused (tensor/flash_attention.hpp: no T x T matrix) or materialized (the
   // probabilities kept for the backward). Context parallelism's ring is always fused.
   bool fused_attention = false;
+  int loss_chunk_rows = 0;  // train.loss_chunk_rows: the head's logits a block of rows at a time (0: automatic)
 };
 
 template <class T>
@@ -213,7 +214,10 @@ class Stage {
   void run_backward(Activations<T>& a, Pass pass);
   // dln (stream rows) = the tp ranks' sum of dout (N, out) @ w: a column-parallel input gradient.
   void column_parallel_input(Mat<T> dln, const GemmInput<T>& dout, const GemmInput<T>& w, int B);
-  void parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
+  void parallel_loss(Mat<T> logits, Tokens targets, Vec<T> losses, bool need_grad, T dloss);
+  // The head's rows [r0, r0 + n): logits, loss and (need_grad) their gradients, d(lnf) into din.
+  void head_rows(Activations<T>& a, size_t r0, size_t n, const GemmInput<T>& lnf_rows, const GemmInput<T>& wte,
+                 Mat<T> din, Vec<T> losses, bool need_grad, T dloss);
 
   // Tensor-parallel regions. `gather`: the full (N,C) rows of a stream tensor (a gather with sequence
   // parallelism, the tensor itself otherwise). `reduce_into`: out (stream rows) = the sum over tp
@@ -252,6 +256,7 @@ class Stage {
   Recompute recompute_;
   int recompute_every_;
   bool fused_;
+  int loss_rows_;  // as asked (model/activation_sizes.hpp loss_chunk_rows resolves it)
   int chunk_, first_, end_;
   int maxB_, T_;
   // Scratch shared by all microbatches (sized for max_batch).

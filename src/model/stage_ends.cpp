@@ -43,6 +43,9 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   store_->grads_done(wte, false);
 }
 
+// The head: the final LayerNorm, then the logits, the loss and (need_grad) their gradients -- wte's,
+// and d(lnf) for the backward -- a block of rows at a time (loss_chunk_rows), so the whole (N, V)
+// logits never exist.
 template <class T>
 void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
   const ModelConfig& c = config();
@@ -50,7 +53,6 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
   store_->prefetch_params(wu);
   const T* pnorm = store_->params(norm);
-  Mat<T> logits(logits_.data(), N, Vl);
   // lnf: the LM head's input, 16-bit under mixed precision (the head's GEMMs all read it).
   const GemmInput<T> lnf = lin_.mixed() ? GemmInput<T>::low_bits(lnf16_.data(), R, C) : GemmInput<T>(Mat<T>(lnf_.data(), R, C));
   lin_.write(lnf, [&](auto out) {
@@ -63,41 +65,55 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   GemmInput<T> wte = gemm_weight(wu, pw, CMat<T>(pw, Vl, C));
   if (!wte.is_low()) wte = lin_.hold(0, CMat<T>(pw, Vl, C));
   const GemmInput<T> lnf_rows = gather_input(lnf, a.B);  // the LM head needs every row
-  lin_.forward(logits, lnf_rows, wte, Vec<T>());
-  GemmInput<T> dlogits = lin_.hold_storage(1, N, Vl);  // mixed precision: the loss writes it in 16 bits
-  if (tp_->size() > 1) {
-    parallel_loss(logits, a, losses, need_grad, dloss);
-    if (need_grad) dlogits = lin_.hold(1, logits);  // its dlogits are fp32: rounded once here
-  } else if (!need_grad) {
-    crossentropy_forward<T>(losses, Vec<T>(lse_.data(), N), logits, a.targets, c.vocab_size);
-  } else if (dlogits.is_low()) {
-    lin_.write(dlogits, [&](auto out) { crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss, out); });
-  } else {
-    crossentropy_fused<T>(losses, logits, a.targets, c.vocab_size, dloss);  // logits -> dlogits
-    dlogits = GemmInput<T>(logits);
-  }
-  if (need_grad) {
-    // d(lnf) = dlogits @ wte: a column-parallel input gradient over the vocabulary.
-    Mat<T> din = sp_ ? partial_scratch(a.B) : a.dlnf;
-    lin_.backward_input(din, dlogits, wte);
-    lin_.backward_weight(Mat<T>(store_->grads(wu), Vl, C), Vec<T>(), dlogits, lnf_rows);
-    reduce_into(a.dlnf, din);
-  }
+  const Mat<T> din = !need_grad ? Mat<T>() : sp_ ? partial_scratch(a.B) : a.dlnf;
+  const size_t block = loss_chunk_rows(loss_rows_, N, Vl);
+  for (size_t r0 = 0; r0 < N; r0 += block)
+    head_rows(a, r0, std::min(block, N - r0), lnf_rows, wte, din, losses, need_grad, dloss);
+  if (need_grad) reduce_into(a.dlnf, din);
   store_->release_params(wu);
   if (need_grad && layout_.units()[size_t(wu)].grads_final_in_forward()) store_->grads_done(wu, true);
 }
 
 template <class T>
-void Stage<T>::parallel_loss(Mat<T> logits, Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
-  const size_t N = a.rows();
+void Stage<T>::head_rows(Activations<T>& a, size_t r0, size_t n, const GemmInput<T>& lnf_rows, const GemmInput<T>& wte,
+                         Mat<T> din, Vec<T> losses, bool need_grad, T dloss) {
+  const size_t Vl = size_t(layout_.local_vocab());
+  const int V = config().vocab_size, wu = layout_.head_wte_unit();
+  const Mat<T> logits(logits_.data(), n, Vl);
+  const Tokens targets(a.targets.data() + r0, n);
+  const Vec<T> loss(losses.data() + r0, n);
+  const GemmInput<T> in = lnf_rows.row_block(r0, n);
+  lin_.forward(logits, in, wte, Vec<T>());
+  GemmInput<T> dlogits = lin_.hold_storage(1, n, Vl);  // mixed precision: the loss writes it in 16 bits
+  if (tp_->size() > 1) {
+    parallel_loss(logits, targets, loss, need_grad, dloss);
+    if (need_grad) dlogits = lin_.hold(1, logits);  // its dlogits are fp32: rounded once here
+  } else if (!need_grad) {
+    crossentropy_forward<T>(loss, Vec<T>(lse_.data() + r0, n), logits, targets, V);
+  } else if (dlogits.is_low()) {
+    lin_.write(dlogits, [&](auto out) { crossentropy_fused<T>(loss, logits, targets, V, dloss, out); });
+  } else {
+    crossentropy_fused<T>(loss, logits, targets, V, dloss);  // logits -> dlogits
+    dlogits = GemmInput<T>(logits);
+  }
+  if (!need_grad) return;
+  // d(lnf) = dlogits @ wte: a column-parallel input gradient over the vocabulary; wte's gradient
+  // accumulates the blocks'.
+  lin_.backward_input(Mat<T>(din.data() + r0 * din.extent(1), n, din.extent(1)), dlogits, wte);
+  lin_.backward_weight(Mat<T>(store_->grads(wu), Vl, config().n_embd), Vec<T>(), dlogits, in);
+}
+
+template <class T>
+void Stage<T>::parallel_loss(Mat<T> logits, Tokens targets, Vec<T> losses, bool need_grad, T dloss) {
+  const size_t N = logits.extent(0);
   const int begin = layout_.vocab_begin();
   const int cols = std::clamp(config().vocab_size - begin, 0, layout_.local_vocab());  // real tokens here
   Vec<T> mx(ce_.data(), N), sums(ce_.data() + N, 2 * N);
   crossentropy_local_max<T>(mx, logits, cols);
   tp_->all_reduce_max(mx.data(), N);
-  crossentropy_local_sums<T>(sums, logits, mx, a.targets, begin, cols);
+  crossentropy_local_sums<T>(sums, logits, mx, targets, begin, cols);
   tp_->all_reduce_sum(sums.data(), 2 * N);
-  crossentropy_parallel_finish<T>(losses, logits, mx, sums, a.targets, begin, cols, dloss, need_grad);
+  crossentropy_parallel_finish<T>(losses, logits, mx, sums, targets, begin, cols, dloss, need_grad);
 }
 
 template <class T>
@@ -123,7 +139,9 @@ void Stage<T>::head_backward(Activations<T>& a, Pass pass) {
   template void Stage<T>::embedding_forward_(Activations<T>&);                         \
   template void Stage<T>::embedding_backward_(Activations<T>&, CMat<T>);               \
   template void Stage<T>::head_forward(Activations<T>&, Vec<T>, bool, T);              \
-  template void Stage<T>::parallel_loss(Mat<T>, Activations<T>&, Vec<T>, bool, T);     \
+  template void Stage<T>::parallel_loss(Mat<T>, Tokens, Vec<T>, bool, T);               \
+  template void Stage<T>::head_rows(Activations<T>&, size_t, size_t, const GemmInput<T>&, const GemmInput<T>&, \
+                                    Mat<T>, Vec<T>, bool, T);                                                   \
   template void Stage<T>::head_backward(Activations<T>&, Pass);
 GPT2_STAGE_ENDS(float)
 GPT2_STAGE_ENDS(double)

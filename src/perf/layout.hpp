@@ -56,6 +56,8 @@ struct Layout {
   // then their maximum, the shift, exp, the sum and the division each a pass over them, the backward a
   // scale and a cast back -- 52 bytes a logit, where the trainer's fused kernel moves 3 values.
   bool fp32_loss = false;
+  // The head's logits a block of rows at a time (train.loss_chunk_rows; 0: automatic): memory only.
+  int loss_chunk_rows = 0;
 
   long long world() const { return (long long)dp * tp * pp * cp; }
   // What a pipeline's passes cost depends on (every field but the ZeRO level and how the data-parallel

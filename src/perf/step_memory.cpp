@@ -24,7 +24,7 @@ void activation_memory(const Workload& w, const Layout& l, const BlockRange& chu
   s.blocks = chunk.end - chunk.first;
   s.first = chunk.first == 0, s.last = chunk.end == w.model.n_layer;
   s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != "fp32";
-  s.local_vocab = local_vocab;
+  s.local_vocab = local_vocab, s.loss_rows = l.loss_chunk_rows;
   s.first_block = chunk.first;
   parse_recompute(l.recompute, s.recompute);
   s.recompute_every = l.recompute_every;

@@ -75,6 +75,8 @@ std::vector<DeckField> train_fields(TrainConfig& train) {
       {"train.recompute", &train.recompute,
        "none | selective (attention's probabilities recomputed in backward) | full (a block's forward re-run in its backward)"},
       {"train.recompute_every", &train.recompute_every, "recompute every this many blocks (block l when l % k == 0)"},
+      {"train.loss_chunk_rows", &train.loss_chunk_rows,
+       "the head's logits, loss and gradients this many rows at a time (0: automatic, 2^24 logits a block)"},
       {"train.initial_loss_scale", &train.initial_loss_scale, "fp16: the dynamic loss scale's start"},
       {"train.loss_scale_window", &train.loss_scale_window, "fp16: clean steps before the loss scale doubles"},
   };
@@ -265,6 +267,8 @@ void check_numerics(const RunConfig& c) {
     fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");
   if (c.train.recompute_every < 1)
     fail_input("train.recompute_every", "must be at least 1 (1: every block), got ", c.train.recompute_every);
+  if (c.train.loss_chunk_rows < 0)
+    fail_input("train.loss_chunk_rows", "must be at least 0 (0: automatic), got ", c.train.loss_chunk_rows);
   // The loss-scale keys are fp16's, but a value that makes no sense is an error in any precision.
   if (!(c.train.initial_loss_scale > 0) || !(c.train.initial_loss_scale <= LossScale::kMax))
     fail_input("train.initial_loss_scale", "must be a positive finite number (at most 1e30), got ",
@@ -304,6 +308,7 @@ Layout RunConfig::layout() const {
   l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
   l.precision = train.precision;
   l.fused_attention = fused_attention();
+  l.loss_chunk_rows = train.loss_chunk_rows;
   l.recompute = train.recompute, l.recompute_every = train.recompute_every;
   l.grad_reduce_dtype = parallel.grad_reduce_dtype, l.param_gather_dtype = parallel.param_gather_dtype;
   return l;

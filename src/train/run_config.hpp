@@ -60,6 +60,9 @@ struct TrainConfig {
   // recompute_every-th block (block l when l % recompute_every == 0).
   std::string recompute = "none";
   int recompute_every = 1;
+  // The head's logits, loss and their gradients a block of this many rows at a time (0: as many as
+  // keep a block's logits within 2^24 values): the whole (N, V) logits never exist.
+  int loss_chunk_rows = 0;
   double initial_loss_scale = 65536;  // fp16: the dynamic loss scale's start
   int loss_scale_window = 1000;       // fp16: clean steps in a row before the scale doubles
 };

@@ -221,7 +221,8 @@ class Matrix:
                       "attention": c["attention"]},
             "data": {"train": self.train_bin, "val": self.val, "seq_len": 16},
             "train": {"batch_size": BATCH, "steps": max(self.total_steps, 2), "lr": 1e-3, "eval_every": 2,
-                      "eval_batches": 2, "precision": c["precision"], "seed": 3, "recompute": c["recompute"]},
+                      "eval_batches": 2, "precision": c["precision"], "seed": 3, "recompute": c["recompute"],
+                      "loss_chunk_rows": 5},  # (the head's logits in blocks, a short last one)
             "parallel": self.parallel(c) | {"comm": c["comm"]},
         }
         if ckpt_dir:

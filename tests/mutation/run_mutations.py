@@ -30,6 +30,10 @@ FWD = ("  const GemmWeights w16 = gemm_weights(u, pu, p);\n"
        "  // A row-parallel projection")  # a block forward's first lines, where the forward mutations go
 
 MUTATIONS = [
+    Mutation("loss-block-targets", "the head's row blocks all read the first block's targets",
+             "src/model/stage_ends.cpp", "const Tokens targets(a.targets.data() + r0, n);",
+             "const Tokens targets(a.targets.data(), n);",
+             "^ModelGradcheck\\.HeadInRowBlocksEqualsTheWholeLogits$"),
     Mutation("flash-doc-mask", "fused attention's forward ignores the document mask (packed examples see each other)",
              "src/tensor/flash_attention.hpp",
              "const int lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;\n"

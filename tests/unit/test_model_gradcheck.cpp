@@ -231,34 +231,75 @@ TEST(ModelGradcheck, RecomputationUnderASplitBackwardRecomputesOnce) {
   }
 }
 
-// model.attention: the fused kernels give the materialised model's losses and gradients (double,
-// 1e-12), with every block kept and with attention recomputed.
-TEST(ModelGradcheck, FusedAttentionEqualsMaterializedAttention) {
-  using F = double;
+namespace {
+// One step of the tiny model (B 2, T 5, parameters from seed 7, tokens from seed 11) on a stage made
+// with options o: the forward, and with need_grad the backward. Its losses into losses_out; returns
+// its gradients.
+template <class F>
+std::vector<F> one_step(const StageOptions<F>& o, bool need_grad, std::vector<F>& losses_out) {
   const ModelConfig cfg = tiny();
   const ParamLayout layout(cfg);
   const int B = 2, T = 5, N = B * T;
-  auto run = [&](bool fused, Recompute mode, std::vector<F>& losses_out) {
-    StageOptions<F> o;
-    o.fused_attention = fused, o.recompute = mode;
-    Stage<F> st(StageLayout(layout, 0, cfg.n_layer), B, T, o);
-    st.init_params(7);
-    Activations<F> a = st.make_activations(B);
-    fill_tokens(a, cfg.vocab_size, 11);
-    Buffer<F> losses("losses", N);
-    st.zero_grads();
-    st.forward(a, Vec<F>(losses.data(), N), true, F(1) / N);
-    st.backward(a);
-    losses_out = to_host(losses);
-    return to_host(st.grads);
-  };
+  Stage<F> st(StageLayout(layout, 0, cfg.n_layer), B, T, o);
+  st.init_params(7);
+  Activations<F> a = st.make_activations(B);
+  fill_tokens(a, cfg.vocab_size, 11);
+  Buffer<F> losses("losses", N);
+  st.zero_grads();
+  st.forward(a, Vec<F>(losses.data(), N), need_grad, F(1) / N);
+  if (need_grad) st.backward(a);
+  losses_out = to_host(losses);
+  return to_host(st.grads);
+}
+
+// The largest difference of b from a, relative to a's largest value (gradients) or absolute (losses).
+template <class F>
+double relative_difference(const std::vector<F>& a, const std::vector<F>& b) {
+  double largest = 0, worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    largest = std::max(largest, double(std::abs(a[i]))), worst = std::max(worst, double(std::abs(b[i] - a[i])));
+  return largest > 0 ? worst / largest : worst;
+}
+template <class F>
+double absolute_difference(const std::vector<F>& a, const std::vector<F>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(b[i] - a[i])));
+  return worst;
+}
+}  // namespace
+
+// model.attention: the fused kernels give the materialised model's losses and gradients (double,
+// 1e-12), with every block kept and with attention recomputed.
+TEST(ModelGradcheck, FusedAttentionEqualsMaterializedAttention) {
   for (Recompute mode : {Recompute::none, Recompute::selective}) {
-    std::vector<F> lm, lf;
-    const std::vector<F> gm = run(false, mode, lm), gf = run(true, mode, lf);
-    F largest = 0, worst = 0, worst_loss = 0;
-    for (size_t i = 0; i < gm.size(); ++i) largest = std::max(largest, std::abs(gm[i])), worst = std::max(worst, std::abs(gf[i] - gm[i]));
-    for (size_t i = 0; i < lm.size(); ++i) worst_loss = std::max(worst_loss, std::abs(lf[i] - lm[i]));
-    EXPECT_LE(worst, 1e-12 * largest) << recompute_name(mode);
-    EXPECT_LE(worst_loss, 1e-12) << recompute_name(mode);
+    StageOptions<double> o;
+    o.recompute = mode;
+    std::vector<double> lm, lf;
+    const std::vector<double> gm = one_step(o, true, lm);
+    o.fused_attention = true;
+    const std::vector<double> gf = one_step(o, true, lf);
+    EXPECT_LE(relative_difference(gm, gf), 1e-12) << recompute_name(mode);
+    EXPECT_LE(absolute_difference(lm, lf), 1e-12) << recompute_name(mode);
   }
+}
+
+// train.loss_chunk_rows: the head's logits, loss and gradients a block of rows at a time (3 rows of
+// 10, the last block 1) give the whole logits' losses and gradients -- double 1e-12; bf16 GEMM inputs
+// (its 16-bit dlogits held a block at a time) 1e-5 -- and, without gradients, the same losses.
+TEST(ModelGradcheck, HeadInRowBlocksEqualsTheWholeLogits) {
+  auto check = [](auto zero, Precision precision, double tol) {
+    using F = decltype(zero);
+    for (bool need_grad : {true, false}) {
+      StageOptions<F> o;
+      o.precision = precision;
+      std::vector<F> lw, lb;
+      const std::vector<F> gw = one_step(o, need_grad, lw);
+      o.loss_chunk_rows = 3;
+      const std::vector<F> gb = one_step(o, need_grad, lb);
+      EXPECT_LE(relative_difference(gw, gb), tol) << precision_name(precision) << (need_grad ? "" : " (no gradients)");
+      EXPECT_LE(absolute_difference(lw, lb), tol) << precision_name(precision) << (need_grad ? "" : " (no gradients)");
+    }
+  };
+  check(double(0), Precision::fp32, 1e-12);
+  check(float(0), Precision::bf16, 1e-5);
 }
