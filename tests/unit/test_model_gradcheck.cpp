@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "model/stage.hpp"
+#include "runtime/device_counters.hpp"
+#include "tensor/device_work.hpp"
 #include "tensor/crossentropy.hpp"
 #include "test_util.hpp"
 
@@ -302,4 +304,44 @@ TEST(ModelGradcheck, HeadInRowBlocksEqualsTheWholeLogits) {
   };
   check(double(0), Precision::fp32, 1e-12);
   check(float(0), Precision::bf16, 1e-5);
+}
+
+namespace {
+int device_operations = 0;  // what the device-work hook saw: every Kokkos kernel and copy, every GEMM call
+
+// The device operations of one forward (need_grad: with the head's gradients) of a tiny model of
+// `layers` blocks with fused attention, after a first forward (set-up work is not counted).
+int forward_operations(int layers, DeviceCounters& counted) {
+  ModelConfig cfg = tiny();
+  cfg.n_layer = layers;
+  const ParamLayout layout(cfg);
+  StageOptions<float> o;
+  o.fused_attention = true;
+  Stage<float> st(StageLayout(layout, 0, layers), 2, 5, o);
+  st.init_params(7);
+  Activations<float> a = st.make_activations(2);
+  fill_tokens(a, cfg.vocab_size, 11);
+  Buffer<float> losses("losses", 10);
+  st.forward(a, Vec<float>(losses.data(), 10), false, 0.1f);
+  set_device_work_hook([] { ++device_operations; });
+  device_operations = 0;
+  const DeviceCounters before = device_counters();
+  st.forward(a, Vec<float>(losses.data(), 10), false, 0.1f);
+  counted = device_counters() - before;
+  set_device_work_hook(nullptr);
+  return device_operations;
+}
+}  // namespace
+
+// What a GPU pays in launches for a transformer block's forward with fused attention: its Kokkos
+// kernels, copies and library GEMMs (the difference of a 4-block and a 2-block model's forward, over
+// 2), at most 12 -- 4 GEMMs, 2 LayerNorms, attention, GELU and the residual adds.
+TEST(ModelGradcheck, ABlocksForwardIssuesAtMostTwelveDeviceOperations) {
+  ASSERT_TRUE(install_device_counters());
+  DeviceCounters two, four;
+  const int per_block = (forward_operations(4, four) - forward_operations(2, two)) / 2;
+  const int kernels = int(four.launches - two.launches) / 2;
+  std::printf("a block's forward: %d device operations, %d of them Kokkos kernels\n", per_block, kernels);
+  EXPECT_LE(per_block, 12);
+  EXPECT_GE(kernels, 1) << "the counters saw no kernel";
 }
