@@ -55,7 +55,7 @@ export UCX_MEM_EVENTS=no
 skip_under_tsan=--gtest_filter=-StopSignals.FirstSignalOnlyFlagsRepeatsCountOnceALaterOneEndsTheProcess
 team_kernels() {
   echo "test_tsan: the kernel tests at 4 threads, 4 threads a team"
-  KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 --gtest_filter='Kernels.*:RingAttention.EveryRank*' "$@"
+  KOKKOS_NUM_THREADS=4 GPT2_TEAM_SIZE=4 "$build/bin/unit_tests" --gtest_brief=1 --gtest_filter='Kernels.*:FlashAttention.*' "$@"
 }
 if ((teams_only)); then
   team_kernels "$@"
