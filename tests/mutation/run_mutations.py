@@ -36,17 +36,19 @@ MUTATIONS = [
              "^ModelGradcheck\\.HeadInRowBlocksEqualsTheWholeLogits$"),
     Mutation("flash-doc-mask", "fused attention's forward ignores the document mask (packed examples see each other)",
              "src/tensor/flash_attention.hpp",
-             "const int lo = i < qr.n && doc.extent(0) ? doc(row0 + i) : 0;\n"
-             "            const T corr = flash::online_softmax_row(",
+             "const int lo = i < qr.n ? g.lo(row0 + i) : 0;\n"
+             "            const flash::KeyRange r = flash::visible_keys(qr, i, lo, kr);\n"
+             "            const T corr",
              "const int lo = 0;\n"
-             "            const T corr = flash::online_softmax_row(",
+             "            const flash::KeyRange r = flash::visible_keys(qr, i, lo, kr);\n"
+             "            const T corr",
              "^FlashAttention\\.DocumentMaskedPackingEqualsExamplesAlone$"),
     Mutation("flash-barrier", "fused attention's forward multiplies by a key tile before the team has transposed it (no barrier)",
              "src/tensor/flash_attention.hpp",
-             "          flash::team_transpose(team, Kt, K, bt, hp);\n          team.team_barrier();\n"
-             "          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);",
-             "          flash::team_transpose(team, Kt, K, bt, hp);\n"
-             "          flash::team_product(team, S, bt, Q, hp, Kt, bt, bt, bt, hp, false);",
+             "          flash::team_transpose(team, Kt, K, g.bt, g.hp);\n          team.team_barrier();\n"
+             "          flash::team_product(team, S, g.bt, Q, g.hp, Kt, g.bt, g.bt, g.bt, g.hp, false);",
+             "          flash::team_transpose(team, Kt, K, g.bt, g.hp);\n"
+             "          flash::team_product(team, S, g.bt, Q, g.hp, Kt, g.bt, g.bt, g.bt, g.hp, false);",
              "^unit_kernels_teams4$"),
     Mutation("cp-loss-factor", "context parallelism's factor cp dropped from the loss gradient",
              "src/train/trainer.cpp", "io.dloss = float(scale * cfg_.parallel.dp * e.topo->cp() /",
