@@ -59,14 +59,15 @@ cublasOperation_t op(Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
 template <>
 void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
-  device_work();
+  const char* dt = g_tf32 ? "tf32" : "f32";
+  const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, dt, dt});
   check(cublasSgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
         "Sgemm");
 }
 template <>
 void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
-  device_work();
+  const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, "f64", "f64"});
   check(cublasDgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
         "Dgemm");
 }
@@ -74,7 +75,8 @@ template <>
 void gemm_strided_batched<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A,
                                  int lda, int64_t sA, const float* B, int ldb, int64_t sB,
                                  float beta, float* C, int ldc, int64_t sC, int batch) {
-  device_work();
+  const char* dt = g_tf32 ? "tf32" : "f32";
+  const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, dt, dt});
   check(cublasSgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
                                   sA, &beta, C, ldc, sC, batch),
         "SgemmStridedBatched");
@@ -84,7 +86,7 @@ void gemm_strided_batched<double>(Op opA, Op opB, int M, int N, int K, double al
                                   const double* A, int lda, int64_t sA, const double* B, int ldb,
                                   int64_t sB, double beta, double* C, int ldc, int64_t sC,
                                   int batch) {
-  device_work();
+  const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, "f64", "f64"});
   check(cublasDgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
                                   sA, &beta, C, ldc, sC, batch),
         "DgemmStridedBatched");
@@ -161,7 +163,7 @@ void blas_gemm(Op opA, Op opB, int M, int N, int K, double alpha, const double* 
 template <>
 void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda,
                  const float* B, int ldb, float beta, float* C, int ldc) {
-  device_work();
+  const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, "f32", "f32"});
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
   if (on_dnnl(opA == Op::N || openblas_below_cpu())) {
@@ -181,7 +183,7 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
 template <>
 void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const double* A, int lda,
                   const double* B, int ldb, double beta, double* C, int ldc) {
-  device_work();
+  const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, "f64", "f64"});
   blas_threads_from_environment();
   blas_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -193,7 +195,8 @@ template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
                           int64_t sA, const T* B, int ldb, int64_t sB, T beta, T* C, int ldc,
                           int64_t sC, int batch) {
-  device_work();
+  const char* dt = std::is_same_v<T, double> ? "f64" : "f32";
+  const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, dt, dt});
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
   if constexpr (std::is_same_v<T, float>)
@@ -231,5 +234,17 @@ int gemm_host_threads() { return openblas_get_num_threads(); }
 void gemm_finalize() { gemm_lowp_finalize(); }
 
 #endif
+
+namespace {
+GemmObserver g_observer = nullptr;
+}
+void set_gemm_observer(GemmObserver f) { g_observer = f; }
+GemmScope::GemmScope(const GemmCall& call) : call_(call) {
+  device_work();
+  if (g_observer) g_observer(call_, false);
+}
+GemmScope::~GemmScope() {
+  if (g_observer) g_observer(call_, true);
+}
 
 }  // namespace gpt2

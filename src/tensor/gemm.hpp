@@ -39,4 +39,31 @@ int gemm_host_threads();
 // Releases library handles (cuBLAS); called before Kokkos finalizes.
 void gemm_finalize();
 
+// ---- observing the library calls (the benchmarks' per-operation tables) ---------------------------
+// One library call as issued: C(M,N) = op(A) op(B) [+ C where accumulate], `batch` of them, inputs of
+// dtype `in` ("f32", "tf32": fp32 on TF32 tensor cores, "bf16", "fp16", "f64") into `out`.
+struct GemmCall {
+  Op opA, opB;
+  int M, N, K, batch, lda, ldb, ldc;
+  bool accumulate;
+  const char* in;
+  const char* out;
+};
+// Called just before (issued = false) and just after (true) each call is issued to the library.
+using GemmObserver = void (*)(const GemmCall& call, bool issued);
+void set_gemm_observer(GemmObserver f);  // nullptr: none (the default)
+
+// Every dispatch wraps its library call in one: announces the device work (device_work.hpp), then
+// tells the observer, if any.
+class GemmScope {
+ public:
+  explicit GemmScope(const GemmCall& call);
+  ~GemmScope();
+  GemmScope(const GemmScope&) = delete;
+  GemmScope& operator=(const GemmScope&) = delete;
+
+ private:
+  GemmCall call_;
+};
+
 }  // namespace gpt2

@@ -3,11 +3,12 @@
 #include "tensor/gemm_dnnl.hpp"
 #endif
 
+#include <type_traits>
+
 #include <Kokkos_Core.hpp>
 
 #include "core/error.hpp"
 #include "tensor/convert.hpp"
-#include "tensor/device_work.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
@@ -32,6 +33,10 @@ template <>
 cudaDataType_t cuda_type<fp16>() {
   return CUDA_R_16F;
 }
+template <class L>
+const char* dtype_name() {
+  return std::is_same_v<L, bf16> ? "bf16" : "fp16";
+}
 }  // namespace
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
@@ -39,7 +44,7 @@ template <class L>
 void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int lda, const L* B, int ldb,
                float beta, float* C, int ldc) {
   auto op = [](Op o) { return o == Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; };
-  device_work();
+  const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, dtype_name<L>(), "f32"});
   const cublasStatus_t s =
       cublasGemmEx(detail::cublas_handle(), op(opB), op(opA), N, M, K, &alpha, B, cuda_type<L>(), ldb, A,
                    cuda_type<L>(), lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -86,9 +91,9 @@ void convert_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, 
 template <>
 void gemm_lowp<bf16>(Op opA, Op opB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
                      int ldb, float beta, float* C, int ldc) {
-  device_work();
 #if defined(GPT2_HAVE_ONEDNN)
   if (!g_force_convert) {
+    const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, "bf16", "f32"});
     // (The inputs' kernels are done: Kokkos' host backends finish a kernel before its launch returns.)
     dnnl_bf16_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;

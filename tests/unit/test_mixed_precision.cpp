@@ -6,11 +6,15 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "model/linear.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/gelu.hpp"
+#include "tensor/gemm.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "tensor/layernorm.hpp"
 #include "train/loss_scale.hpp"
@@ -190,6 +194,52 @@ TEST(Kernels, GemmStridedBatchedF32MatchesDoubleWhicheverLibrary) {
     for (int i = 0; i < batch; ++i)
       for (int64_t j = M * N; j < sC; ++j) EXPECT_EQ(got[size_t(i * sC + j)], C0[size_t(i * sC + j)]);
   });
+}
+
+// The benchmarks' per-operation tables name each GEMM by what the observer is told: every dispatch
+// tells it the call's shape, leading dimensions, batch, accumulation and dtypes, once before and once
+// after the library call, and nothing once the observer is removed.
+namespace {
+std::vector<std::pair<GemmCall, bool>> g_seen;
+}
+TEST(Kernels, GemmDispatchTellsTheObserverEachCall) {
+  const int M = 6, N = 5, K = 4;
+  Buffer<float> a("a", 64), b("b", 64), c("c", 64);
+  Buffer<double> ad("ad", 64), bd("bd", 64), cd("cd", 64);
+  Buffer<bf16> a16("a16", 64), b16("b16", 64);
+  g_seen.clear();
+  set_gemm_observer([](const GemmCall& call, bool issued) { g_seen.emplace_back(call, issued); });
+  gemm<float>(Op::N, Op::T, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, c.data(), N);
+  gemm<double>(Op::T, Op::N, M, N, K, 1.0, ad.data(), M, bd.data(), N, 1.0, cd.data(), N);
+  gemm_strided_batched<float>(Op::N, Op::N, 2, 3, 2, 1.0f, a.data(), 2, 4, b.data(), 3, 6, 1.0f, c.data(), 3, 6, 3);
+  gemm_lowp<bf16>(Op::T, Op::T, M, N, K, 1.0f, a16.data(), M, b16.data(), K, 0.0f, c.data(), N);
+  Kokkos::fence();
+  set_gemm_observer(nullptr);
+  gemm<float>(Op::N, Op::N, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+  struct Want {
+    Op oa, ob;
+    int M, N, K, batch, lda, ldb, ldc;
+    bool acc;
+    std::string in, out;
+  };
+  const std::string lowp_in = gemm_lowp_backend(true) == "convert+BLAS" ? "f32" : "bf16";
+  const std::vector<Want> want = {{Op::N, Op::T, M, N, K, 1, K, K, N, false, "f32", "f32"},
+                                  {Op::T, Op::N, M, N, K, 1, M, N, N, true, "f64", "f64"},
+                                  {Op::N, Op::N, 2, 3, 2, 3, 2, 3, 3, true, "f32", "f32"},
+                                  {Op::T, Op::T, M, N, K, 1, M, K, N, false, lowp_in, "f32"}};
+  ASSERT_EQ(g_seen.size(), 2 * want.size());
+  for (size_t i = 0; i < g_seen.size(); ++i) {
+    const GemmCall& g = g_seen[i].first;
+    const Want& w = want[i / 2];
+    EXPECT_EQ(g_seen[i].second, i % 2 == 1) << "call " << i / 2 << ": before, then after";
+    EXPECT_TRUE(g.opA == w.oa && g.opB == w.ob) << "call " << i / 2;
+    EXPECT_EQ(std::vector<int>({g.M, g.N, g.K, g.batch, g.lda, g.ldb, g.ldc}),
+              std::vector<int>({w.M, w.N, w.K, w.batch, w.lda, w.ldb, w.ldc}))
+        << "call " << i / 2;
+    EXPECT_EQ(g.accumulate, w.acc) << "call " << i / 2;
+    EXPECT_EQ(std::string(g.in), w.in) << "call " << i / 2;
+    EXPECT_EQ(std::string(g.out), w.out) << "call " << i / 2;
+  }
 }
 
 TEST(Kernels, GemmBf16MatchesDoubleOfRoundedInputs) { check_gemm16<bf16>(false); }
