@@ -7,7 +7,7 @@
 # Steps (here, on the build machine):
 #   1. builds: the host build (build/: gpt2, kernel_check) for the references, and the CUDA build
 #      (job_scripts/build_cuda.sh into build-cuda/: gpt2, unit_tests, mpi_tests, kernel_check,
-#      bench_train_step);
+#      bench_train_step, gemm_sweep; GPT2_BUNDLE_BINS a subset -- gpu_run.sh skips what needs the rest);
 #   2. references from the host build: kernel_check --write (every kernel's outputs) and the tiny
 #      training run's data + CPU losses (tests/gpu/check_tiny_run.py --write);
 #   3. the CUDA binaries into libexec/, with small wrappers in bin/ that set the library path
@@ -28,7 +28,8 @@
 #      (for a GPU machine that shares this file system). The size is checked against the limit.
 #
 # Usage: job_scripts/gpu_bundle.sh [BUNDLE_DIR]          (default: gpu-bundle in the repository root)
-# Environment: JOBS (2), SKIP_BUILD=1 (use the builds as they are), CPU_BUILD_DIR (build),
+# Environment: JOBS (2), SKIP_BUILD=1 (use the builds as they are), GPT2_BUNDLE_BINS (the CUDA binaries
+#   to build and pack, default all six), CPU_BUILD_DIR (build),
 #   CUDA_BUILD_DIR (build-cuda), GPT2_BUNDLE_PACK (1), GPT2_BUNDLE_LIMIT_MIB (64: a size cap for
 #   the bundle and the working tree together, for transfers that have one), GPT2_BUNDLE_HOST_TEST=1 (a bundle of the HOST build, only for trying
 #   gpu_run.sh's machinery on a machine without a GPU, with a stand-in nvidia-smi on PATH)
@@ -56,7 +57,13 @@ DEVICE_CUDA_RE='^(libcuda\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvidi
 SYSTEM_RE='^(ld-linux-x86-64\.so|linux-vdso\.so|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libnsl\.so|libmvec\.so|libstdc\+\+\.so|libgcc_s\.so)'
 
 # ---- 1. builds ----------------------------------------------------------------------------------
-CUDA_BINS=(gpt2 unit_tests mpi_tests kernel_check bench_train_step)
+CUDA_BINS=(gpt2 unit_tests mpi_tests kernel_check bench_train_step gemm_sweep)
+if [[ -n ${GPT2_BUNDLE_BINS:-} ]]; then
+  read -r -a CUDA_BINS <<<"$GPT2_BUNDLE_BINS"
+  for b in gpt2 kernel_check bench_train_step; do
+    [[ " ${CUDA_BINS[*]} " == *" $b "* ]] || die "GPT2_BUNDLE_BINS must name $b (the checks and the benchmark need it)"
+  done
+fi
 # GPT2_BUNDLE_HOST_TEST=1: a bundle of the HOST build's binaries, only to try gpu_run.sh's machinery
 # on a machine without a GPU (with a stand-in nvidia-smi); never for a device.
 HOST_TEST=${GPT2_BUNDLE_HOST_TEST:-0}
@@ -64,6 +71,8 @@ if [[ $HOST_TEST == 1 ]]; then
   log "TEST BUNDLE of the host build's binaries (GPT2_BUNDLE_HOST_TEST=1): for trying gpu_run.sh without a GPU"
   CUDA_BUILD=$CPU_BUILD
   SKIP_BUILD=1
+  CUDA_BINS=("${CUDA_BINS[@]/gemm_sweep}")  # cuBLASLt's: only in a CUDA build
+  read -r -a CUDA_BINS <<<"${CUDA_BINS[*]}"
 fi
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   log "host build ($CPU_BUILD): gpt2, kernel_check"
@@ -73,8 +82,7 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   fi
   cmake --build "$CPU_BUILD" -j "$JOBS" --target gpt2 kernel_check
   log "CUDA build ($CUDA_BUILD)"
-  JOBS=$JOBS "$REPO_ROOT/job_scripts/build_cuda.sh" "$CUDA_BUILD"
-  cmake --build "$CUDA_BUILD" -j "$JOBS" --target "${CUDA_BINS[@]}"
+  JOBS=$JOBS GPT2_TARGETS="${CUDA_BINS[*]}" "$REPO_ROOT/job_scripts/build_cuda.sh" "$CUDA_BUILD"
 fi
 [[ $HOST_TEST == 1 ]] || grep -q '^GPT2_ENABLE_CUDA:BOOL=ON' "$CUDA_BUILD/CMakeCache.txt" 2>/dev/null ||
   die "$CUDA_BUILD is not a CUDA build (job_scripts/build_cuda.sh makes one)"

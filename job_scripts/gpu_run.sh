@@ -8,11 +8,13 @@
 #   BUNDLE  the bundle folder gpu_bundle.sh made (default gpu-bundle): what goes in
 #   OUTDIR  where the results go (default gpu-results), at most 8 files:
 #           summary.txt env.txt checks.log sanitize.log bench.log bench.json unit_tests.log trace_dp2.h5
-#   PHASES  comma-separated, in this order: checks, sanitize, bench, unit (default: all four in one
-#           call). A call is bounded: 9 minutes for one phase, 24 for several (checks that would
+#   PHASES  comma-separated, in this order: checks, multi, sanitize, profile, bench, unit (default:
+#           all six in one call). A call is bounded: 9 minutes for one phase, 24 for several (checks that would
 #           overrun are marked SKIP); under a job or session limit per command, run a phase a call:
 #             bash job_scripts/gpu_run.sh gpu-bundle gpu-results checks
+#             bash job_scripts/gpu_run.sh gpu-bundle gpu-results multi
 #             bash job_scripts/gpu_run.sh gpu-bundle gpu-results sanitize
+#             bash job_scripts/gpu_run.sh gpu-bundle gpu-results profile
 #             bash job_scripts/gpu_run.sh gpu-bundle gpu-results bench
 #             bash job_scripts/gpu_run.sh gpu-bundle gpu-results unit
 #           (summary.txt keeps the lines of earlier calls into the same OUTDIR.)
@@ -22,9 +24,18 @@
 #               deck names nccl (one rank makes no NCCL call), 2 ranks on the one GPU through MPI's
 #               host-staged path (dp=2 with an HDF5 trace; pp=2; pp=2 under NCCL's ordering,
 #               mpi-ordered); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
-#     sanitize: one tiny training step under compute-sanitizer memcheck (any error fails), then
-#               racecheck (a hazard it rates an error fails; its warnings are counted in the summary);
-#               skipped, saying so, where compute-sanitizer is not installed
+#     multi:    with two GPUs or more: the tiny model (4 layers) on 2 ranks, one GPU each, NCCL between
+#               them -- dp 2, pp 2 in all eight schedules, tp 2 (and with sequence parallelism), cp 2
+#               -- each equal to its one-GPU run (1e-4); SKIP on one GPU (job_scripts/lib/gpu_multi.sh)
+#     sanitize: one tiny training step under compute-sanitizer memcheck, synccheck and initcheck (any
+#               error fails), and racecheck (a hazard it rates an error fails; its warnings are counted
+#               in the summary); skipped, saying so, where compute-sanitizer is not installed
+#     profile:  the per-kernel table of one steady GPT-2 124M bf16 step (B 16, T 1024), kernel_table.md:
+#               every Kokkos kernel and GEMM timed by CUDA events (tests/bench/step_profile.hpp), each
+#               GEMM shape standalone against cuBLASLt's best algorithm (gemm_sweep), each kernel's
+#               DRAM bytes from Nsight Compute where ncu is installed, against the device-to-device
+#               copy bandwidth measured in the same call; the same step with fused attention after it.
+#               The raw files go to OUTDIR/profile/
 #     bench:    tests/bench/bench_gpu.py: GPT-2 124M, T=1024, largest batch of 16/8/4, fp32, TF32 and
 #               bf16, ours against PyTorch eager (then torch.compile and SDPA as time allows), MFU,
 #               per-phase and per-kernel times
@@ -39,8 +50,8 @@ set -uo pipefail
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUNDLE=${1:-gpu-bundle}
 OUT=${2:-gpu-results}
-PHASES=${3:-checks,sanitize,bench,unit}
-[[ $PHASES == all ]] && PHASES=checks,sanitize,bench,unit
+PHASES=${3:-checks,multi,sanitize,profile,bench,unit}
+[[ $PHASES == all ]] && PHASES=checks,multi,sanitize,profile,bench,unit
 n_phases=$(tr ',' '\n' <<<"$PHASES" | grep -c .)
 BUDGET=${GPT2_GPU_RUN_BUDGET:-$((n_phases == 1 ? 540 : 1440))}
 PY=${PYTHON:-python3}
@@ -51,7 +62,8 @@ remaining() { echo $((BUDGET - SECONDS)); }
 
 case $BUNDLE in -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 for p in ${PHASES//,/ }; do
-  [[ $p == checks || $p == sanitize || $p == bench || $p == unit ]] || die "unknown phase '$p' (checks, sanitize, bench, unit)"
+  [[ $p == checks || $p == multi || $p == sanitize || $p == profile || $p == bench || $p == unit ]] ||
+    die "unknown phase '$p' (checks, multi, sanitize, profile, bench, unit)"
 done
 has_phase() { [[ ,$PHASES, == *,$1,* ]]; }
 
@@ -187,23 +199,38 @@ if has_phase checks; then
     --ranks 2 --set parallel.pp=2 --set parallel.microbatches=2 --set parallel.comm=mpi
   check "tiny run, 2 ranks, pp=2, comm=mpi-ordered" 240 "${TINY[@]}" --workdir "$WORK/tiny_pp2_ordered" \
     --ranks 2 --set parallel.pp=2 --set parallel.microbatches=2 --set parallel.comm=mpi-ordered
-  check "mpi_tests -n 1 (MPI + NCCL communicators)" 300 "$B/mpiexec" -n 1 "$B/mpi_tests"
+  if [[ -x $B/mpi_tests ]]; then
+    check "mpi_tests -n 1 (MPI + NCCL communicators)" 300 "$B/mpiexec" -n 1 "$B/mpi_tests"
+  else
+    SUMMARY+=("SKIP  mpi_tests (not in this bundle: GPT2_BUNDLE_BINS)")
+  fi
+fi
+
+# ---- two GPUs: every layout over NCCL against the one-GPU run ------------------------------------------
+if has_phase multi; then
+  # shellcheck source=job_scripts/lib/gpu_multi.sh
+  . "$REPO_ROOT/job_scripts/lib/gpu_multi.sh"
+  gpu_multi_phase
 fi
 
 # ---- compute-sanitizer: one tiny step, memcheck then racecheck --------------------------------------
 if has_phase sanitize; then
+  if ! command -v compute-sanitizer >/dev/null 2>&1 && [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then
+    export PATH=$PATH:/usr/local/cuda/bin
+  fi
   if ! command -v compute-sanitizer >/dev/null 2>&1; then
     SUMMARY+=("SKIP  compute-sanitizer (not installed on this machine)")
   else
     log "compute-sanitizer"
     : >"$OUT/sanitize.log"
-    for tool in memcheck racecheck; do
-      # The tool's report goes to a file of its own (the run's output is cut to its tail). memcheck
-      # fails on any error (exit 99); racecheck on a hazard it calls an error -- its warnings
+    for tool in memcheck racecheck synccheck initcheck; do
+      # The tool's report goes to a file of its own (the run's output is cut to its tail). memcheck,
+      # synccheck and initcheck fail on any error (exit 99); racecheck on a hazard it calls an error -- its warnings
       # (possible hazards of warp-synchronous code; Kokkos' range reductions have some) are counted
       # in the summary line, not failed.
       wrapper=$WORK/gpt2_$tool.sh report=$WORK/sanitize_$tool.txt
-      exitcode=$([[ $tool == memcheck ]] && echo "--error-exitcode 99" || true)
+      exitcode=""
+      [[ $tool != racecheck ]] && exitcode="--error-exitcode 99"
       printf '#!/bin/sh\nexec compute-sanitizer --tool %s %s --log-file %s "%s" "$@"\n' "$tool" "$exitcode" \
         "$report" "$B/gpt2" >"$wrapper"
       chmod +x "$wrapper"
@@ -228,6 +255,13 @@ if has_phase sanitize; then
       write_summary
     done
   fi
+fi
+
+# ---- profile: the per-kernel table of one steady step ------------------------------------------------
+if has_phase profile; then
+  # shellcheck source=job_scripts/lib/gpu_profile.sh
+  . "$REPO_ROOT/job_scripts/lib/gpu_profile.sh"
+  gpu_profile_phase
 fi
 
 # ---- benchmark ----------------------------------------------------------------------------------------
@@ -255,7 +289,9 @@ fi
 # ---- unit tests ---------------------------------------------------------------------------------------
 if has_phase unit; then
   left=$(( $(remaining) - 15 ))
-  if ((left < 30)); then
+  if [[ ! -x $B/unit_tests ]]; then
+    SUMMARY+=("SKIP  unit_tests (not in this bundle: GPT2_BUNDLE_BINS)")
+  elif ((left < 30)); then
     SUMMARY+=("SKIP  unit_tests (no time left; run the 'unit' phase alone)")
   else
     log "unit tests (up to ${left}s)"

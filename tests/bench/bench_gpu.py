@@ -11,9 +11,8 @@ precision on both sides: fp32 weights and optimizer, 16-bit matrix products (our
 (6N + 12*L*C*T FLOPs per token, N = our parameter count, against --peak-fp32 / --peak-tf32 /
 --peak-bf16; defaults for an H100/H200 SXM: 67 fp32, 495 dense TF32 and 989 dense bf16 TFLOP/s,
 H100 PCIe 51 / 378 / 756), our/PyTorch ratio, where our step's time goes (the
-benchmark's fenced phases, and a per-kernel table from Kokkos Tools callbacks: each Kokkos kernel's
-time per step and the time between kernels, i.e. cuBLAS GEMMs + copies + host work) and PyTorch's
-top CUDA kernels (torch.profiler).
+benchmark's fenced phases; the per-kernel table is job_scripts/gpu_run.sh's profile phase) and
+PyTorch's top CUDA kernels (torch.profiler).
 
 Runs where python3 has a CUDA-enabled torch. --bench may be a wrapper script that sets the
 library path (job_scripts/gpu_run.sh passes gpu-bundle/bin/bench_train_step).
@@ -25,10 +24,8 @@ Usage: bench_gpu.py --bench PATH [--out results.json] [--batches 16,8,4] [--seq 
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -54,11 +51,11 @@ def peaks_for(name):
     return 67.0, 495.0, 989.0, "unknown device: H100 SXM figures"
 
 
-def run_ours(bench, model, B, T, precision, min_time, table_path, timeout):
+def run_ours(bench, model, B, T, precision, min_time, timeout):
     env = dict(os.environ, GPT2_BENCH_MODEL=model, GPT2_BENCH_B=str(B), GPT2_BENCH_T=str(T),
                GPT2_BENCH_TF32="1" if precision in ("tf32", "bf16+tf32") else "0",
                GPT2_BENCH_PRECISION=precision.split("+")[0] if precision.startswith(("bf16", "fp16")) else "fp32",
-               GPT2_BENCH_MIN_TIME=str(min_time), GPT2_BENCH_KERNEL_TABLE=table_path or "")
+               GPT2_BENCH_MIN_TIME=str(min_time), GPT2_BENCH_KERNEL_TABLE="")
     cmd = [bench, "--benchmark_filter=TrainStepEnv", "--benchmark_format=json"]
     t0 = time.time()
     try:
@@ -81,9 +78,6 @@ def run_ours(bench, model, B, T, precision, min_time, table_path, timeout):
     res.update(ok=True, name=b["name"], step_ms=b["real_time"], iterations=b["iterations"],
                tokens_per_s=b["tokens/s"], params=b["params_M"] * 1e6,
                phases_ms={k: b[k + "_ms"] for k in ("zero", "fwd", "bwd", "norm", "adamw")})
-    if table_path and os.path.isfile(table_path):
-        with open(table_path) as f:
-            res["kernel_table"] = json.load(f)
     return res
 
 
@@ -240,17 +234,13 @@ def main():
 
     # Ours first (each run in its own process), while PyTorch holds no GPU memory yet.
     ours = {}
-    scratch = tempfile.mkdtemp(prefix="bench_gpu-")  # per-kernel tables, read back and folded into --out
     fits = batches  # a batch that did not fit in one precision does not fit in the next
     for prec in precisions if not args.no_ours else []:
         for B in fits:
             if out_of_time(f"ours {prec} B={B}"):
                 break
-            table = os.path.join(scratch, f"kernel_table_{prec}_B{B}.json")
             log(f"ours  {prec} B={B} T={T} ...")
-            r = run_ours(args.bench, args.model, B, T, prec, args.min_time, table, args.timeout)
-            if os.path.isfile(table):
-                os.remove(table)
+            r = run_ours(args.bench, args.model, B, T, prec, args.min_time, args.timeout)
             r.update(impl="ours (Kokkos)", precision=prec, B=B)
             out["results"].append(r)
             save()
@@ -260,7 +250,6 @@ def main():
                 fits = [b for b in batches if b <= B]
                 break
             log(f"      failed: {r.get('error', '')[:400]}")
-    shutil.rmtree(scratch, ignore_errors=True)
     n_params = next((r["params"] for r in ours.values()), None)
 
     # Eager in every precision first (the comparison that matters), then compile, then sdpa.
@@ -314,26 +303,6 @@ def main():
         total = sum(ph.values())
         lines.append(f"\nours, {prec}, B={o['B']}: phases (fenced) "
                      + ", ".join(f"{k} {v:.1f} ms ({100 * v / total:.0f}%)" for k, v in ph.items()))
-        kt = o.get("kernel_table")
-        if kt:
-            ks = sorted(kt["kernels"], key=lambda k: -k["ms_per_step"])
-            kern = sum(k["ms_per_step"] for k in ks)
-            step = kt["step_ms"]
-            lines.append(f"  per kernel over {kt['profiled_steps']} steps with a fence around every Kokkos kernel:"
-                         f" step {step:.1f} ms = Kokkos kernels {kern:.1f} ms + between kernels"
-                         f" (cuBLAS GEMMs, copies, host) {kt['between_kernels_ms']:.1f} ms")
-            lines.append(f"  {'kernel':40} {'calls':>6} {'ms/step':>9} {'share':>6}")
-            for k in ks[:20]:
-                lines.append(f"  {k['name'][:40]:40} {k['calls_per_step']:6.0f} {k['ms_per_step']:9.2f}"
-                             f" {100 * k['ms_per_step'] / step:5.1f}%")
-            lines.append(f"  {'(between kernels: cuBLAS GEMMs, copies, host)':40} {'':6} "
-                         f"{kt['between_kernels_ms']:9.2f} {100 * kt['between_kernels_ms'] / step:5.1f}%")
-            gaps = sorted(kt.get("between_kernels_by_next_kernel", []), key=lambda g: -g["ms_per_step"])
-            if gaps:
-                lines.append("  time between kernels, by the kernel that follows (i.e. the GEMMs before it):")
-                for g in gaps[:8]:
-                    lines.append(f"    before {g['next'][:36]:36} {g['ms_per_step']:9.2f} ms/step"
-                                 f" {100 * g['ms_per_step'] / step:5.1f}%")
     for r in out["results"]:
         if r.get("ok") and r.get("top_kernels"):
             lines.append(f"\n{r['impl']}, {r['precision']}, B={r['B']}: top CUDA kernels (torch.profiler)")

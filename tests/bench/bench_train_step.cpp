@@ -7,10 +7,11 @@
 //   GPT2_BENCH_B=16 GPT2_BENCH_T=1024 [GPT2_BENCH_TF32=1] [GPT2_BENCH_PRECISION=fp32|bf16|fp16]
 //   [GPT2_BENCH_MODEL=124M|small] [GPT2_BENCH_MIN_TIME=3] bench_train_step --benchmark_filter=TrainStepEnv
 // registers TrainStepEnv_<model>_B<B>_T<T>_<fp32|tf32|bf16|fp16> (TF32: cuBLAS tensor-core GEMMs; bf16
-// and fp16: train.precision's mixed precision, fp32 masters and the 16-bit working copy). With
-// GPT2_BENCH_KERNEL_TABLE=FILE it also times GPT2_BENCH_PROFILE_STEPS (default 3) more steps kernel by
-// kernel (Kokkos Tools callbacks, which fence around every Kokkos kernel) and writes FILE (JSON): time
-// per step of each Kokkos kernel, and the time between kernels (cuBLAS GEMMs, copies, host work).
+// and fp16: train.precision's mixed precision, fp32 masters and the 16-bit working copy);
+// GPT2_BENCH_ATTENTION=auto|fused|materialized picks model.attention (auto: the trainer's choice). With
+// GPT2_BENCH_KERNEL_TABLE=FILE it also times GPT2_BENCH_PROFILE_STEPS (default 3) more steps operation
+// by operation (bench/step_profile.hpp: every Kokkos kernel and library GEMM; on CUDA by events, with
+// NVTX ranges of the same names) and writes FILE (JSON).
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
@@ -30,7 +31,9 @@
 #include "model/optimizer.hpp"
 #include "runtime/serial_communicator.hpp"
 #include "parallel/zero.hpp"
+#include "step_profile.hpp"
 #include "tensor/adamw_update.hpp"
+#include "tensor/attention_choice.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/flash_attention.hpp"
 #include "tensor/crossentropy.hpp"
@@ -65,105 +68,9 @@ Buffer<float> random_buffer(size_t n, uint64_t seed, float scale = 1.0f) {
   return b;
 }
 
-// ---- per-kernel times (Kokkos Tools callbacks; Kokkos fences before each begin and end callback) --
-struct KernelTimes {
-  using Clock = std::chrono::steady_clock;
-  std::vector<std::string> names;       // per kernel id
-  std::map<std::string, int> ids;
-  std::vector<double> seconds;
-  std::vector<long> calls;
-  Clock::time_point started, last_end;
-  double gaps = 0;                      // between kernels: cuBLAS, deep copies, host
-  std::map<std::string, double> gap_before;  // the same, by the kernel that follows the gap
-  bool any = false;
-};
-KernelTimes* g_kt = nullptr;
-
-void kt_begin(const char* name, const uint32_t, uint64_t* kid) {
-  const auto now = KernelTimes::Clock::now();
-  auto [it, added] = g_kt->ids.emplace(name, int(g_kt->names.size()));
-  if (added) {
-    g_kt->names.push_back(name);
-    g_kt->seconds.push_back(0);
-    g_kt->calls.push_back(0);
-  }
-  *kid = uint64_t(it->second);
-  if (g_kt->any) {
-    const double gap = std::chrono::duration<double>(now - g_kt->last_end).count();
-    g_kt->gaps += gap;
-    g_kt->gap_before[name] += gap;
-  }
-  g_kt->started = now;
-}
-void kt_end(uint64_t kid) {
-  const auto now = KernelTimes::Clock::now();
-  g_kt->seconds[kid] += std::chrono::duration<double>(now - g_kt->started).count();
-  g_kt->calls[kid] += 1;
-  g_kt->last_end = now;
-  g_kt->any = true;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) o += c;
-  }
-  return o;
-}
-
-// Once per process, when GPT2_BENCH_KERNEL_TABLE names a file: `steps` more steps with the callbacks.
-template <class Step>
-void maybe_write_kernel_table(const ModelConfig& cfg, int B, int T, Step&& step) {
-  static bool done = false;
-  const char* path = std::getenv("GPT2_BENCH_KERNEL_TABLE");
-  if (done || !path || !*path) return;
-  done = true;
-  const char* ps = std::getenv("GPT2_BENCH_PROFILE_STEPS");
-  const int steps = ps && std::atoi(ps) > 0 ? std::atoi(ps) : 3;
-  namespace KT = Kokkos::Tools::Experimental;
-  KernelTimes kt;
-  g_kt = &kt;
-  Kokkos::fence();
-  KT::set_begin_parallel_for_callback(kt_begin);
-  KT::set_end_parallel_for_callback(kt_end);
-  KT::set_begin_parallel_reduce_callback(kt_begin);
-  KT::set_end_parallel_reduce_callback(kt_end);
-  KT::set_begin_parallel_scan_callback(kt_begin);
-  KT::set_end_parallel_scan_callback(kt_end);
-  const auto t0 = KernelTimes::Clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  Kokkos::fence();
-  const double wall = std::chrono::duration<double>(KernelTimes::Clock::now() - t0).count();
-  // The time after the last kernel of the last step (the optimizer's tail) is a gap too.
-  if (kt.any) kt.gaps += std::chrono::duration<double>(KernelTimes::Clock::now() - kt.last_end).count();
-  KT::set_begin_parallel_for_callback(nullptr);
-  KT::set_end_parallel_for_callback(nullptr);
-  KT::set_begin_parallel_reduce_callback(nullptr);
-  KT::set_end_parallel_reduce_callback(nullptr);
-  KT::set_begin_parallel_scan_callback(nullptr);
-  KT::set_end_parallel_scan_callback(nullptr);
-  g_kt = nullptr;
-  FILE* f = std::fopen(path, "w");
-  if (!f) {
-    std::fprintf(stderr, "bench_train_step: cannot write %s\n", path);
-    return;
-  }
-  std::fprintf(f, "{\"execution_space\": \"%s\", \"n_layer\": %d, \"n_embd\": %d, \"B\": %d, \"T\": %d,\n",
-               ExecSpace::name(), cfg.n_layer, cfg.n_embd, B, T);
-  std::fprintf(f, " \"profiled_steps\": %d, \"step_ms\": %.6f, \"between_kernels_ms\": %.6f,\n \"kernels\": [",
-               steps, 1e3 * wall / steps, 1e3 * kt.gaps / steps);
-  for (size_t i = 0; i < kt.names.size(); ++i)
-    std::fprintf(f, "%s\n  {\"name\": \"%s\", \"calls_per_step\": %.3f, \"ms_per_step\": %.6f}", i ? "," : "",
-                 json_escape(kt.names[i]).c_str(), double(kt.calls[i]) / steps, 1e3 * kt.seconds[i] / steps);
-  std::fprintf(f, "\n ],\n \"between_kernels_by_next_kernel\": [");
-  size_t i = 0;
-  for (const auto& [name, sec] : kt.gap_before)
-    std::fprintf(f, "%s\n  {\"next\": \"%s\", \"ms_per_step\": %.6f}", i++ ? "," : "", json_escape(name).c_str(),
-                 1e3 * sec / steps);
-  std::fprintf(f, "\n ]}\n");
-  std::fclose(f);
-}
+// GPT2_BENCH_ATTENTION (auto | fused | materialized): model.attention for the whole-step benchmarks.
+bool g_fused_attention = false;
+bool g_attention_set = false;
 
 // precision: train.precision's; convert: 16-bit GEMMs through the converting path even with oneDNN.
 // Tail::store: the trainer's one-rank path -- a ParamStore (ZeRO-0, a serial communicator) takes each
@@ -187,6 +94,7 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, P
   StageOptions<float> so;
   so.precision = precision;
   so.store = &store;
+  so.fused_attention = g_attention_set ? g_fused_attention : fused_attention_faster(T);
   gemm_lowp_force_convert(convert);
   Stage<float> stage(sl, B, T, so);
   auto a = stage.make_activations(B);
@@ -229,7 +137,21 @@ void train_step(benchmark::State& state, const ModelConfig& cfg, int B, int T, P
   step(false);
   Kokkos::fence();
   for (auto _ : state) step(true);
-  maybe_write_kernel_table(cfg, B, T, [&] { step(false); });
+  // Once per process, GPT2_BENCH_KERNEL_TABLE=FILE: GPT2_BENCH_PROFILE_STEPS (3) more steps, each
+  // operation timed (bench/step_profile.hpp), into FILE.
+  static bool profiled = false;
+  const char* table = std::getenv("GPT2_BENCH_KERNEL_TABLE");
+  if (table && *table && !profiled) {
+    profiled = true;
+    const char* ps = std::getenv("GPT2_BENCH_PROFILE_STEPS");
+    const int steps = ps && std::atoi(ps) > 0 ? std::atoi(ps) : 3;
+    auto untimed = [&] { step(false); };
+    const std::string context = "\"n_layer\": " + std::to_string(cfg.n_layer) + ", \"n_embd\": " +
+                                std::to_string(cfg.n_embd) + ", \"B\": " + std::to_string(B) + ", \"T\": " +
+                                std::to_string(T) + ", \"attention\": \"" +
+                                (so.fused_attention ? "fused" : "materialized") + "\", ";
+    bench::profile_steps(table, steps, context, untimed);
+  }
   const double it = double(state.iterations());
   state.counters["zero_ms"] = 1e3 * t_zero / it;
   state.counters["fwd_ms"] = 1e3 * t_fwd / it;  // includes the loss and LM-head backward
@@ -696,6 +618,15 @@ int register_env_benchmark() {
   }
   const char* em = std::getenv("GPT2_BENCH_MODEL");
   const std::string model = em && *em ? em : "124M";
+  const char* ea = std::getenv("GPT2_BENCH_ATTENTION");
+  const std::string attention = ea && *ea ? ea : "auto";
+  if (attention != "auto" && attention != "fused" && attention != "materialized") {
+    std::fprintf(stderr, "bench_train_step: GPT2_BENCH_ATTENTION must be auto, fused or materialized, got '%s'\n",
+                 attention.c_str());
+    return 2;
+  }
+  g_attention_set = attention != "auto";
+  g_fused_attention = attention == "fused";
   const char* emt = std::getenv("GPT2_BENCH_MIN_TIME");
   const double min_time = emt && std::atof(emt) > 0 ? std::atof(emt) : 3.0;
   if (model != "124M" && model != "small") {
@@ -722,6 +653,7 @@ int register_env_benchmark() {
       ->MinTime(min_time);
   benchmark::AddCustomContext("tf32", tf32 ? "on" : "off");
   benchmark::AddCustomContext("precision", precision_name(precision));
+  benchmark::AddCustomContext("attention", attention);
   return 0;
 }
 

@@ -39,6 +39,7 @@
 
 #include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
+#include "tensor/flash_attention.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/crossentropy.hpp"
 #include "tensor/embedding.hpp"
@@ -237,6 +238,31 @@ void check_attention(Outputs& out) {
   out.add("attention.bwd.dqkv", dqkv, true);
 }
 
+// Fused attention (tensor/flash_attention.hpp), without and with a document mask (sequence 0 holds
+// documents starting at 0 and 40, sequence 1 one): the team kernels of the host and the GPU.
+void check_flash_attention(Outputs& out) {
+  std::vector<int> starts(size_t(kN), 0);
+  for (int t = 40; t < kT; ++t) starts[size_t(t)] = 40;
+  const IntBuffer docs = dev_ints(starts);
+  for (const bool masked : {false, true}) {
+    const std::string name = masked ? "flash.doc." : "flash.";
+    auto qkv = dev(uniform(size_t(kN) * 3 * kC, 44, 1.0f));
+    auto y = zeros(size_t(kN) * kC), lse = zeros(size_t(kB) * kNH * kT), D = zeros(size_t(kB) * kNH * kT);
+    const int hs = kC / kNH;
+    FlashProblem<float> p{M(qkv, kN, 3 * kC), M(qkv, kN, 3 * kC), kC, 2 * kC, AttnSpan::whole(kT), AttnSpan::whole(kT),
+                          masked ? DocStarts(docs) : DocStarts(), kB, kNH, hs, flash::tile_for<float>(hs, kT)};
+    flash_attention_forward<float>(p, M(y, kN, kC), Vec<float>(), Vec<float>(), V(lse), FlashPass{});
+    out.add(name + "fwd.out", y, true);
+    out.add(name + "fwd.lse", lse, true);
+    auto dy = dev(uniform(size_t(kN) * kC, 45, 1.0f));
+    auto dqkv = dev(uniform(size_t(kN) * 3 * kC, 46, 1.0f));  // overwritten
+    flash_attention_row_dots<float>(V(D), M(dy, kN, kC), M(y, kN, kC), kT, kNH);
+    flash_attention_backward_dq<float>(p, M(dqkv, kN, 3 * kC), M(dy, kN, kC), V(lse), V(D), false);
+    flash_attention_backward_dkv<float>(p, M(dqkv, kN, 3 * kC), M(dy, kN, kC), V(lse), V(D), false);
+    out.add(name + "bwd.dqkv", dqkv, true);
+  }
+}
+
 void check_gelu(Outputs& out) {
   const size_t n = size_t(kN) * 4 * kC;
   auto x = dev(uniform(n, 50, 4.0f));
@@ -420,6 +446,7 @@ Outputs run_all() {
   check_layernorm(out);
   check_matmul(out);
   check_attention(out);
+  check_flash_attention(out);
   check_cached_attention(out);
   check_gelu(out);
   check_crossentropy(out);
