@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <Kokkos_Macros.hpp>
+
 #include "tensor/token_groups.hpp"
 
 namespace gpt2 {
@@ -25,8 +27,19 @@ int recomputed_blocks(Recompute r, int every, int first, int end) {
   return n;
 }
 
+// The loss kernels give a row a team: a GPU needs thousands of rows a launch to keep its memory busy
+// (333 rows of GPT-2's vocabulary ran at 11% of an H200's copy bandwidth, 2026-11-28), and has the
+// memory for them.
+size_t loss_chunk_values() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return size_t(1) << 26;
+#else
+  return size_t(1) << 24;
+#endif
+}
+
 size_t loss_chunk_rows(int requested, size_t N, size_t local_vocab) {
-  const size_t rows = requested > 0 ? size_t(requested) : kLossChunkValues / std::max<size_t>(1, local_vocab);
+  const size_t rows = requested > 0 ? size_t(requested) : loss_chunk_values() / std::max<size_t>(1, local_vocab);
   return std::max<size_t>(1, std::min(rows, N));
 }
 

@@ -49,8 +49,8 @@ ActivationSizes activation_sizes(const ActivationShape& s);
 
 // The head computes the logits, the loss and their gradients a block of rows at a time, so the whole
 // (N, V) logits never exist (train.loss_chunk_rows): `requested` rows (0: as many as keep a block's
-// logits within kLossChunkValues values), at most the N rows there are.
-constexpr size_t kLossChunkValues = size_t(1) << 24;  // 64 MiB of fp32
+// logits within loss_chunk_values() values), at most the N rows there are.
+size_t loss_chunk_values();  // 2^24 (64 MiB of fp32) on the host, 2^26 on a GPU
 size_t loss_chunk_rows(int requested, size_t N, size_t local_vocab);
 
 }  // namespace gpt2

@@ -115,7 +115,7 @@ void Stage<T>::allocate_scratch(int max_batch) {
   const size_t held[Linear<T>::kHoldSlots] = {has_head() ? V * C : 0, has_head() ? loss_chunk_rows(loss_rows_, N, V) * V : 0,
                                               N * wide};
   lin_.reserve(std::max(N * wide, wide * C), held);
-  reserve_column_sum_scratch<T>(int(N));  // (bias and LayerNorm gradients' team workspace)
+  reserve_column_sum_scratch<T>(int(N), int(wide));  // (bias and LayerNorm gradients' workspace)
 }
 
 template <class T>

@@ -76,7 +76,7 @@ std::vector<DeckField> train_fields(TrainConfig& train) {
        "none | selective (attention's probabilities recomputed in backward) | full (a block's forward re-run in its backward)"},
       {"train.recompute_every", &train.recompute_every, "recompute every this many blocks (block l when l % k == 0)"},
       {"train.loss_chunk_rows", &train.loss_chunk_rows,
-       "the head's logits, loss and gradients this many rows at a time (0: automatic, 2^24 logits a block)"},
+       "the head's logits, loss and gradients this many rows at a time (0: automatic, 2^24 logits a block; 2^26 on a GPU)"},
       {"train.initial_loss_scale", &train.initial_loss_scale, "fp16: the dynamic loss scale's start"},
       {"train.loss_scale_window", &train.loss_scale_window, "fp16: clean steps before the loss scale doubles"},
   };

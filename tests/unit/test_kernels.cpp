@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
@@ -563,6 +565,20 @@ TEST(Kernels, TeamPolicyTakesTheTeamSizeAsked) {
 // the blocks in order: the same bits as that order computed here one value at a time, at any team
 // size and thread count (the teams tests run this too). N = 1000: 16 blocks of 64 rows, the last
 // one short; C = 37: a partial column block on the host.
+namespace {
+// column_sum's teams and column_sum_by_blocks over d's columns, from `start`: a plain sum, or a
+// product of two columns (device lambdas may not sit in a TEST body).
+std::pair<std::vector<float>, std::vector<float>> both_column_sums(CMat<float> d, const std::vector<float>& start,
+                                                                   bool product) {
+  const int N = int(d.extent(0)), C = int(d.extent(1));
+  const auto f = KOKKOS_LAMBDA(int n, int c) { return product ? d(n, c) * d(n, (c + 1) % C) * 0.75f : d(n, c); };
+  Buffer<float> teams = from_host(start), flat = from_host(start);
+  column_sum<float>("teams", Vec<float>(teams.data(), C), N, C, f);
+  column_sum_by_blocks<float>("flat", Vec<float>(flat.data(), C), N, C, f);
+  return {to_host(teams), to_host(flat)};
+}
+}  // namespace
+
 TEST(Kernels, ColumnSumsAddFixedRowBlocksInOrder) {
   const int N = 1000, C = 37;
   const std::vector<double> v = random_vector(size_t(N) * C, 91);
@@ -583,5 +599,16 @@ TEST(Kernels, ColumnSumsAddFixedRowBlocksInOrder) {
       total += block;
     }
     EXPECT_EQ(got[size_t(c)], 0.5f + total) << "column " << c;
+  }
+  // The GPU's flat kernels (column_sum_by_blocks) add in the same order: the teams' bits for a plain
+  // sum (the bias), and for a product (the LayerNorm weight's gradient: the compiler may contract it
+  // into FMAs differently) the same to rounding; at a shape whose last row block is short too.
+  for (const int rows : {N, 4 * 64 + 17}) {
+    const CMat<float> d(dout.data(), rows, C);
+    const auto [teams, flat] = both_column_sums(d, start, false);
+    EXPECT_EQ(teams, flat) << rows << " rows";
+    const auto [teams2, flat2] = both_column_sums(d, start, true);
+    for (int c = 0; c < C; ++c)
+      EXPECT_NEAR(teams2[size_t(c)], flat2[size_t(c)], 1e-5f * (1 + std::abs(teams2[size_t(c)]))) << c;
   }
 }
