@@ -68,26 +68,34 @@ size_t TokenDataset::shard_of(size_t i) const {
   return size_t(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin() - 1);
 }
 
-void TokenDataset::sequence(size_t i, int* inputs, int* targets) const {
+void TokenDataset::sequence(size_t i, int* inputs, int* targets, int* starts) const {
   const size_t s = shard_of(i);
   const uint16_t* tokens = shards_[s].tokens();
   if (packed_index_[s] < 0) {
     const uint16_t* t = tokens + (i - first_[s]) * T_;
     for (int j = 0; j < T_; ++j) inputs[j] = t[j], targets[j] = t[j + 1];
+    if (starts)
+      for (int j = 0; j < T_; ++j) starts[j] = j == 0 ? 0 : inputs[j - 1] == doc_end_ ? j : starts[j - 1];
     return;
   }
   const ShardRows& r = packed_[size_t(packed_index_[s])];
   const PackedRow& row = r.rows[i - first_[s]];
   int j = 0;
-  for (size_t e = row.first; e < row.first + row.count; ++e)
+  for (size_t e = row.first; e < row.first + row.count; ++e) {
+    const int first = j;
     for (size_t t = r.examples[e].begin; t + 1 < r.examples[e].end; ++t, ++j) {
       inputs[j] = tokens[t];
       targets[j] = r.mask[t + 1] ? int(tokens[t + 1]) : kMaskedTarget;
+      if (starts) starts[j] = first;
     }
+  }
   // Padding: the last example's end token again, counted by nothing (causal attention: the
-  // examples before never see it).
-  const int pad = tokens[r.examples[row.first + row.count - 1].end - 1];
-  for (; j < T_; ++j) inputs[j] = pad, targets[j] = kMaskedTarget;
+  // examples before never see it); a document of its own.
+  const int pad = tokens[r.examples[row.first + row.count - 1].end - 1], first = j;
+  for (; j < T_; ++j) {
+    inputs[j] = pad, targets[j] = kMaskedTarget;
+    if (starts) starts[j] = first;
+  }
 }
 
 int TokenDataset::counted(size_t i) const {
@@ -119,10 +127,10 @@ size_t DataLoader::sequence_of(int64_t k, int64_t row) {
   return order_[pos];
 }
 
-void DataLoader::load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, int* targets) {
+void DataLoader::load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, int* targets, int* starts) {
   const int T = data_.seq_len();
   for (int64_t r = 0; r < rows; ++r)
-    data_.sequence(sequence_of(k, row_begin + r), inputs + r * T, targets + r * T);
+    data_.sequence(sequence_of(k, row_begin + r), inputs + r * T, targets + r * T, starts ? starts + r * T : nullptr);
 }
 
 int64_t DataLoader::counted_tokens(int64_t k) {

@@ -13,6 +13,11 @@
 // only). Targets outside the mask (source, separator, padding) are written as kMaskedTarget, which
 // the loss skips; counted(i) says how many of a sequence's targets the loss counts (T for plain
 // text), and a batch's loss is the mean over its counted targets.
+//
+// Documents (data.document_mask): each position's document start, for attention that stays inside
+// a document and positions that restart at each one. A packed example is a document (its padding
+// another); in plain text a document ends at the end-of-text token (mark_documents): the token
+// after one starts the next.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,8 +36,11 @@ class TokenDataset {
   int seq_len() const { return T_; }
   size_t num_tokens() const;
   const std::vector<Shard>& shards() const { return shards_; }
-  // Writes the T inputs and T targets of sequence i.
-  void sequence(size_t i, int* inputs, int* targets) const;
+  // Plain shards' documents end at `end_token` (-1: a sequence is one document).
+  void mark_documents(int end_token) { doc_end_ = end_token; }
+  // Writes the T inputs and T targets of sequence i and, where starts is given, each position's
+  // document start (a position in [0, T)).
+  void sequence(size_t i, int* inputs, int* targets, int* starts = nullptr) const;
   // Targets of sequence i the loss counts (T for a plain shard's).
   int counted(size_t i) const;
   bool masked() const { return !packed_.empty(); }  // some shard has a loss mask
@@ -59,6 +67,7 @@ class TokenDataset {
   std::vector<ShardRows> packed_;
   size_t total_ = 0;
   int T_;
+  int doc_end_ = -1;
 };
 
 class DataLoader {
@@ -68,8 +77,9 @@ class DataLoader {
   int64_t batches_per_epoch() const { return per_epoch_; }
   // Sequence id of row `row` of global batch k.
   size_t sequence_of(int64_t k, int64_t row);
-  // Rows [row_begin, row_begin + rows) of global batch k into host arrays of rows*T ints each.
-  void load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, int* targets);
+  // Rows [row_begin, row_begin + rows) of global batch k into host arrays of rows*T ints each
+  // (starts, if given: each position's document start in its sequence).
+  void load(int64_t k, int64_t row_begin, int64_t rows, int* inputs, int* targets, int* starts = nullptr);
   // The targets global batch k's loss counts (B*T for plain text): the same on every rank.
   int64_t counted_tokens(int64_t k);
 

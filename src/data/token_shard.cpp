@@ -140,13 +140,26 @@ void write_mask(const std::string& path, const ShardMask& m) {
   f.commit();
 }
 
-std::vector<std::string> expand_glob(const std::string& pattern, const std::string& key) {
+namespace {
+std::vector<std::string> matches(const std::string& pattern) {
   glob_t g{};
   const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
   std::vector<std::string> out;
   if (rc == 0)
     for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
+  return out;
+}
+}  // namespace
+
+bool has_loss_masks(const std::string& pattern) {
+  for (const std::string& p : matches(pattern))
+    if (file_exists(mask_path(p))) return true;
+  return false;
+}
+
+std::vector<std::string> expand_glob(const std::string& pattern, const std::string& key) {
+  std::vector<std::string> out = matches(pattern);
   if (out.empty())
     fail_input(key, "no token shard matches \"", pattern, "\" (run `gpt2 prepare` first?)");
   std::sort(out.begin(), out.end());

@@ -66,5 +66,7 @@ void write_mask(const std::string& path, const ShardMask& m);
 // Expands a path or glob ("data/x/train_*.bin") into sorted file names; InputError naming `key`
 // when nothing matches.
 std::vector<std::string> expand_glob(const std::string& pattern, const std::string& key);
+// Whether any shard the pattern matches has a loss mask beside it (false when nothing matches).
+bool has_loss_masks(const std::string& pattern);
 
 }  // namespace gpt2

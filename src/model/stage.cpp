@@ -36,9 +36,10 @@ template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), tp_(o.tp), cp_(o.cp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
       on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
-      fused_(o.fused_attention), loss_rows_(o.loss_chunk_rows), chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
+      fused_(o.fused_attention), docs_(o.document_masks), loss_rows_(o.loss_chunk_rows), chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
   if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
+  if (docs_ && !fused_) fail("Stage: document masks need fused attention (StageOptions.fused_attention)");
   first_ = layout_.chunks()[size_t(chunk_)].first;
   end_ = layout_.chunks()[size_t(chunk_)].end;
   make_missing_parts();
@@ -273,6 +274,11 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   if (has_embedding()) a.groups.allocate(int(N));
+  if (docs_) a.doc_starts = decltype(a.doc_starts)("doc_starts", N);
+  if (docs_ && has_embedding()) {
+    a.doc_positions = decltype(a.doc_positions)("doc_positions", N);
+    a.position_groups.allocate(int(N));
+  }
   // (Recomputed blocks' dropped tensors: views of the stage's shared memory, the same for each.)
   Slicer<T> sl{a.mem.data(), a.mem16.data(), recompute_mem_.data(), recompute_mem16_.data(), mixed};
   a.input = sl.m(R, C);

@@ -57,6 +57,12 @@ struct Activations {
   Vec<T> lnf_mean, lnf_rstd;  // head stage
   Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
   Mat<T> dembed;              // split backward, first stage: gradient at the embedding's output
+  // Document masks (StageOptions.document_masks): each row's document start, a position in its
+  // sequence (every stage: attention keeps to it); first stage: each row's position in its document
+  // (the position embedding's index) and the rows grouped by it (the wpe gradient's order).
+  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> doc_starts, doc_positions;
+  TokenGroups position_groups;
+  DocStarts docs() const { return doc_starts; }  // empty without document masks
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
   // The microbatch's tokens and targets (N each; either may be null) from page-locked host memory,
   // copied on the execution space's stream, and the tokens' groups built in `group_staging`
@@ -70,6 +76,17 @@ struct Activations {
       if (groups.table.extent(0)) group_tokens(groups, host_tokens, int(N), group_staging);
     }
     if (host_targets) Kokkos::deep_copy(ExecSpace(), targets, PinnedInts(host_targets, N));
+  }
+  // Document masks: the rows' document starts and positions (N each, page-locked as above), the
+  // positions' groups built in `group_staging` (TokenGroups::table_size(N) ints; first stage).
+  void load_documents(const int* host_starts, const int* host_positions, int* group_staging) {
+    using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
+    const size_t N = size_t(rows());
+    Kokkos::deep_copy(ExecSpace(), doc_starts, PinnedInts(host_starts, N));
+    if (doc_positions.extent(0)) {
+      Kokkos::deep_copy(ExecSpace(), doc_positions, PinnedInts(host_positions, N));
+      group_tokens(position_groups, host_positions, int(N), group_staging);
+    }
   }
   // The same with the groups built in host memory of its own (tests and tools, outside a step).
   void load(const int* host_tokens, const int* host_targets) {
@@ -107,6 +124,9 @@ struct StageOptions {
   // probabilities kept for the backward). Context parallelism's ring is always fused.
   bool fused_attention = false;
   int loss_chunk_rows = 0;  // train.loss_chunk_rows: the head's logits a block of rows at a time (0: automatic)
+  // Attention within documents, positions restarting at each (Activations::load_documents); fused
+  // attention only.
+  bool document_masks = false;
 };
 
 template <class T>
@@ -123,6 +143,7 @@ class Stage {
   int end_layer() const { return end_; }
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return end_ == config().n_layer; }
+  bool document_masks() const { return docs_; }  // every stage then loads each microbatch's documents
   int seq_len() const { return T_; }  // the rank's tokens of a sequence (T / cp)
   int max_batch() const { return maxB_; }
   bool sequence_parallel() const { return sp_; }
@@ -203,10 +224,10 @@ class Stage {
   // Fused attention (tensor/flash_attention.hpp), under context parallelism over the ring's K/V
   // blocks: y and the log-sum-exp per row and head out, and their backward into dqkv.
   bool fused() const { return fused_ || cp_->size() > 1; }
-  void fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B);
-  void fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B);
+  void fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B, DocStarts doc);
+  void fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B, DocStarts doc);
   void recompute_block(int layer, Activations<T>& a, CMat<T> in, bool split);
-  void attention(typename Activations<T>::Block& s, int B, bool keep_output);
+  void attention(typename Activations<T>::Block& s, int B, DocStarts doc, bool keep_output);
   bool recomputed(int layer) const { return is_recomputed(recompute_, recompute_every_, layer); }
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
@@ -256,6 +277,7 @@ class Stage {
   Recompute recompute_;
   int recompute_every_;
   bool fused_;
+  bool docs_;
   int loss_rows_;  // as asked (model/activation_sizes.hpp loss_chunk_rows resolves it)
   int chunk_, first_, end_;
   int maxB_, T_;

@@ -11,10 +11,10 @@ namespace gpt2 {
 // block in turn -- its own first, then each received from the previous rank while the next is on its
 // way -- the online softmax's state (y unnormalised, the running max and sum) carried between them.
 template <class T>
-void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B) {
+void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B, DocStarts doc) {
   const int c = cp_->size(), i = cp_->rank(), nh = config().n_head / tp_->size();
   const int C = int(qkv.extent(1) / 3), hs = C / nh;
-  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), DocStarts(), B, nh, hs,
+  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), doc, B, nh, hs,
                     flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
   if (c == 1) {
     flash_attention_forward<T>(p, y, Vec<T>(), Vec<T>(), lse, FlashPass{});
@@ -40,12 +40,13 @@ void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B)
 // gradient, which goes round the ring with its block (every rank adds its queries' part); after cp
 // shifts each block's gradient is back with its own rank.
 template <class T>
-void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B) {
+void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B,
+                                        DocStarts doc) {
   const int c = cp_->size(), i = cp_->rank(), nh = config().n_head / tp_->size();
   const int C = int(qkv.extent(1) / 3), hs = C / nh;
   const Vec<T> D(flash_d_.data(), size_t(B) * nh * T_);
   flash_attention_row_dots<T>(D, dy, y, T_, nh);
-  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), DocStarts(), B, nh, hs,
+  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), doc, B, nh, hs,
                     flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
   if (c == 1) {
     flash_attention_backward_dq<T>(p, dqkv, dy, lse, D, false);
@@ -85,11 +86,11 @@ void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split)
     const T* pu = store_->params(u);
     const BlockParams p = block_view(pu, l);
     lin_.forward(s.qkv, gather_input(s.ln1, a.B), gemm_weight(u, pu, p.qkvw), p.qkvb);
-    attention(s, a.B, false);
+    attention(s, a.B, a.docs(), false);
     lin_.forward(s.fch, gather_input(s.ln2, a.B), gemm_weight(u, pu, p.fcw), p.fcb);
     store_->release_params(u);
   } else {
-    attention(s, a.B, false);
+    attention(s, a.B, a.docs(), false);
   }
   if (on_recompute_) on_recompute_(1 + l, false);
 }
@@ -99,7 +100,7 @@ void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split)
 // atty is kept). Under context parallelism with 16-bit inputs, y in fp32 goes beside the log-sum-exp
 // either way (the backward's row dots read it there).
 template <class T>
-void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_output) {
+void Stage<T>::attention(typename Activations<T>::Block& s, int B, DocStarts doc, bool keep_output) {
   const int nh = config().n_head / tp_->size();
   const size_t rows = size_t(B) * T_;
   const Mat<T> scratch = mat(datty_.data(), rows, s.atty.cols());
@@ -107,7 +108,7 @@ void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_out
     const Vec<T> lse(s.att.data(), size_t(B) * nh * T_);
     const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())
                                      : keep_output ? s.atty.full : scratch;
-    fused_attention_forward(y, lse, s.qkv, B);
+    fused_attention_forward(y, lse, s.qkv, B, doc);
     if (keep_output && s.atty.is_low()) lin_.store(s.atty, y);
   } else if (keep_output && !s.atty.is_low()) {
     attention_forward<T>(s.atty.full, s.att, s.qkv, B, T_, nh);
@@ -119,10 +120,10 @@ void Stage<T>::attention(typename Activations<T>::Block& s, int B, bool keep_out
 
 // The class is instantiated in stage.cpp; these are the members defined here.
 #define GPT2_STAGE_ATTENTION(T)                                                                         \
-  template void Stage<T>::fused_attention_forward(Mat<T>, Vec<T>, CMat<T>, int);                       \
-  template void Stage<T>::fused_attention_backward(Mat<T>, CMat<T>, CMat<T>, CMat<T>, CVec<T>, int);   \
+  template void Stage<T>::fused_attention_forward(Mat<T>, Vec<T>, CMat<T>, int, DocStarts);             \
+  template void Stage<T>::fused_attention_backward(Mat<T>, CMat<T>, CMat<T>, CMat<T>, CVec<T>, int, DocStarts); \
   template void Stage<T>::recompute_block(int, Activations<T>&, CMat<T>, bool);                        \
-  template void Stage<T>::attention(typename Activations<T>::Block&, int, bool);
+  template void Stage<T>::attention(typename Activations<T>::Block&, int, DocStarts, bool);
 GPT2_STAGE_ATTENTION(float)
 GPT2_STAGE_ATTENTION(double)
 #undef GPT2_STAGE_ATTENTION

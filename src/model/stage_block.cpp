@@ -64,7 +64,7 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   };
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
   lin_.forward(s.qkv, gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
-  attention(s, a.B, true);
+  attention(s, a.B, a.docs(), true);
   if (tp_->size() == 1) {  // res2 = in + attproj, and ln2 of it, in one pass after the product
     lin_.forward(s.res2, s.atty, w16.attprojw, CVec<T>());
     lin_.write(s.ln2, [&](auto out) {
@@ -146,7 +146,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
     if (fused())
       fused_attention_backward(dqkv, datty, s.qkv,
                                s.atty.is_low() ? CMat<T>(s.att.data() + s.att.size(), N, C / tp) : CMat<T>(s.atty.full),
-                               Vec<T>(s.att.data(), s.att.size()), a.B);
+                               Vec<T>(s.att.data(), s.att.size()), a.B, a.docs());
     else
       attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
   }

@@ -19,9 +19,11 @@ void Stage<T>::embedding_forward_(Activations<T>& a) {
   const T* pwpe = store_->params(wpe);
   // Each tp rank looks up the tokens of its vocabulary rows (one adds wpe); the sum is the embedding.
   Mat<T> out = sp_ ? partial_scratch(a.B) : a.input;
+  // (Document masks: each row's position in its document, a position per row.)
+  const bool docs = a.doc_positions.extent(0) > 0;
   embedding_forward<T>(out, a.tokens, Mat<T>(const_cast<T*>(pwte), layout_.local_vocab(), c.n_embd),
-                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), T_, layout_.vocab_begin(), adds_once(),
-                       positions_);
+                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), docs ? int(a.rows()) : T_,
+                       layout_.vocab_begin(), adds_once(), docs ? Vec<const int>(a.doc_positions) : Vec<const int>(positions_));
   reduce_into(a.input, out);
   store_->release_params(wte);
   store_->release_params(wpe);
@@ -34,11 +36,17 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   // Every rank needs all rows' gradients for its vocabulary rows. With sequence parallelism wpe's
   // gradient goes where wpe was added (the replicated tensors' partial sums are added up later);
   // without it every rank gets the same one.
-  const bool wpe_here = !sp_ || adds_once();
-  embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd),
-                        wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>(),
-                        gather(d, a.B), a.groups, Mat<T>(wte_parts_.data(), size_t(a.groups.parts), c.n_embd), T_,
+  const bool wpe_here = !sp_ || adds_once(), docs = a.doc_positions.extent(0) > 0;
+  const Mat<T> dwpe = wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>();
+  const CMat<T> dout = gather(d, a.B);
+  embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd), docs ? Mat<T>() : dwpe, dout,
+                        a.groups, Mat<T>(wte_parts_.data(), size_t(a.groups.parts), c.n_embd), T_,
                         layout_.vocab_begin(), positions_);
+  // Document masks: wpe's rows summed by the rows' positions in their documents (after wte's
+  // partial sums are spent: the same stream).
+  if (docs && wpe_here)
+    grouped_row_sum<T>(dwpe, dout, a.position_groups,
+                       Mat<T>(wte_parts_.data(), size_t(a.position_groups.parts), c.n_embd));
   store_->grads_done(wpe, false);
   store_->grads_done(wte, false);
 }

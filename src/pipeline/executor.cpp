@@ -267,7 +267,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       case ActionKind::forward: {
         Slot& s = acquire(a.mb, a.chunk, B);
         if (k > 0) take(false, a.mb, a.chunk, s.act->input.data(), elems, io);
-        if (io.load && (st.has_embedding() || st.has_head())) {
+        if (io.load && (st.has_embedding() || st.has_head() || st.document_masks())) {
           Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb, 0, a.chunk);
           io.load(a.mb, *s.act);
         }

@@ -33,9 +33,6 @@ struct AttnSpan {
   static AttnSpan ring(int L, int cp, int i) { return {L, 2, {i, 2 * cp - 1 - i}}; }
 };
 
-// Per query row, the global position its document starts at; empty: the sequence is one document.
-using DocStarts = Kokkos::View<const int*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryUnmanaged>;
-
 namespace flash {
 // Products inside a team are register tiles of kRows rows by kCols columns (a GEMM's micro-kernel:
 // each value of B loaded once for kRows rows). Tiles are at least kCols rows, and a head's columns

@@ -36,6 +36,8 @@ using CVec = Vec<const typename NoDeduce<T>::type>;
 template <class T>
 using CMat = Mat<const typename NoDeduce<T>::type>;
 using Tokens = Vec<const int>;  // token ids, (N) = (B*T) row-major
+// Per row, the position in its sequence its document starts at; empty: the sequence is one document.
+using DocStarts = Vec<const int>;
 
 template <class T>
 Vec<T> vec(T* p, size_t n) {

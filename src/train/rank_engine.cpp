@@ -71,6 +71,7 @@ StageOptions<float> RankEngine::stage_options(const RunConfig& cfg, Tracer& trac
   parse_recompute(cfg.train.recompute, so.recompute);
   so.recompute_every = cfg.train.recompute_every;
   so.fused_attention = cfg.fused_attention();
+  so.document_masks = cfg.document_masks();
   so.loss_chunk_rows = cfg.train.loss_chunk_rows;
   // (The tracer is configured once the initial state is loaded: whether it records is the deck's.)
   if (!cfg.trace.file.empty())

@@ -8,6 +8,7 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_file.hpp"
 #include "parallel/zero.hpp"
+#include "data/token_shard.hpp"
 #include "data/tokenizer.hpp"
 #include "tensor/precision.hpp"
 #include "train/loss_scale.hpp"
@@ -39,6 +40,9 @@ std::vector<DeckField> data_fields(DataConfig& data) {
       {"data.seq_len", &data.seq_len, "tokens per sequence T"},
       {"data.shuffle", &data.shuffle, "seeded permutation of sequences per epoch"},
       {"data.tokenizer", &data.tokenizer, tokenizers},
+      {"data.document_mask", &data.document_mask,
+       "attention within documents, positions restarting at each (always for translation's packed examples)"},
+      {"data.eot_token", &data.eot_token, "the token that ends a document (data.document_mask)"},
   };
 }
 
@@ -262,6 +266,13 @@ void check_numerics(const RunConfig& c) {
     fail_input("train.tf32", "expected true, false or \"auto\", got \"", c.train.tf32.text, "\"");
   if (c.attention != "auto" && c.attention != "fused" && c.attention != "materialized")
     fail_input("model.attention", "expected auto, fused or materialized, got \"", c.attention, "\"");
+  if (c.attention == "materialized" && c.document_masks())
+    fail_input("model.attention", "materialized attention cannot keep to documents (",
+               c.data.document_mask ? "data.document_mask = true" : "data.train's shards are packed translation examples",
+               "): use fused or auto");
+  if (c.data.document_mask && (c.data.eot_token < 0 || c.data.eot_token >= c.model.vocab_size))
+    fail_input("data.eot_token", "must be a token of the vocabulary [0, ", c.model.vocab_size, "), got ",
+               c.data.eot_token);
   Recompute recompute;
   if (!parse_recompute(c.train.recompute, recompute))
     fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");
@@ -294,8 +305,11 @@ void RunConfig::validate(int world_size) const {
 }
 
 bool RunConfig::fused_attention() const {
-  return parallel.cp > 1 || attention == "fused" || (attention == "auto" && fused_attention_faster(data.seq_len));
+  return parallel.cp > 1 || document_masks() || attention == "fused" ||
+         (attention == "auto" && fused_attention_faster(data.seq_len));
 }
+
+bool RunConfig::document_masks() const { return data.document_mask || has_loss_masks(data.train); }
 
 Workload RunConfig::workload() const { return {model, data.seq_len, train.batch_size}; }
 

@@ -22,6 +22,10 @@ struct DataConfig {
   int seq_len = 64;     // T
   bool shuffle = false; // seeded permutation of the sequences per epoch
   std::string tokenizer = "auto";  // byte | gpt2 | auto (byte when vocab_size <= 256): for samples
+  // Attention inside documents only, positions restarting at each (data/loader.hpp): in plain text a
+  // document ends at eot_token; a translation shard's packed examples are documents whatever this says.
+  bool document_mask = false;
+  int eot_token = 50256;  // GPT-2's <|endoftext|>
 };
 
 struct TrainConfig {
@@ -118,6 +122,9 @@ struct RunConfig {
   // (tensor/attention_choice.hpp).
   std::string attention = "auto";
   bool fused_attention() const;  // what model.attention resolves to for this run
+  // Whether attention keeps to documents: data.document_mask, or data.train's shards carry loss
+  // masks (packed translation examples).
+  bool document_masks() const;
   DataConfig data;
   TrainConfig train;
   ParallelConfig parallel;

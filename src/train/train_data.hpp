@@ -31,6 +31,7 @@ class TrainData {
   // waits for the copies from it.
   PinnedBuffer<int> staging_;
   size_t region_ = 0;
+  bool docs_ = false;  // document masks: each microbatch also carries its rows' documents
 };
 
 }  // namespace gpt2

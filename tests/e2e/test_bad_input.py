@@ -184,6 +184,11 @@ def main():
         ("no checkpoint verifies", train(deck("p32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
         ("negative checkpoint.keep", train(deck("p33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
         ("unknown train.nonfinite", train(deck("p34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
+        # Document masks need the fused kernels and an end-of-text token of the vocabulary.
+        ("document masks, materialized attention", train(deck("dm1", data__document_mask=True, model__attention="materialized")), 2,
+         "model.attention: materialized attention cannot keep to documents (data.document_mask = true)"),
+        ("document masks, eot_token beyond the vocabulary", train(deck("dm2", data__document_mask=True, data__eot_token=70000)), 2,
+         "data.eot_token: must be a token of the vocabulary"),
         # Mixed precision: the precision's name, loss-scale settings that make no sense, the reduction's dtype.
         ("unknown train.precision", train(deck("mp1", train__precision="fp8")), 2, 'train.precision: expected fp32, bf16 or fp16, got "fp8"'),
         ("unknown train.recompute", train(deck("rc1", train__recompute="some")), 2,

@@ -4,7 +4,9 @@ end to end and equals one rank, number for number.
 
 The axes: dp, tp, pp, cp, ZeRO level, pipeline schedule (the six built in, and a schedule file),
 virtual stages, sequence parallelism, precision, activation recomputation, attention (materialized or
-fused; the one-rank reference is materialized, so fused cases hold it to it), and the communication
+fused; the one-rank reference is materialized, so fused cases hold it to it), document masks
+(data.document_mask at token 0 of the data: attention within documents, positions restarting; their
+own one-rank references), and the communication
 backend (mpi, or mpi-ordered: a device's view of NCCL's ordering on the host, its runs with teams of
 2 threads -- the ctest label gpu_semantics). A pair counts only where
 both of its values take effect (see ACTS: ZeRO with dp x cp > 1, a schedule or virtual stages with
@@ -14,7 +16,7 @@ candidates). The cases are a greedy covering array over the accepted combination
 ranks: every pair of acting values that some accepted combination holds appears in a case where both
 act.
 
-The cases of one precision and backend form a chain: each resumes the checkpoint the case before it
+The cases of one precision, backend and document masking form a chain: each resumes the checkpoint the case before it
 wrote on its own layout (the first, and a case after one that failed, the one-rank reference's) and
 trains 2 more steps of a tiny 8-layer model (validation every 2 steps), writing its own. Every step's
 loss and gradient norm and every validation loss must equal the one-rank run's (losses: 1e-5 in
@@ -52,6 +54,7 @@ AXES = {
     "precision": ["fp32", "bf16", "fp16"],
     "recompute": ["none", "selective", "full"],
     "attention": ["materialized", "fused"],
+    "documents": [False, True],
     "comm": ["mpi", "mpi-ordered"],
 }
 NAMES = list(AXES)
@@ -69,7 +72,8 @@ RUN_LIMIT_S = 120  # per run; the watchdog's default is 600 s
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}        # losses, relative
 NORM_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 5e-2}   # gradient norms, relative
 ONE_RANK = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
-                recompute="none", attention="materialized", comm="mpi")
+                recompute="none", attention="materialized", documents=False, comm="mpi")
+EOT = 0  # data.eot_token under document masks: a token of the matrix's data
 STEPS_PER_CASE = 2
 
 
@@ -105,6 +109,8 @@ def describe(c):
         s += f" recompute-{c['recompute']}"
     if c["attention"] != "materialized" and c["cp"] == 1:
         s += f" {c['attention']}"
+    if c["documents"]:
+        s += " documents"
     return s + f" m{microbatches(c)} {c['precision']} {c['comm']}"
 
 
@@ -158,7 +164,8 @@ class Matrix:
             for c in combos:
                 sets = {f"parallel.{k}": v for k, v in self.parallel(c).items()}
                 sets |= {"train.precision": c["precision"], "train.recompute": c["recompute"],
-                         "model.attention": c["attention"], "parallel.comm": c["comm"]}
+                         "model.attention": c["attention"], "parallel.comm": c["comm"],
+                         "data.document_mask": c["documents"], "data.eot_token": EOT}
                 if "parallel.schedule_file" in sets:
                     sets["parallel.schedule"] = "1f1b"  # (the file's own name replaces it)
                 f.write(" ".join(f"{k}={gpt2test.toml_value(v)}" for k, v in sets.items()) + "\n")
@@ -219,7 +226,8 @@ class Matrix:
         d = {
             "model": {"n_layer": N_LAYER, "n_head": 4, "n_embd": 32, "vocab_size": 64, "block_size": 16,
                       "attention": c["attention"]},
-            "data": {"train": self.train_bin, "val": self.val, "seq_len": 16},
+            "data": {"train": self.train_bin, "val": self.val, "seq_len": 16, "document_mask": c["documents"],
+                     "eot_token": EOT},
             "train": {"batch_size": BATCH, "steps": max(self.total_steps, 2), "lr": 1e-3, "eval_every": 2,
                       "eval_batches": 2, "precision": c["precision"], "seed": 3, "recompute": c["recompute"],
                       "loss_chunk_rows": 5},  # (the head's logits in blocks, a short last one)
@@ -291,16 +299,25 @@ class Matrix:
                                   f"{what}: step {step} {kind} {value!r}, one rank {want!r} (tolerance {tol:g})")
 
 
+def ref_key(c):
+    """The one-rank reference a case is held to: its precision, with or without document masks (the
+    masked reference's attention fused: materialized attention cannot mask)."""
+    return c["precision"] + ("_documents" if c["documents"] else "")
+
+
 def references(mx, folder):
-    """The one-rank runs of every precision over mx.total_steps (their numbers, and a checkpoint
-    every 2 steps in folder/PRECISION), written to folder/refs.json."""
+    """The one-rank runs of every precision, without and with document masks, over mx.total_steps
+    (their numbers, and a checkpoint every 2 steps in folder/KEY), written to folder/refs.json."""
     gpt2test.fresh_dir(folder)
     refs = {"steps": mx.total_steps}
     for prec in TOLERANCE:
-        got = mx.train(f"ref_{prec}", dict(ONE_RANK, precision=prec), os.path.join(folder, prec), mx.total_steps)
-        if got is None:
-            mx.checks.finish("layout_matrix")
-        refs[prec] = {k: {str(s): v for s, v in rows.items()} for k, rows in got.items()}
+        for documents in (False, True):
+            c = dict(ONE_RANK, precision=prec, documents=documents, attention="fused" if documents else "materialized")
+            key = ref_key(c)
+            got = mx.train(f"ref_{key}", c, os.path.join(folder, key), mx.total_steps)
+            if got is None:
+                mx.checks.finish("layout_matrix")
+            refs[key] = {k: {str(s): v for s, v in rows.items()} for k, rows in got.items()}
     return refs
 
 
@@ -322,10 +339,10 @@ def prepared(mx, folder):
 
 
 def chains(cases):
-    """The cases of each (precision, backend), in order: each resumes the one before it."""
+    """The cases of each (reference, backend), in order: each resumes the one before it."""
     out = {}
     for i, c in enumerate(cases):
-        out.setdefault((c["precision"], c["comm"]), []).append(i)
+        out.setdefault((ref_key(c), c["comm"]), []).append(i)
     return out
 
 
@@ -343,13 +360,13 @@ def run_chain(mx, cases, chain, refs, only):
         ck = gpt2test.fresh_dir(os.path.join(mx.w, name + "_ck"))
         origin = ""
         if start > 0:
-            src_name, src = previous or ("the one-rank run", os.path.join(mx.args.refs, c["precision"]))
+            src_name, src = previous or ("the one-rank run", os.path.join(mx.args.refs, ref_key(c)))
             shutil.copy(os.path.join(src, f"ckpt_{start:08d}.h5"), ck)
             origin = f", resumed at step {start} from {src_name}"
         got = mx.train(name, c, ck, stop)
         previous = (name, ck) if got is not None else None
         if got is not None:
-            mx.compare(f"{name} ({describe(c)}{origin})", got, refs[c["precision"]], c["precision"],
+            mx.compare(f"{name} ({describe(c)}{origin})", got, refs[ref_key(c)], c["precision"],
                        list(range(start + 1, stop + 1)), [stop])
 
 
@@ -381,7 +398,7 @@ def main():
         return
     only = {int(x) for x in args.only.split(",") if x}
     t_all = time.time()
-    for (precision, comm), chain in sorted(by_chain.items()):
+    for (key, comm), chain in sorted(by_chain.items()):
         if args.comm and comm != args.comm:
             continue
         run_chain(mx, cases, chain, refs, only)

@@ -57,6 +57,23 @@ TEST(Loader, SequentialBatchesWrapAtTheEpoch) {
   EXPECT_EQ(loader.sequence_of(5, 0), 0u);  // batch 5 is epoch 1's first
 }
 
+// data.document_mask in plain text: a document ends at the end-of-text token (the token after it
+// starts the next); without marking, a sequence is one document.
+TEST(Loader, DocumentsEndAtTheEndOfTextToken) {
+  const int T = 8, eot = 9;
+  write_shard(dir() + "/doc_000.bin", {1, 2, eot, 3, 4, 5, eot, eot, 6, 7});
+  TokenDataset data(dir() + "/doc_*.bin", "data.train", T, 16);
+  std::vector<int> in(T), tg(T), starts(T, -1);
+  data.sequence(0, in.data(), tg.data(), starts.data());
+  EXPECT_EQ(starts, std::vector<int>(T, 0));
+  data.mark_documents(eot);
+  DataLoader loader(data, 1, false, 0, "data.train");
+  loader.load(0, 0, 1, in.data(), tg.data(), starts.data());
+  EXPECT_EQ(starts, (std::vector<int>{0, 0, 0, 3, 3, 3, 3, 7}));
+  EXPECT_FALSE(has_loss_masks(dir() + "/doc_*.bin"));
+  EXPECT_FALSE(has_loss_masks(dir() + "/nothing_*.bin"));
+}
+
 TEST(Loader, ShuffledEpochsAreSeededPermutations) {
   write_shard(dir() + "/shuf.bin", iota_tokens(8 * 64 + 1, 1000));
   TokenDataset data(dir() + "/shuf.bin", "data.train", 8, 1000);

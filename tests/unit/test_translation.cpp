@@ -102,6 +102,13 @@ TEST(Pairs, LoaderPacksWholeExamplesAndMasksTheRest) {
   for (int j = 3; j < T; ++j) EXPECT_EQ(tg[j], M) << "padding at " << j;
   EXPECT_EQ(data.counted(1), 2);
   EXPECT_EQ(data.counted(2), 7);
+  // Documents: each example one (starting where it starts), the padding another.
+  std::vector<int> starts(T);
+  data.sequence(0, in.data(), tg.data(), starts.data());
+  EXPECT_EQ(starts, (std::vector<int>{0, 0, 0, 0, 0, 5, 5, 5, 5, 5, 5, 5}));
+  data.sequence(1, in.data(), tg.data(), starts.data());
+  EXPECT_EQ(starts, (std::vector<int>{0, 0, 0, 3, 3, 3, 3, 3, 3, 3, 3, 3}));
+  EXPECT_TRUE(has_loss_masks(dir() + "/pk_*.bin"));
   DataLoader loader(data, 3, false, 0, "data.train");
   EXPECT_EQ(loader.counted_tokens(0), 9 + 2 + 7);
   // Shuffled: the same rows in another order, the same count.
