@@ -8,11 +8,12 @@ using namespace gpt2;
 using namespace gpt2::test;
 
 TEST(Parallel, GradientAccumulationEqualsUnsplitBatch) {
-  RunConfig c = tiny_config(data_dir());
+  const RunConfig whole = tiny_config(data_dir());
+  RunConfig c = whole;
   c.parallel.microbatches = 4;
   MPI_Comm self;
   MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD), 0, &self);
-  expect_matches_reference(train(c, self), self, "1 rank, 4 microbatches");
+  expect_matches_reference(train(c, self), self, "1 rank, 4 microbatches", &whole);
   MPI_Comm_free(&self);
 }
 

@@ -30,6 +30,10 @@ FWD = ("  const GemmWeights w16 = gemm_weights(u, pu, p);\n"
        "  // A row-parallel projection")  # a block forward's first lines, where the forward mutations go
 
 MUTATIONS = [
+    Mutation("microbatch-load", "every pair of microbatches loads the same sequences",
+             "src/train/trainer.cpp", "data_->load_microbatch(data_->train(), step, mb, *e.topo, a); };",
+             "data_->load_microbatch(data_->train(), step, mb / 2, *e.topo, a); };",
+             "^mpi_tests_np2$"),
     Mutation("loss-block-targets", "the head's row blocks all read the first block's targets",
              "src/model/stage_ends.cpp", "const Tokens targets(a.targets.data() + r0, n);",
              "const Tokens targets(a.targets.data(), n);",
