@@ -123,21 +123,28 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
       bias_backward<T>(db, kept);
     }
   };
-  // A column-parallel layer's gradients from its output gradient dout (N rows): the input gradient
-  // into dln (B), the weight and bias gradients (W).
+  // A column-parallel layer's GEMMs from its output gradient dout (N rows) as they read it: the input
+  // gradient into dln (B), the weight gradient (W); and the whole backward, the bias gradient too.
+  auto column_parallel_gemms = [&](Mat<T> dln, const GemmInput<T>& dout, const GemmInput<T>& act,
+                                   const GemmInput<T>& w, Mat<T> dw) {
+    if (do_in) column_parallel_input(dln, dout, w, a.B);
+    if (do_w) lin_.backward_weight(dw, Vec<T>(), dout, act);
+  };
   auto column_parallel_backward = [&](Mat<T> dln, CMat<T> dout, const GemmInput<T>& act, const GemmInput<T>& w,
                                       Mat<T> dw, Vec<T> db) {
-    const GemmInput<T> rounded = do_in && do_w ? lin_.hold(2, dout) : GemmInput<T>(dout);  // (likewise)
-    if (do_in) column_parallel_input(dln, rounded, w, a.B);
-    if (do_w) {
-      lin_.backward_weight(dw, Vec<T>(), rounded, act);
-      bias_backward<T>(db, dout);
-    }
+    column_parallel_gemms(dln, do_in && do_w ? lin_.hold(2, dout) : GemmInput<T>(dout), act, w, dw);  // (likewise)
+    if (do_w) bias_backward<T>(db, dout);
   };
   // MLP half: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
   row_parallel_backward(d3, dfch, s.fch_gelu, w16.fcprojw, g.fcprojw, g.fcprojb);
-  if (do_in) gelu_backward<T>(flat(dfch), flat(s.fch));
-  column_parallel_backward(dln2, dfch, gather_input(s.ln2, a.B), w16.fcw, g.fcw, g.fcb);
+  if (do_in && do_w) {  // GELU's backward, fc's bias gradient and the GEMMs' operand in one pass
+    const GemmInput<T> dpre = lin_.mixed() ? lin_.hold_storage(2, N, dfch.extent(1)) : GemmInput<T>(dfch);
+    lin_.write(dpre, [&](auto out) { gelu_bias_backward<T>(out, g.fcb, dfch, s.fch); });
+    column_parallel_gemms(dln2, dpre, gather_input(s.ln2, a.B), w16.fcw, g.fcw);
+  } else {
+    if (do_in) gelu_backward<T>(flat(dfch), flat(s.fch));
+    column_parallel_backward(dln2, dfch, gather_input(s.ln2, a.B), w16.fcw, g.fcw, g.fcb);
+  }
   if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
   // attention half: res2 = in + attproj(attention(qkv(ln1(in))))

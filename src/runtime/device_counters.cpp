@@ -9,6 +9,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "tensor/device_work.hpp"
+#include "tensor/traffic.hpp"
 
 namespace gpt2 {
 
@@ -75,7 +76,9 @@ void on_begin_deep_copy(Kokkos_Profiling_SpaceHandle dst, const char* dst_label,
   if (!stepping_thread) return;
   ++deep_copies;
   device_work();
-  if (!std::strcmp(src_label, "Scalar") || !std::strcmp(src_label, "(none)")) return;  // a fill
+  const bool fill = !std::strcmp(src_label, "Scalar") || !std::strcmp(src_label, "(none)");
+  count_traffic(fill ? 0 : bytes, bytes);
+  if (fill) return;
   if ((is_device(src.name) && is_pageable(dst.name)) || (is_pageable(src.name) && is_device(dst.name))) {
     ++host_copies;
     note("host copy: " + std::string(dst_label) + " (" + dst.name + ") <- " + src_label + " (" + src.name + "), " +
@@ -88,7 +91,7 @@ void on_end_deep_copy() { in_copy = false; }
 DeviceCounters DeviceCounters::operator-(const DeviceCounters& o) const {
   return {device_waits - o.device_waits, stream_waits - o.stream_waits, host_waits - o.host_waits,
           host_copies - o.host_copies,   allocations - o.allocations,   frees - o.frees,
-          deep_copies - o.deep_copies,   launches - o.launches};
+          deep_copies - o.deep_copies,   launches - o.launches,         bytes_moved - o.bytes_moved};
 }
 
 bool install_device_counters() {
@@ -121,7 +124,8 @@ bool device_fences_reported() { return installed && fences_seen; }
 
 DeviceCounters device_counters() {
   return {device_waits.load(), stream_waits.load(), host_waits.load(), host_copies.load(),
-          allocations.load(),  frees.load(),        deep_copies.load(), launches.load()};
+          allocations.load(),  frees.load(),        deep_copies.load(), launches.load(),
+          traffic().total()};  // (this thread's: the stepping thread asks)
 }
 
 void count_host_wait() {
@@ -158,6 +162,7 @@ void StepCounts::end_step() {
   max_.frees = std::max(max_.frees, c.frees);
   max_.deep_copies = std::max(max_.deep_copies, c.deep_copies);
   max_.launches = std::max(max_.launches, c.launches);
+  max_.bytes_moved = std::max(max_.bytes_moved, c.bytes_moved);
 }
 
 }  // namespace gpt2

@@ -24,6 +24,7 @@ struct DeviceCounters {
   uint64_t frees = 0;          // and their frees
   uint64_t deep_copies = 0;    // Kokkos::deep_copy calls (fills included), with or without an execution space
   uint64_t launches = 0;       // kernels launched (parallel_for / reduce / scan)
+  uint64_t bytes_moved = 0;    // what the kernels, GEMMs and copies declare they read and write (tensor/traffic.hpp)
   DeviceCounters operator-(const DeviceCounters& o) const;
   // Every host-blocking wait but the one whole-device wait a step may make.
   uint64_t other_host_waits() const { return stream_waits + host_waits + host_copies; }

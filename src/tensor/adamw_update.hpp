@@ -3,6 +3,7 @@
 // the optimizer that runs it is modules/optim/adamw (train.optimizer = "adamw").
 #include "tensor/elementwise.hpp"
 #include "tensor/math.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/reduce.hpp"
 #include "tensor/views.hpp"
 #include "tensor/working_copy.hpp"
@@ -86,6 +87,7 @@ void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scal
 
 template <class T, class Scale>
 void adamw_pass(Vec<T> p, Vec<T> g, Vec<T> m, Vec<T> v, const AdamWStep& s, Scale scale, const WorkingCopy& copy) {
+  count_traffic(bytes_of(p, g, m, v), bytes_of(p, m, v) + (s.zero_grads ? bytes_of(g) : 0) + bytes_of(copy.bits));
   with_copy_writer(copy, [&](auto write) {
     if (s.zero_grads) adamw_pass<true>(p, g, m, v, s, scale, write);
     else adamw_pass<false>(p, g, m, v, s, scale, write);

@@ -5,6 +5,7 @@
 #include "tensor/gemm.hpp"
 #include "tensor/math.hpp"
 #include "tensor/team_reduce.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -19,6 +20,7 @@ void causal_softmax_rows(Mat<T> att, int Tn, int offset = 0) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int cols = att.extent(1);
+  count_traffic(bytes_of(att), bytes_of(att));
   Kokkos::parallel_for(
       "attention_softmax", team_policy<ExecSpace>(att.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank(), len = offset + r % Tn + 1;
@@ -46,6 +48,7 @@ template <class T>
 void causal_softmax_rows_backward(Mat<T> datt, CMat<T> att, int Tn) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
+  count_traffic(bytes_of(datt, att), bytes_of(datt));
   Kokkos::parallel_for(
       "attention_softmax_backward", team_policy<ExecSpace>(att.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
@@ -87,6 +90,7 @@ template <class T>
 void kv_cache_store(Mat<T> kv, CMat<T> qkv, int p0) {
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int C2 = kv.extent(1), C = C2 / 2;
+  count_traffic(uint64_t(qkv.extent(0)) * C2 * sizeof(T), uint64_t(qkv.extent(0)) * C2 * sizeof(T));
   Kokkos::parallel_for(
       "kv_cache_store", team_policy<ExecSpace>(qkv.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int i = team.league_rank();

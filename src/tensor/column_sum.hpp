@@ -1,6 +1,7 @@
 #pragma once
 // Column reductions out(c) += sum_n f(n, c) over an (N, C) row-major matrix -- bias and LayerNorm
-// parameter gradients. Two stages, deterministic, no atomics: a team owns a block of columns; its
+// parameter gradients. f is called once for each (n, c), so it may also store what it returns (an
+// elementwise pass fused with the sum: gelu.hpp's gelu_bias_backward). Two stages, deterministic, no atomics: a team owns a block of columns; its
 // threads sum the rows in blocks of consecutive rows (each in row order: kRowsPerBlock rows, more
 // past kMaxRowBlocks blocks) into team scratch, then the block sums are added in block order. The
 // blocks depend on N only, so every backend, team size and thread count gives the same bits, and a
@@ -10,6 +11,7 @@
 // kernels (column_sum_by_blocks): a team a column read one value of each 32-byte sector it loaded
 // and ran at 6-9% of an H200's copy bandwidth (2026-11-28).
 #include "tensor/team_reduce.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -78,6 +80,7 @@ void column_sum_by_blocks(const char* label, Vec<T> out, int N, int C, const F& 
   const int rows = column_sum_rows_per_block(N), R = column_sum_row_blocks(N);
   detail::grow_column_sum_parts<T>(size_t(R) * size_t(C));
   const Vec<T> part(detail::column_sum_parts<T>().data(), size_t(R) * size_t(C));
+  count_traffic(bytes_of(part), bytes_of(part));  // (the caller counts what f reads)
   Kokkos::parallel_for(
       label, IndexRange(0, int64_t(R) * C), KOKKOS_LAMBDA(int64_t i) {
         const int r = int(i / C), c = int(i % C), n0 = r * rows, n1 = n0 + rows < N ? n0 + rows : N;

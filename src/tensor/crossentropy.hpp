@@ -5,6 +5,7 @@
 // pair or padding) contributes a loss of 0 and a zero gradient row, as PyTorch's ignore_index.
 #include "tensor/math.hpp"
 #include "tensor/team_reduce.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -16,6 +17,7 @@ template <class T>
 void crossentropy_forward(Vec<T> losses, Vec<T> lse, CMat<T> logits, Tokens targets, int V) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
+  count_traffic(bytes_of(logits, targets), bytes_of(losses, lse));
   Kokkos::parallel_for(
       "crossentropy_forward", team_policy<ExecSpace>(logits.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
@@ -38,6 +40,7 @@ void crossentropy_backward(Mat<T> logits, CVec<T> lse, Tokens targets, int V, T 
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int Vp = logits.extent(1);
+  count_traffic(bytes_of(logits, lse, targets), bytes_of(logits));
   Kokkos::parallel_for(
       "crossentropy_backward", team_policy<ExecSpace>(logits.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
@@ -62,6 +65,8 @@ void crossentropy_fused(Vec<T> losses, Mat<T> logits, Tokens targets, int V, T d
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int Vp = logits.extent(1);
+  // (the exponentials are written back and read again: on a GPU the row stays in cache)
+  count_traffic(bytes_of(logits, targets), bytes_of(dlogits, losses));
   Kokkos::parallel_for(
       "crossentropy_fused", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tgt = targets(n);
@@ -98,6 +103,7 @@ template <class T>
 void crossentropy_local_max(Vec<T> mx, CMat<T> logits, int cols) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
+  count_traffic(bytes_of(logits), bytes_of(mx));
   Kokkos::parallel_for(
       "crossentropy_local_max", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
@@ -115,6 +121,7 @@ void crossentropy_local_sums(Vec<T> sums, Mat<T> logits, CVec<T> mx, Tokens targ
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int Vl = logits.extent(1);
+  count_traffic(bytes_of(logits, mx, targets), bytes_of(logits, sums));
   Kokkos::parallel_for(
       "crossentropy_local_sums", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tgt = targets(n) < 0 ? -1 : targets(n) - vocab_begin;
@@ -142,6 +149,8 @@ void crossentropy_parallel_finish(Vec<T> losses, Mat<T> logits, CVec<T> mx, CVec
                                   int vocab_begin, int cols, T dloss, bool need_grad) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
+  count_traffic(bytes_of(mx, sums, targets) + (need_grad ? bytes_of(logits) : 0),
+                bytes_of(losses) + (need_grad ? bytes_of(logits) : 0));
   Kokkos::parallel_for(
       "crossentropy_parallel_finish", team_policy<ExecSpace>(logits.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();

@@ -3,6 +3,7 @@
 #include "tensor/column_sum.hpp"
 #include "tensor/team_reduce.hpp"
 #include "tensor/token_groups.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -18,6 +19,7 @@ void embedding_forward(Mat<T> out, Tokens tokens, CMat<T> wte, CMat<T> wpe, int 
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int N = out.extent(0), C = out.extent(1), rows = wte.extent(0);
+  count_traffic(bytes_of(tokens) + bytes_of(out) * (add_wpe ? 2 : 1), bytes_of(out));  // a wte and a wpe row a row
   Kokkos::parallel_for(
       "embedding_forward", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank(), tok = tokens(n) - vocab_begin;
@@ -42,6 +44,9 @@ void grouped_row_sum(Mat<T> dst, CMat<T> dout, const TokenGroups& groups, Mat<T>
   constexpr int W = kColumnBlock;
   const int blocks = (C + W - 1) / W;
   const Vec<int> order = groups.rows, begin = groups.chunk_begin, key = groups.chunk_token, part = groups.chunk_part;
+  // dout's rows (and their order), each key's row of dst or its chunk sums, the sums again by runs
+  const uint64_t row = uint64_t(C) * sizeof(T), sums = uint64_t(groups.runs > 0 ? groups.chunks : 0) * row;
+  count_traffic(bytes_of(dout, order) + uint64_t(groups.chunks) * row + sums, uint64_t(groups.chunks) * row + sums);
   Kokkos::parallel_for(
       "grouped_row_sum", IndexRange(0, int64_t(groups.chunks) * blocks), KOKKOS_LAMBDA(int64_t i) {
         const int ch = int(i / blocks), c0 = int(i % blocks) * W, w = c0 + W < C ? W : C - c0;
@@ -79,6 +84,7 @@ void embedding_backward(Mat<T> dwte, Mat<T> dwpe, CMat<T> dout, const TokenGroup
   grouped_row_sum<T>(dwte, dout, groups, parts, vocab_begin);
   // wpe: for each position t, a column sum over the rows holding it (in row order).
   if (dwpe.extent(0) == 0) return;
+  count_traffic(bytes_of(dout, dwpe), bytes_of(dwpe));
   constexpr int W = kColumnBlock;
   Kokkos::parallel_for(
       "embedding_backward_wpe", IndexRange(0, Tn * ((C + W - 1) / W)), KOKKOS_LAMBDA(int i) {

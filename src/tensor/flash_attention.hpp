@@ -17,6 +17,7 @@
 // vcol + h*hs; y, O (B * qs.rows(), nh*hs); the per-row-and-head vectors m, l, lse, D
 // (B * nh * qs.rows()), index (b*nh + h) * qs.rows() + row; doc (B * qs.rows()).
 #include "tensor/flash_tiles.hpp"
+#include "tensor/traffic.hpp"
 
 namespace gpt2 {
 
@@ -50,6 +51,20 @@ struct Plan {
         kcol(p.kcol), vcol(p.vcol), qper(tiles_per_part(p.qs, p.tile)), qtiles(p.qs.parts * qper),
         kper(tiles_per_part(p.ks, p.tile)), ktiles(p.ks.parts * kper), scale(T(1) / std::sqrt(T(p.hs))) {}
   KOKKOS_INLINE_FUNCTION int lo(int64_t row) const { return doc.extent(0) ? doc(row) : 0; }  // its document's start
+  // Rows the tiles of one side load from the other over all the tile pairs causality lets meet, in
+  // one head of one sequence: key rows (queries' tiles walking keys) or query rows (the key pass).
+  // (A document mask skips more pairs; the count is the causal one.)
+  int64_t rows_met(bool keys) const {
+    int64_t rows = 0;
+    for (int qt = 0; qt < qtiles; ++qt)
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const Tile qr = span_tile(qs, qt, qper, bt), kr = span_tile(ks, kt, kper, bt);
+        if (tiles_meet(qr, 0, kr)) rows += keys ? kr.n : qr.n;
+      }
+    return rows;
+  }
+  // Bytes of n rows of one head's columns, in every head and sequence.
+  uint64_t head_rows(int64_t n) const { return uint64_t(n) * uint64_t(hs) * sizeof(T) * uint64_t(nh); }
 };
 }  // namespace flash
 
@@ -72,6 +87,9 @@ void flash_attention_forward(const FlashProblem<T>& p, Mat<T> O, Vec<T> m, Vec<T
   const flash::Plan<T> g(p);
   const bool first = pass.first, last = pass.last;
   const size_t values = flash::forward_values(g.bt, g.hs);
+  const uint64_t B = uint64_t(p.B), state = bytes_of(m, l) * (last ? 0 : 1);  // m, l only between blocks
+  count_traffic(B * g.head_rows(g.qs.rows() * (first ? 1 : 2) + 2 * g.rows_met(true)) + (first ? 0 : state),
+                B * g.head_rows(g.qs.rows()) + (last ? bytes_of(lse) : state));
   Kokkos::parallel_for(
       "flash_attention_forward", flash::policy<T>(int64_t(p.B) * g.nh * g.qtiles, values),
       KOKKOS_LAMBDA(const Member& team) {
@@ -132,6 +150,7 @@ void flash_attention_forward(const FlashProblem<T>& p, Mat<T> O, Vec<T> m, Vec<T
 template <class T>
 void flash_attention_row_dots(Vec<T> D, CMat<T> dy, CMat<T> y, int rows_per_sequence, int nh) {
   const int C = y.extent(1), hs = C / nh, R = rows_per_sequence;
+  count_traffic(bytes_of(dy, y), bytes_of(D));
   Kokkos::parallel_for(
       "flash_attention_row_dots", IndexRange(0, int64_t(y.extent(0)) * nh), KOKKOS_LAMBDA(int64_t i) {
         const int64_t row = i / nh;
@@ -151,6 +170,8 @@ void flash_attention_backward_dq(const FlashProblem<T>& p, Mat<T> dq, CMat<T> dy
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const flash::Plan<T> g(p);
   const size_t values = flash::dq_values(g.bt, g.hs);
+  const uint64_t B = uint64_t(p.B), out = B * g.head_rows(g.qs.rows());
+  count_traffic(B * g.head_rows(2 * g.qs.rows() + 2 * g.rows_met(true)) + bytes_of(lse, D) + (accumulate ? out : 0), out);
   Kokkos::parallel_for(
       "flash_attention_backward_dq", flash::policy<T>(int64_t(p.B) * g.nh * g.qtiles, values),
       KOKKOS_LAMBDA(const Member& team) {
@@ -215,6 +236,11 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const flash::Plan<T> g(p);
   const size_t values = flash::dkdv_values(g.bt, g.hs);
+  const uint64_t B = uint64_t(p.B), out = 2 * B * g.head_rows(g.ks.rows());
+  const uint64_t per_row = 2 * uint64_t(sizeof(T)) + (p.doc.extent(0) ? sizeof(int) : 0);  // lse, D (and lo)
+  count_traffic(out + B * g.head_rows(2 * g.rows_met(false)) + B * uint64_t(g.nh) * uint64_t(g.rows_met(false)) * per_row +
+                    (accumulate ? out : 0),
+                out);
   Kokkos::parallel_for(
       "flash_attention_backward_dkv", flash::policy<T>(int64_t(p.B) * g.nh * g.ktiles, values),
       KOKKOS_LAMBDA(const Member& team) {

@@ -1,10 +1,12 @@
 #include "tensor/gemm.hpp"
 
 #include "tensor/device_work.hpp"
+#include "tensor/traffic.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -237,10 +239,19 @@ void gemm_finalize() { gemm_lowp_finalize(); }
 
 namespace {
 GemmObserver g_observer = nullptr;
+uint64_t dtype_bytes(const char* name) {
+  const std::string n(name);
+  return n.find("64") != std::string::npos ? 8 : n.find("32") != std::string::npos ? 4 : 2;
 }
+}  // namespace
 void set_gemm_observer(GemmObserver f) { g_observer = f; }
 GemmScope::GemmScope(const GemmCall& call) : call_(call) {
   device_work();
+  // The operands read once and the output written (and read when accumulated into).
+  const uint64_t batch = uint64_t(call.batch), out = batch * uint64_t(call.M) * uint64_t(call.N) * dtype_bytes(call.out);
+  count_traffic(batch * (uint64_t(call.M) + uint64_t(call.N)) * uint64_t(call.K) * dtype_bytes(call.in) +
+                    (call.accumulate ? out : 0),
+                out);
   if (g_observer) g_observer(call_, false);
 }
 GemmScope::~GemmScope() {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "tensor/elementwise.hpp"
+#include "tensor/traffic.hpp"
 
 namespace gpt2 {
 
@@ -30,6 +31,7 @@ struct UnpackTo {
 // packed (n) = src(at(i)) for i < n.
 template <class T>
 void pack_at(Vec<T> packed, CVec<T> src, CVec<int32_t> at) {
+  count_traffic(bytes_of(at, packed), bytes_of(packed));
   for_each_index("pack_at", int64_t(at.extent(0)), detail::PackAt<T>{packed, src, at});
 }
 
@@ -37,6 +39,7 @@ void pack_at(Vec<T> packed, CVec<T> src, CVec<int32_t> at) {
 // differ from each other, so the writes are independent.
 template <class T>
 void unpack_to(Vec<T> dst, CVec<T> packed, CVec<int32_t> to) {
+  count_traffic(bytes_of(to, packed), bytes_of(packed));
   for_each_index("unpack_to", int64_t(to.extent(0)), detail::UnpackTo<T>{dst, packed, to});
 }
 

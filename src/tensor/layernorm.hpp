@@ -3,6 +3,7 @@
 #include "tensor/column_sum.hpp"
 #include "tensor/math.hpp"
 #include "tensor/team_reduce.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -41,6 +42,7 @@ template <class T, class S = T>
 void layernorm_forward(Mat<S> out, Vec<T> mean, Vec<T> rstd, CMat<T> in, CVec<T> w, CVec<T> b) {
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int C = in.extent(1);
+  count_traffic(bytes_of(in, w, b), bytes_of(out, mean, rstd));
   Kokkos::parallel_for(
       "layernorm_forward", team_policy<ExecSpace>(in.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
@@ -59,6 +61,7 @@ void residual_layernorm_forward(Mat<T> x, CVec<T> bias, CMat<T> residual, Mat<S>
                                 CVec<T> w, CVec<T> b) {
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const int C = x.extent(1);
+  count_traffic(bytes_of(x, bias, residual, w, b), bytes_of(x, out, mean, rstd));
   Kokkos::parallel_for(
       "residual_layernorm_forward", team_policy<ExecSpace>(x.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
@@ -79,6 +82,7 @@ void layernorm_backward_input(Mat<T> din, CMat<T> dout, CMat<T> in, CVec<T> w, C
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   const int N = in.extent(0), C = in.extent(1);
+  count_traffic(bytes_of(din, dout, in, w, mean, rstd), bytes_of(din));
   Kokkos::parallel_for(
       "layernorm_backward_in", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
@@ -103,6 +107,7 @@ void layernorm_backward_input(Mat<T> din, CMat<T> dout, CMat<T> in, CVec<T> w, C
 template <class T>
 void layernorm_backward_params(Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CVec<T> mean, CVec<T> rstd) {
   const int N = in.extent(0), C = in.extent(1);
+  count_traffic(bytes_of(dout, in, mean, rstd, dw) + bytes_of(dout, db), bytes_of(dw, db));
   column_sum<T>("layernorm_backward_dw", dw, N, C,
                 KOKKOS_LAMBDA(int n, int c) { return dout(n, c) * (in(n, c) - mean(n)) * rstd(n); });
   column_sum<T>("layernorm_backward_db", db, N, C, KOKKOS_LAMBDA(int n, int c) { return dout(n, c); });

@@ -3,6 +3,7 @@
 #include "tensor/column_sum.hpp"
 #include "tensor/gemm.hpp"
 #include "tensor/team_reduce.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -10,6 +11,7 @@ namespace gpt2 {
 // db (OC) += sum_n dout (N,OC)
 template <class T>
 void bias_backward(Vec<T> db, CMat<T> dout) {
+  count_traffic(bytes_of(dout, db), bytes_of(db));
   column_sum<T>("bias_backward", db, dout.extent(0), dout.extent(1),
                 KOKKOS_LAMBDA(int n, int o) { return dout(n, o); });
 }
@@ -23,6 +25,7 @@ void add_bias_residual(Mat<T> out, CVec<T> b, CMat<T> residual = {}) {
   const int N = out.extent(0), OC = out.extent(1);
   const bool has_b = b.extent(0) != 0, has_r = residual.extent(0) != 0;
   if (!has_b && !has_r) return;
+  count_traffic(bytes_of(out, b, residual), bytes_of(out));
   Kokkos::parallel_for(
       "matmul_bias_residual", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();

@@ -11,6 +11,7 @@
 
 #include "tensor/device_work.hpp"
 #include "tensor/team_reduce.hpp"
+#include "tensor/traffic.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {
@@ -38,6 +39,7 @@ void chunk_sums(CVec<T> g, int64_t chunks, const Chunk& chunk, Partial partial, 
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   using Member = Policy::member_type;
   if (chunks <= 0) return;
+  count_traffic(std::min<uint64_t>(uint64_t(chunks) * kSumChunk, g.extent(0)) * sizeof(T), uint64_t(chunks) * sizeof(double));
   Kokkos::parallel_for(
       "chunked_sum", team_policy<ExecSpace>(chunks), KOKKOS_LAMBDA(const Member& team) {
         const ChunkSpan c = chunk(team.league_rank());

@@ -126,6 +126,7 @@ void write_rank_attributes(hid_t g, const TraceMeta& meta, const Tracer& tracer,
   attr_per_rank(g, "stream_waits_per_step", meta.stream_waits_per_step, comm);
   attr_per_rank(g, "host_copies_per_step", meta.host_copies_per_step, comm);
   attr_per_rank(g, "launches_per_step", meta.launches_per_step, comm);
+  attr_per_rank(g, "bytes_moved_per_step", meta.bytes_moved_per_step, comm);
   attr_per_rank<int64_t>(g, "fences_reported", meta.fences_reported, comm);
 }
 

@@ -25,7 +25,8 @@
 //             allocations_per_step (allocations + frees), host_waits_per_step (the host blocked on
 //             a communication), stream_waits_per_step (an execution space's own fence, or a launch
 //             that waits), host_copies_per_step (copies between device and pageable host memory),
-//             launches_per_step (kernels); fences_reported (1: this Kokkos reports fences, so the
+//             launches_per_step (kernels), bytes_moved_per_step (the memory traffic the kernels,
+//             GEMMs and copies declare: tensor/traffic.hpp); fences_reported (1: this Kokkos reports fences, so the
 //             wait counts mean something; 0: they read 0 whatever the code does);
 //             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
 //             "host issue times" (device work runs behind the host: an event ends when its work
@@ -71,7 +72,7 @@ struct TraceMeta {
   double peak_microbatches = 0;  // the most microbatch-chunks it held activations for at once
   // This rank's most in one training step (runtime/device_counters; -1: not counted).
   double device_waits_per_step = -1, allocations_per_step = -1, host_waits_per_step = -1, stream_waits_per_step = -1,
-         host_copies_per_step = -1, launches_per_step = -1;
+         host_copies_per_step = -1, launches_per_step = -1, bytes_moved_per_step = -1;
   int fences_reported = 0;  // whether the wait counts can be trusted (runtime/device_counters)
   std::string event_timing;          // what event times mean on a device (fenced or issue times)
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,

@@ -203,6 +203,7 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
     meta.stream_waits_per_step = double(c.stream_waits);
     meta.host_copies_per_step = double(c.host_copies);
     meta.launches_per_step = double(c.launches);
+    meta.bytes_moved_per_step = double(c.bytes_moved);
   }
   meta.event_timing = cfg_.trace.sync ? "fenced per event" : cfg_.trace.units ? "fenced per unit" : "host issue times";
   meta.steps = cfg_.train.steps;

@@ -272,13 +272,15 @@ class Matrix:
             meta = f["meta"].attrs
             fences = list(meta["fences_reported"])
             per_step = {k: list(meta[f"{k}_per_step"]) for k in
-                        ("device_waits", "allocations", "stream_waits", "host_copies", "host_waits")}
+                        ("device_waits", "allocations", "stream_waits", "host_copies", "host_waits", "bytes_moved")}
         what = f"{name} ({describe(c)})"
         if not self.checks.check(all(fences), f"{what}: this Kokkos reports no fences: the device checks cannot "
                                                "run (build it with job_scripts/build_kokkos.sh)"):
             return
         for r, w in enumerate(per_step["device_waits"]):
             self.checks.check(0 <= w <= 1, f"{what}: rank {r} made {w:g} whole-device waits in a step")
+        for r, n in enumerate(per_step["bytes_moved"]):  # (the kernels' own accounting reached /meta)
+            self.checks.check(n > 0, f"{what}: rank {r} counted no bytes moved in a step")
         for kind in ("allocations", "stream_waits", "host_copies", "host_waits"):
             for r, n in enumerate(per_step[kind]):
                 self.checks.check(n == 0, f"{what}: rank {r} made {n:g} {kind.replace('_', ' ')} in a step "

@@ -30,6 +30,12 @@ FWD = ("  const GemmWeights w16 = gemm_weights(u, pu, p);\n"
        "  // A row-parallel projection")  # a block forward's first lines, where the forward mutations go
 
 MUTATIONS = [
+    Mutation("gelu-bias-unfused", "the MLP's backward runs GELU's backward, the bias sums and the rounding as three passes",
+             "src/model/stage_block.cpp", "if (do_in && do_w) {  // GELU's backward",
+             "if (false) {  // GELU's backward", "^Traffic\\.ABlocksPassesMoveWhatTheFormulaSays$"),
+    Mutation("gelu-bias-sums", "the fused pass sums the incoming gradient, not GELU's backward of it",
+             "src/tensor/gelu.hpp", "    out(n, c) = S(v);\n    return v;", "    out(n, c) = S(v);\n    return d(n, c);",
+             "^Kernels\\.GeluBiasBackwardGradcheck$|^ModelGradcheck\\.WholeTinyModel$"),
     Mutation("microbatch-load", "every pair of microbatches loads the same sequences",
              "src/train/trainer.cpp", "data_->load_microbatch(data_->train(), step, mb, *e.topo, a); };",
              "data_->load_microbatch(data_->train(), step, mb / 2, *e.topo, a); };",

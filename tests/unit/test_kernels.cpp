@@ -174,6 +174,46 @@ TEST(Kernels, GeluGradcheck) {
   EXPECT_LE(gradcheck(in, to_host(dout), loss, h), 1.0);
 }
 
+// The MLP's fused backward pass (GELU's backward, the fc bias gradient, the GEMMs' 16-bit operand):
+// both gradients against central differences of bias + GELU, and the 16-bit output the rounding of
+// the fp32 one.
+TEST(Kernels, GeluBiasBackwardGradcheck) {
+  const int N = 9, C = 21;
+  auto pre0 = random_buffer<D>(N * C, 1, 2.0), b = random_buffer<D>(C, 2);
+  auto R = random_vector(N * C, 3);
+  Buffer<D> pre("pre", N * C), out("out", N * C), db("db", C);
+  auto loss = [&] {
+    Kokkos::deep_copy(pre, pre0);
+    bias_gelu_forward<D>(M(pre, N, C), V(b), M(out, N, C));
+    return dot(to_host(out), R);
+  };
+  loss();  // pre = pre0 + b, as the backward finds it
+  auto d = from_host(R);
+  Kokkos::deep_copy(db, 0.5);  // accumulated into
+  gelu_bias_backward<D, D>(M(d, N, C), V(db), M(d, N, C), M(pre, N, C));  // in place
+  EXPECT_LE(gradcheck(pre0, to_host(d), loss, h), 1.0);
+  auto hdb = to_host(db);
+  for (double& x : hdb) x -= 0.5;
+  EXPECT_LE(gradcheck(b, hdb, loss, h), 1.0);
+  // In fp32, and into a bf16 copy (the fp32 gradient untouched): the same sums, each value rounded once.
+  const std::vector<float> fR(R.begin(), R.end()), hpre = [&] {
+    const auto p = to_host(pre);
+    return std::vector<float>(p.begin(), p.end());
+  }();
+  auto fd = from_host(fR), fd2 = from_host(fR), fpre = from_host(hpre);
+  Buffer<bf16> low("low", N * C);
+  Buffer<float> fdb("fdb", C), fdb2("fdb2", C);
+  using MF = Mat<float>;
+  gelu_bias_backward<float, float>(MF(fd.data(), N, C), Vec<float>(fdb.data(), C), MF(fd.data(), N, C), MF(fpre.data(), N, C));
+  gelu_bias_backward<float, bf16>(Mat<bf16>(low.data(), N, C), Vec<float>(fdb2.data(), C), MF(fd2.data(), N, C),
+                                  MF(fpre.data(), N, C));
+  const auto hf = to_host(fd);
+  const auto hl = to_host(low);
+  for (int i = 0; i < N * C; ++i) EXPECT_EQ(hl[size_t(i)].bits, bf16(hf[size_t(i)]).bits) << i;
+  EXPECT_EQ(to_host(fd2), fR);
+  EXPECT_EQ(to_host(fdb), to_host(fdb2));
+}
+
 TEST(Kernels, ResidualForward) {
   auto a = random_buffer<D>(10, 1), b = random_buffer<D>(10, 2);
   Buffer<D> out("out", 10);
