@@ -236,11 +236,9 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const flash::Plan<T> g(p);
   const size_t values = flash::dkdv_values(g.bt, g.hs);
-  const uint64_t B = uint64_t(p.B), out = 2 * B * g.head_rows(g.ks.rows());
+  const uint64_t B = uint64_t(p.B), out = 2 * B * g.head_rows(g.ks.rows()), met = uint64_t(g.rows_met(false));
   const uint64_t per_row = 2 * uint64_t(sizeof(T)) + (p.doc.extent(0) ? sizeof(int) : 0);  // lse, D (and lo)
-  count_traffic(out + B * g.head_rows(2 * g.rows_met(false)) + B * uint64_t(g.nh) * uint64_t(g.rows_met(false)) * per_row +
-                    (accumulate ? out : 0),
-                out);
+  count_traffic(out + B * g.head_rows(2 * met) + B * uint64_t(g.nh) * met * per_row + (accumulate ? out : 0), out);
   Kokkos::parallel_for(
       "flash_attention_backward_dkv", flash::policy<T>(int64_t(p.B) * g.nh * g.ktiles, values),
       KOKKOS_LAMBDA(const Member& team) {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <string>
+#include <cstring>
 #include <type_traits>
 
 #include <Kokkos_Core.hpp>
@@ -239,9 +239,8 @@ void gemm_finalize() { gemm_lowp_finalize(); }
 
 namespace {
 GemmObserver g_observer = nullptr;
-uint64_t dtype_bytes(const char* name) {
-  const std::string n(name);
-  return n.find("64") != std::string::npos ? 8 : n.find("32") != std::string::npos ? 4 : 2;
+uint64_t dtype_bytes(const char* name) {  // "f64", "f32"/"tf32", else a 16-bit type
+  return std::strstr(name, "64") ? 8 : std::strstr(name, "32") ? 4 : 2;
 }
 }  // namespace
 void set_gemm_observer(GemmObserver f) { g_observer = f; }
