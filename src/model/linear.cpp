@@ -89,8 +89,23 @@ template <class T>
 void Linear<T>::forward(Mat<T> out, const GemmInput<T>& in, const GemmInput<T>& w, CVec<T> b, CMat<T> residual) {
   if (!mixed()) return matmul_forward<T>(out, in.full, w.full, b, residual);
   const int N = int(in.rows()), C = int(in.cols()), OC = int(w.rows());
-  gemm_low(Op::N, Op::T, N, OC, C, low_operand(0, in), C, low_operand(1, w), C, 0.0f, out.data(), OC);
+  const uint16_t *x = low_operand(0, in), *w16 = low_operand(1, w);
+  if constexpr (std::is_same_v<T, float>) {
+    if (fuses_epilogue() && (b.extent(0) || residual.extent(0))) {
+      if (p_ == Precision::bf16)
+        return gemm_lowp_with_epilogue<bf16>(N, OC, C, reinterpret_cast<const bf16*>(x), C,
+                                             reinterpret_cast<const bf16*>(w16), C, out.data(), OC,
+                                             epilogue_of(b, residual));
+    }
+  }
+  gemm_low(Op::N, Op::T, N, OC, C, x, C, w16, C, 0.0f, out.data(), OC);
   add_bias_residual<T>(out, b, residual);
+}
+
+template <class T>
+bool Linear<T>::fuses_epilogue() const {
+  if (!std::is_same_v<T, float>) return false;
+  return mixed() ? gemm_lowp_fuses_epilogue(p_ == Precision::bf16) : gemm_fuses_epilogue();
 }
 
 template <class T>

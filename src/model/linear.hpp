@@ -52,6 +52,9 @@ class Linear {
   // Every operand is a GemmInput: a T matrix (converted to 16 bits in scratch under mixed precision)
   // or 16-bit data (saved activations, `hold`).
   void forward(Mat<T> out, const GemmInput<T>& in, const GemmInput<T>& w, CVec<T> b, CMat<T> residual = {});
+  // Whether forward adds its bias and residual inside the product (a library epilogue) rather than
+  // in a pass after it: a caller with a pass of its own to fuse them into asks first.
+  bool fuses_epilogue() const;
   // din (N,C) = dout (N,OC) @ w (OC,C)   (or += when accumulate)
   void backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmInput<T>& w, bool accumulate = false);
   // dw (OC,C) += dout^T @ in;   db (OC) += colsum(dout) when db is not empty (dout then in T)

@@ -65,17 +65,25 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
   lin_.forward(s.qkv, gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
   attention(s, a.B, a.docs(), true);
-  if (tp_->size() == 1) {  // res2 = in + attproj, and ln2 of it, in one pass after the product
+  // res2 = in + attproj, then ln2 of it: the bias and residual in the product where the library adds
+  // them, else in LayerNorm's pass (one rank) or after the tp ranks' sum.
+  if (tp_->size() == 1 && !lin_.fuses_epilogue()) {
     lin_.forward(s.res2, s.atty, w16.attprojw, CVec<T>());
     lin_.write(s.ln2, [&](auto out) {
       residual_layernorm_forward<T>(s.res2, p.attprojb, in, out, s.ln2_mean, s.ln2_rstd, p.ln2w, p.ln2b);
     });
-  } else {  // the bias and residual wait for the tp ranks' sum
+  } else {
     row_parallel(s.res2, s.atty, w16.attprojw, p.attprojb, in);
     lin_.write(s.ln2, [&](auto out) { layernorm_forward<T>(out, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2w, p.ln2b); });
   }
-  lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, CVec<T>());  // fc's bias is added with GELU
-  lin_.write(s.fch_gelu, [&](auto out) { bias_gelu_forward<T>(s.fch, p.fcb, out); });
+  // fc's bias: in the product, or in GELU's pass.
+  if (lin_.fuses_epilogue()) {
+    lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, p.fcb);
+    lin_.write(s.fch_gelu, [&](auto out) { gelu_forward<T>(flat(out), flat(s.fch)); });
+  } else {
+    lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, CVec<T>());
+    lin_.write(s.fch_gelu, [&](auto out) { bias_gelu_forward<T>(s.fch, p.fcb, out); });
+  }
   // res3 = res2 + mlp; a recomputation skips it: the backward needs the block's inner tensors, and
   // its output is kept (as the next block's input).
   if (!recomputing) row_parallel(s.res3, s.fch_gelu, w16.fcprojw, p.fcprojb, s.res2);

@@ -100,6 +100,10 @@ void gemm_set_tf32(bool on) {
     check(cublasSetMathMode(g_handle, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
           "cublasSetMathMode");
 }
+bool gemm_fuses_epilogue() { return false; }
+void gemm_with_epilogue(int, int, int, const float*, int, const float*, int, float*, int, const GemmEpilogue&) {
+  fail("gemm_with_epilogue: this build's products add no epilogue (gemm_fuses_epilogue)");
+}
 void gemm_set_host_f32(HostGemm) {}
 std::string gemm_host_f32_backend() { return "cuBLAS"; }
 void gemm_set_host_threads(int) {}
@@ -189,6 +193,22 @@ void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const doubl
   blas_threads_from_environment();
   blas_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+bool gemm_fuses_epilogue() {
+#if defined(GPT2_HAVE_ONEDNN)
+  return on_dnnl(true);  // (a forward product is never sliced: its reduction is the model's width)
+#else
+  return false;
+#endif
+}
+void gemm_with_epilogue(int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc,
+                        const GemmEpilogue& e) {
+  if (!gemm_fuses_epilogue()) fail("gemm_with_epilogue: this build's products add no epilogue (gemm_fuses_epilogue)");
+  const GemmScope scope({Op::N, Op::T, M, N, K, 1, lda, ldb, ldc, false, "f32", "f32"});
+  count_epilogue(M, N, e);
+#if defined(GPT2_HAVE_ONEDNN)
+  dnnl_f32_gemm(Op::N, Op::T, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, e);
+#endif
+}
 // Attention's small per-head GEMMs: the batch shared out over the host threads, each GEMM on one
 // (inside a parallel region OpenBLAS's OpenMP build runs single-threaded). One call each, one after
 // another, spent more time starting the library's threads than multiplying at T = 64. fp32 on
@@ -244,6 +264,9 @@ uint64_t dtype_bytes(const char* name) {  // "f64", "f32"/"tf32", else a 16-bit 
 }
 }  // namespace
 void set_gemm_observer(GemmObserver f) { g_observer = f; }
+void count_epilogue(int M, int N, const GemmEpilogue& e) {
+  count_traffic((e.bias ? uint64_t(N) : 0) * sizeof(float) + (e.residual ? uint64_t(M) * N : 0) * sizeof(float), 0);
+}
 GemmScope::GemmScope(const GemmCall& call) : call_(call) {
   device_work();
   // The operands read once and the output written (and read when accumulated into).

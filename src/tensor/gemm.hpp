@@ -15,6 +15,19 @@ template <class T>
 void gemm(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
           T beta, T* C, int ldc);
 
+// A forward product's epilogue: C(M,N) = op(A) op(B) + bias (N: one a column, added to every row)
+// + residual (M,N, row stride ldc), added inside the library's call; either may be null.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+};
+// Whether this build's fp32 forward products apply an epilogue inside the library's call (oneDNN on
+// the host); where not, the caller adds the bias and residual in a pass of its own.
+bool gemm_fuses_epilogue();
+// The forward product C(M,N) = A(M,K) B(N,K)^T + e (x * w^T); only where gemm_fuses_epilogue().
+void gemm_with_epilogue(int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc,
+                        const GemmEpilogue& e);
+
 // `batch` independent GEMMs; matrix i starts at A + i*strideA (likewise B, C).
 template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
@@ -65,5 +78,8 @@ class GemmScope {
  private:
   GemmCall call_;
 };
+
+// The bytes an epilogue reads (its bias and residual), counted by the product that adds it.
+void count_epilogue(int M, int N, const GemmEpilogue& e);
 
 }  // namespace gpt2

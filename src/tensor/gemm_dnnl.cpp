@@ -3,13 +3,15 @@
 // a matmul primitive per shape, made once and cached (making one JIT-compiles a kernel) with its
 // memory objects and scratchpad, so a call makes none of them (a small product's call costs a few
 // us, which those allocations inflated by a fifth); row-major operands and transposes are strides of
-// the memory descriptors; alpha is an output scale, beta a sum post-op. It runs on the OpenMP runtime
+// the memory descriptors; alpha is an output scale, beta a sum post-op, an epilogue's bias the
+// matmul's bias argument and its residual a binary-add post-op. It runs on the OpenMP runtime
 // with the thread count gemm_set_host_threads gave. Not thread-safe: a rank calls it from one thread.
 #include <dnnl.hpp>
 #include <map>
 #include <memory>
 #include <omp.h>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "tensor/gemm_dnnl.hpp"
@@ -26,10 +28,11 @@ dnnl::engine& engine() {
   return e;
 }
 
-using Key = std::tuple<dt, int, int, int, int, int, int, int, int, float, float, int, int64_t, int64_t, int64_t>;
+using Key = std::tuple<dt, int, int, int, int, int, int, int, int, float, float, int, int64_t, int64_t, int64_t, int>;
 struct Cached {
   dnnl::matmul prim;
-  dnnl::memory a, b, c, scratch;  // handles pointed at each call's operands
+  dnnl::memory a, b, c, bias, residual, scratch;  // handles pointed at each call's operands
+  std::unordered_map<int, dnnl::memory> args;     // the same handles by argument: made once
   std::vector<unsigned char> scratch_bytes;
 };
 
@@ -46,11 +49,22 @@ dnnl::memory::desc matrix(dt type, int rows, int cols, int ld, bool transposed, 
   return dnnl::memory::desc({count, rows, cols}, type, dims{stride, strides[0], strides[1]});
 }
 
-// in: the inputs' type (bf16 or f32); the output is f32.
+// The post-ops: beta's sum, then the residual's add (a matrix of C's shape and strides).
+dnnl::post_ops post_ops(float beta, bool residual, const dnnl::memory::desc& c) {
+  dnnl::post_ops po;
+  if (beta != 0.0f) po.append_sum(beta);
+  if (residual) po.append_binary(dnnl::algorithm::binary_add, c);
+  return po;
+}
+int residual_arg(float beta) {  // the residual's post-op index, after beta's sum if any
+  return DNNL_ARG_ATTR_MULTIPLE_POST_OP(beta != 0.0f ? 1 : 0) | DNNL_ARG_SRC_1;
+}
+
+// in: the inputs' type (bf16 or f32); the output is f32. epilogue: bit 0 a bias, bit 1 a residual.
 Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int lda, int ldb, float beta, int ldc,
-                  const Batch& n) {
+                  const Batch& n, int epilogue) {
   static std::map<Key, Cached> cache;
-  const Key key{in, int(opA), int(opB), M, N, K, lda, ldb, ldc, alpha, beta, n.count, n.a, n.b, n.c};
+  const Key key{in, int(opA), int(opB), M, N, K, lda, ldb, ldc, alpha, beta, n.count, n.a, n.b, n.c, epilogue};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   // op(A) is (M,K): stored (M,K) with row stride lda, or (K,M) read transposed (strides swapped).
@@ -60,34 +74,38 @@ Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int l
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops po;
-    po.append_sum(beta);
-    attr.set_post_ops(po);
-  }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
+  attr.set_post_ops(post_ops(beta, epilogue & 2, c));
+  const dnnl::memory::desc bias({1, N}, dt::f32, dims{N, 1});  // one a column, every row
+  const dnnl::matmul::primitive_desc pd(
+      (epilogue & 1) ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr, engine());
   Cached& made = cache[key];
   made.prim = dnnl::matmul(pd);
   made.a = dnnl::memory(a, engine(), nullptr), made.b = dnnl::memory(b, engine(), nullptr);
   made.c = dnnl::memory(c, engine(), nullptr);
+  made.args = {{DNNL_ARG_SRC, made.a}, {DNNL_ARG_WEIGHTS, made.b}, {DNNL_ARG_DST, made.c}};
+  if (epilogue & 1) made.bias = dnnl::memory(bias, engine(), nullptr), made.args[DNNL_ARG_BIAS] = made.bias;
+  if (epilogue & 2) made.residual = dnnl::memory(c, engine(), nullptr), made.args[residual_arg(beta)] = made.residual;
   // 64-byte aligned, as the library aligns its own scratchpads.
   const size_t bytes = pd.scratchpad_desc().get_size();
   made.scratch_bytes.resize(bytes + 64);
   void* base = made.scratch_bytes.data();
   size_t room = made.scratch_bytes.size();
   made.scratch = dnnl::memory(pd.scratchpad_desc(), engine(), std::align(64, bytes, base, room));
+  made.args[DNNL_ARG_SCRATCHPAD] = made.scratch;
   return made;
 }
 
 void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
-         float beta, float* C, int ldc, const Batch& n = {}) {
+         float beta, float* C, int ldc, const Batch& n = {}, const GemmEpilogue& e = {}) {
   if (M == 0 || N == 0 || n.count == 0) return;
   if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
-  Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n);
+  const int epilogue = (e.bias ? 1 : 0) | (e.residual ? 2 : 0);
+  Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n, epilogue);
   static dnnl::stream s(engine());
   p.a.set_data_handle(const_cast<void*>(A)), p.b.set_data_handle(const_cast<void*>(B)), p.c.set_data_handle(C);
-  p.prim.execute(s,
-                 {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}, {DNNL_ARG_SCRATCHPAD, p.scratch}});
+  if (e.bias) p.bias.set_data_handle(const_cast<float*>(e.bias));
+  if (e.residual) p.residual.set_data_handle(const_cast<float*>(e.residual));
+  p.prim.execute(s, p.args);
   s.wait();
 }
 }  // namespace
@@ -95,12 +113,12 @@ void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A,
 void dnnl_set_threads(int n) { g_threads = n; }
 
 void dnnl_bf16_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const bf16* A, int lda, const bf16* B,
-                    int ldb, float beta, float* C, int ldc) {
-  run(dt::bf16, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                    int ldb, float beta, float* C, int ldc, const GemmEpilogue& e) {
+  run(dt::bf16, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}, e);
 }
 void dnnl_f32_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                   int ldb, float beta, float* C, int ldc) {
-  run(dt::f32, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                   int ldb, float beta, float* C, int ldc, const GemmEpilogue& e) {
+  run(dt::f32, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {}, e);
 }
 void dnnl_f32_gemm_batched(Op opA, Op opB, int M, int N, int K, float alpha, const float* A, int lda, int64_t sA,
                            const float* B, int ldb, int64_t sB, float beta, float* C, int ldc, int64_t sC, int batch) {

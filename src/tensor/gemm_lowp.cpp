@@ -55,6 +55,11 @@ void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int
 GPT2_GEMM_LOWP(bf16)
 GPT2_GEMM_LOWP(fp16)
 #undef GPT2_GEMM_LOWP
+bool gemm_lowp_fuses_epilogue(bool) { return false; }
+template <class L>
+void gemm_lowp_with_epilogue(int, int, int, const L*, int, const L*, int, float*, int, const GemmEpilogue&) {
+  fail("gemm_lowp_with_epilogue: this build's products add no epilogue (gemm_lowp_fuses_epilogue)");
+}
 void gemm_lowp_force_convert(bool) {}
 void gemm_lowp_reserve(bool, size_t) {}
 std::string gemm_lowp_backend(bool) { return "cuBLAS"; }
@@ -107,6 +112,21 @@ void gemm_lowp<fp16>(Op opA, Op opB, int M, int N, int K, float alpha, const fp1
   convert_gemm<fp16>(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+bool gemm_lowp_fuses_epilogue(bool bf16_inputs) { return gemm_lowp_backend(bf16_inputs) == "oneDNN"; }
+template <class L>
+void gemm_lowp_with_epilogue(int M, int N, int K, const L* A, int lda, const L* B, int ldb, float* C, int ldc,
+                             const GemmEpilogue& e) {
+  if (!std::is_same_v<L, bf16> || !gemm_lowp_fuses_epilogue(true))
+    fail("gemm_lowp_with_epilogue: this build's products add no epilogue (gemm_lowp_fuses_epilogue)");
+#if defined(GPT2_HAVE_ONEDNN)
+  if constexpr (std::is_same_v<L, bf16>) {
+    const GemmScope scope({Op::N, Op::T, M, N, K, 1, lda, ldb, ldc, false, "bf16", "f32"});
+    count_epilogue(M, N, e);
+    dnnl_bf16_gemm(Op::N, Op::T, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, e);
+  }
+#endif
+}
+
 void gemm_lowp_force_convert(bool on) { g_force_convert = on; }
 void gemm_lowp_reserve(bool bf16_inputs, size_t elems) {
   if (gemm_lowp_backend(bf16_inputs) != "convert+BLAS") return;
@@ -127,5 +147,10 @@ void gemm_lowp_set_threads(int n) {
 }
 
 #endif
+
+template void gemm_lowp_with_epilogue<bf16>(int, int, int, const bf16*, int, const bf16*, int, float*, int,
+                                            const GemmEpilogue&);
+template void gemm_lowp_with_epilogue<fp16>(int, int, int, const fp16*, int, const fp16*, int, float*, int,
+                                            const GemmEpilogue&);
 
 }  // namespace gpt2

@@ -1,5 +1,7 @@
 #pragma once
 // Linear layer with PyTorch's weight layout: out = in @ w^T + b. The GEMMs go to the vendor BLAS.
+#include <type_traits>
+
 #include "tensor/column_sum.hpp"
 #include "tensor/gemm.hpp"
 #include "tensor/team_reduce.hpp"
@@ -42,11 +44,21 @@ void add_bias_residual(Mat<T> out, CVec<T> b, CMat<T> residual = {}) {
       });
 }
 
+// The bias and residual a product adds in its own call (gemm.hpp); null where empty.
+inline GemmEpilogue epilogue_of(CVec<float> b, CMat<float> residual) {
+  return {b.extent(0) ? b.data() : nullptr, residual.extent(0) ? residual.data() : nullptr};
+}
+
 // out (N,OC) = in (N,C) @ w (OC,C)^T + b (OC) [+ residual (N,OC)]
-// b may be empty (no bias); the optional residual add is fused into the bias pass.
+// b may be empty (no bias). Both are added inside the product where the library can (fp32 on oneDNN),
+// else in one pass after it.
 template <class T>
 void matmul_forward(Mat<T> out, CMat<T> in, CMat<T> w, CVec<T> b, CMat<T> residual = {}) {
   const int N = in.extent(0), C = in.extent(1), OC = w.extent(0);
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_fuses_epilogue() && (b.extent(0) || residual.extent(0)))
+      return gemm_with_epilogue(N, OC, C, in.data(), C, w.data(), C, out.data(), OC, epilogue_of(b, residual));
+  }
   gemm<T>(Op::N, Op::T, N, OC, C, T(1), in.data(), C, w.data(), C, T(0), out.data(), OC);
   add_bias_residual<T>(out, b, residual);
 }

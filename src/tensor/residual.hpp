@@ -24,13 +24,5 @@ void accumulate(Vec<T> y, CVec<T> x) {
       KOKKOS_LAMBDA(int64_t i) { y(i) += x(i); });
 }
 
-template <class T>
-Vec<T> flat(Mat<T> m) {
-  return Vec<T>(m.data(), m.extent(0) * m.extent(1));
-}
-template <class T>
-Vec<const T> flat(Mat<const T> m) {
-  return Vec<const T>(m.data(), m.extent(0) * m.extent(1));
-}
 
 }  // namespace gpt2

@@ -47,5 +47,14 @@ template <class T>
 Mat<T> mat(T* p, size_t rows, size_t cols) {
   return Mat<T>(p, rows, cols);
 }
+// A matrix's elements as one vector (row-major: contiguous), for element-wise kernels.
+template <class T>
+Vec<T> flat(Mat<T> m) {
+  return Vec<T>(m.data(), m.size());
+}
+template <class T>
+Vec<const T> flat(Mat<const T> m) {
+  return Vec<const T>(m.data(), m.size());
+}
 
 }  // namespace gpt2
