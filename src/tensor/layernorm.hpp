@@ -107,10 +107,11 @@ void layernorm_backward_input(Mat<T> din, CMat<T> dout, CMat<T> in, CVec<T> w, C
 template <class T>
 void layernorm_backward_params(Vec<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, CVec<T> mean, CVec<T> rstd) {
   const int N = in.extent(0), C = in.extent(1);
-  count_traffic(bytes_of(dout, in, mean, rstd, dw) + bytes_of(dout, db), bytes_of(dw, db));
-  column_sum<T>("layernorm_backward_dw", dw, N, C,
-                KOKKOS_LAMBDA(int n, int c) { return dout(n, c) * (in(n, c) - mean(n)) * rstd(n); });
-  column_sum<T>("layernorm_backward_db", db, N, C, KOKKOS_LAMBDA(int n, int c) { return dout(n, c); });
+  count_traffic(bytes_of(dout, in, mean, rstd, dw, db), bytes_of(dw, db));
+  column_sums<T, 2>("layernorm_backward_params", {dw, db}, N, C, KOKKOS_LAMBDA(int n, int c) {
+    const T d = dout(n, c);
+    return ColumnValues<T, 2>{{d * (in(n, c) - mean(n)) * rstd(n), d}};
+  });
 }
 
 // din (N,C) += d/din;  dw (C) += sum_n dout*norm;  db (C) += sum_n dout

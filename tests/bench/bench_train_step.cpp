@@ -447,7 +447,7 @@ void BM_BiasBackward(benchmark::State& s) {
   }
   s.counters["work_items"] = double(column_sum_work_items(kN, C));
   s.counters["work_items_T1024_B8"] = double(column_sum_work_items(8 * 1024, C));
-  s.counters["one_per_column"] = double((C + kColumnBlock - 1) / kColumnBlock);
+  s.counters["one_per_column"] = double((C + kColumnSumWidth - 1) / kColumnSumWidth);
 }
 BENCHMARK(BM_BiasBackward)->Arg(kC)->Arg(4 * kC)->Unit(benchmark::kMicrosecond)->UseRealTime();
 

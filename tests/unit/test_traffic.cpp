@@ -58,15 +58,24 @@ PassBytes block_formula() {
   const int t = flash::tile_for<float>(kC / kHeads, kT);
   const uint64_t q = kT / t, met = q * (q + 1) / 2 * t, stats = B * nh * kT;  // (lse, D: a value a row and head)
   const uint64_t ln_forward = (N * C + 2 * C) + (N * C + 2 * N);
-  const uint64_t forward = ln_forward                                         // LayerNorm 1
-                           + gemm(N, 3 * C, C) + (3 * N * C + 3 * C) + 3 * N * C  // qkv and its bias
-                           + (N * C + 2 * B * met * C) + (N * C + stats)        // flash attention
-                           + gemm(N, C, C)                                    // projection
-                           + (2 * N * C + 3 * C) + (2 * N * C + 2 * N)          // bias, residual, LayerNorm 2
-                           + gemm(N, 4 * C, C) + (4 * N * C + 4 * C) + 8 * N * C  // fc; bias + GELU
-                           + gemm(N, C, 4 * C) + (2 * N * C + C) + N * C;       // fcproj; bias + residual
+  // A product's bias (and residual): read by the GEMM where the library adds them, else a pass of
+  // its own (the output read and written).
+  const bool in_gemm = gemm_fuses_epilogue();
+  auto bias_add = [&](uint64_t OC, bool residual) {
+    const uint64_t r = residual ? N * OC : 0;
+    return in_gemm ? OC + r : (N * OC + OC + r) + N * OC;
+  };
+  const uint64_t forward = ln_forward                                               // LayerNorm 1
+                           + gemm(N, 3 * C, C) + bias_add(3 * C, false)             // qkv
+                           + (N * C + 2 * B * met * C) + (N * C + stats)              // flash attention
+                           + gemm(N, C, C)                                          // projection, then
+                           + (in_gemm ? bias_add(C, true) + ln_forward              //   LayerNorm 2
+                                      : (2 * N * C + 3 * C) + (2 * N * C + 2 * N))  //   (one pass of all three)
+                           + gemm(N, 4 * C, C) + 4 * C + 8 * N * C                  // fc; bias + GELU
+                           + (in_gemm ? 0 : 4 * N * C)                              //   (pre written back)
+                           + gemm(N, C, 4 * C) + bias_add(C, true);                 // fcproj
   const uint64_t ln_backward = (3 * N * C + C + 2 * N) + N * C                  // input gradient
-                               + (3 * N * C + 2 * N + 2 * C) + 2 * C;           // weight and bias sums
+                               + (2 * N * C + 2 * N + 2 * C) + 2 * C;           // weight and bias sums, one pass
   auto weight = [&](uint64_t OC, uint64_t IC) { return gemm(OC, IC, N, true); };
   auto bias = [&](uint64_t OC) { return (N * OC + OC) + OC; };
   const uint64_t backward = gemm(N, 4 * C, C) + weight(C, 4 * C) + bias(C)     // fcproj
