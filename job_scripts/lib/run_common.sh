@@ -38,7 +38,7 @@
 #   GPT2_LAUNCHER    srun | mpiexec (default: srun inside Slurm, mpiexec outside)
 #   GPT2_SRUN_MPI    srun --mpi= plugin (default pmi2: MPICH; the site file may change it)
 #   GPT2_LAUNCH_ARGS extra launcher arguments (word-split), e.g. "--cpu-bind=cores"
-#   GPT2_BLAS_THREADS host BLAS threads per rank (default: Slurm's cpus per task, else cores / ranks)
+#   GPT2_BLAS_THREADS host threads per rank, Kokkos and BLAS (default: Slurm's cpus per task, else cores / ranks)
 #   GPT2_PLOTS       0: make no plots at the end
 #   GPT2_PYTHON      python with numpy, h5py, matplotlib (default: the first python3 that has them)
 #   GPT2_REQUEUE     0: a Slurm job stopped by SIGUSR1 does not requeue itself (default 1)
@@ -345,7 +345,8 @@ gpt2_job() {
 
   # -- the arguments: ours first, so that the user's own --set / --metrics-jsonl win
   local sets=(--set "parallel.dp=$dp" --set "parallel.pp=$pp" --set "trace.file=$run_dir/trace.h5")
-  # Host BLAS threads per rank: the site's GPT2_BLAS_THREADS; else, in a batch job, the cores of
+  # Host threads per rank, Kokkos' and the BLAS's alike (they take turns on the rank's cores): the
+  # site's GPT2_BLAS_THREADS; else, in a batch job, the cores of
   # each task (--cpus-per-task; without it, the node's cores over its tasks); locally, the cores
   # (of this allocation, if any) over the ranks.
   local threads=${GPT2_BLAS_THREADS:-} cores per_node
@@ -364,7 +365,7 @@ gpt2_job() {
     fi
     ((threads > 0)) || threads=1
   fi
-  sets+=(--set "parallel.blas_threads=$threads")
+  sets+=(--set "parallel.host_threads=$threads" --set "parallel.blas_threads=$threads")
   export OPENBLAS_NUM_THREADS=$threads
   local user_sets=() metrics_given=0 i=0 a
   while ((i < ${#user_args[@]})); do
@@ -463,6 +464,7 @@ gpt2_job() {
     echo "tp=$eff_tp"
     echo "gpus_on_node=${SLURM_GPUS_ON_NODE:-}"
     echo "cpus_per_task=${SLURM_CPUS_PER_TASK:-}"
+    echo "host_threads=$threads"
     echo "blas_threads=$threads"
     echo "restarts=$restarts"
     echo "workdir=$PWD"

@@ -120,11 +120,41 @@ Environment::~Environment() {
 int Environment::set_blas_threads(int requested) {
   int n = requested;
   if (n <= 0) {
-    const char* env = std::getenv("OPENBLAS_NUM_THREADS");  // wins over our default
-    n = env && std::atoi(env) > 0 ? std::atoi(env) : cores_per_rank();
+    // OPENBLAS_NUM_THREADS wins over our default: Kokkos' threads on a threaded host backend (the
+    // two take turns on the same cores), else the rank's share of the cores.
+    const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+    const bool threaded = Kokkos::is_initialized() && Kokkos::DefaultHostExecutionSpace::concurrency() > 1;
+    n = env && std::atoi(env) > 0 ? std::atoi(env) : threaded ? host_threads_ : cores_per_rank();
   }
   gemm_set_host_threads(n);
   return gemm_host_threads() > 0 ? gemm_host_threads() : n;
+}
+
+std::string Environment::thread_fit(int blas_threads) const {
+#if defined(KOKKOS_ENABLE_CUDA) || !(defined(KOKKOS_ENABLE_OPENMP) || defined(KOKKOS_ENABLE_THREADS))
+  (void)blas_threads;
+  return "";  // (the device computes; a Serial build runs one thread whatever the cores)
+#else
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int online = int(::sysconf(_SC_NPROCESSORS_ONLN));
+  const bool bound = ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < online;
+  const int cores = cores_per_rank(), kokkos = host_threads_;
+  const int busy = kokkos > blas_threads ? kokkos : blas_threads, fewer = kokkos < blas_threads ? kokkos : blas_threads;
+  const auto n = [](int v) { return std::to_string(v); };
+  std::string what;
+  if (!bound && local_size_ * busy > online)
+    what = n(local_size_) + " rank(s) of " + n(busy) + " busy thread(s) share " + n(online) + " core(s)";
+  else if (busy > cores)
+    what = n(busy) + " busy threads share " + n(cores) + " core(s)";
+  else if (fewer < cores)
+    what = std::string(kokkos < blas_threads ? "Kokkos" : "the BLAS") + " leaves " + n(cores - fewer) + " core(s) idle";
+  else
+    return "";
+  return "threads: Kokkos " + n(kokkos) + " and BLAS " + n(blas_threads) + " a rank, " + n(cores) +
+         " core(s) a rank, " + n(local_size_) + " rank(s) on this node: " + what +
+         "; parallel.host_threads and parallel.blas_threads choose them (0: the rank's share of the cores)";
+#endif
 }
 
 std::string Environment::host() const {

@@ -39,9 +39,15 @@ class Environment {
   // -bind-to), else the node's cores / ranks on the node; at least 1.
   int cores_per_rank() const;
   int host_threads() const { return host_threads_; }  // Kokkos' threads (1 on Serial and CUDA)
-  // Host BLAS threads for this rank: `requested` if > 0, else OPENBLAS_NUM_THREADS, else
-  // cores_per_rank(). Returns the count in use. No effect on CUDA builds.
+  // Host BLAS threads for this rank: `requested` if > 0, else OPENBLAS_NUM_THREADS, else Kokkos'
+  // threads where they are several, else cores_per_rank(). Returns the count in use. No effect on
+  // CUDA builds.
   int set_blas_threads(int requested);
+  // Whether this rank's threads fit its cores: "" when Kokkos and the BLAS each run one thread a
+  // core of cores_per_rank() and the node's ranks do not share cores, else one line saying which
+  // cores are idle or shared (Kokkos and the BLAS take turns: the busy threads are the larger
+  // count). Threaded host builds only.
+  std::string thread_fit(int blas_threads) const;
   // "Serial", "OpenMP", "Cuda" ... and the device name where there is one.
   std::string execution_space() const;
   std::string device() const;

@@ -28,6 +28,8 @@ void Reporter::begin_run() {
               cfg_.model.describe().c_str(), topo.world_size(), topo.shape().describe().c_str(),
               cfg_.parallel.schedule.c_str(), engine_.groups->backend.c_str(), env_.execution_space().c_str(),
               env_.host_threads(), engine_.blas_threads);
+  const std::string fit = env_.thread_fit(engine_.blas_threads);
+  if (!fit.empty()) std::printf("gpt2 train: %s\n", fit.c_str());
   std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
               engine_.layout->total() / 1e6, (long long)cfg_.train.batch_size, cfg_.data.seq_len,
               cfg_.parallel.microbatches, engine_.mb_size, (long long)data_.train().batches_per_epoch());

@@ -95,7 +95,8 @@ class Result:
 def run(cmd, ranks=1, mpiexec="mpiexec", timeout=120, env=None, cwd=None):
     """Runs cmd (a list) on `ranks` MPI ranks; returns Result (rc 124 on timeout)."""
     full = [mpiexec, "-n", str(ranks)] + cmd if ranks > 1 else cmd
-    e = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
+    e = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    e.update(env or {})  # (a caller may set OPENBLAS_NUM_THREADS too)
     t0 = time.time()
     try:
         p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
