@@ -11,6 +11,9 @@ Columns (means over the optimizer steps, the first --skip warm-up steps left out
   comm       per rank, the time in the trace's communication kinds (/meta communication_kinds:
              pipeline transfers, collectives and the waits for them) inside the rank's step windows
              over the total step time; averaged over ranks (--json: comm_by_kind splits it by kind)
+  predicted  (below the table) the run's own prediction (gpt2 train prints it at the start: the
+             planner's step time and memory, /meta predicted_*), measured against it: the mean step
+             time, and the largest rank's most Kokkos memory at once against its predicted memory
   bubble     measured pipeline bubble (see plot_pipeline.py: 1 - sum of the stages' compute time /
              (pp * span from the first forward start to the last compute end)), mean over steps,
              beside the theoretical (p-1)/(m+p-1) ((p-1)/p for the naive schedule; the schedule
@@ -66,7 +69,20 @@ def summarize(trace, peak_tflops, skip):
         "final_loss": float(metrics["loss"][-1]) if len(metrics) else None,
         "final_val_loss": float(val["val_loss"][-1]) if len(val) else None,
         "dropped_events": trace.dropped,
+        "prediction": prediction(trace.meta),
     }
+
+
+def prediction(meta):
+    """The run's prediction (/meta predicted_*, measured_memory_bytes), or None for a trace without one."""
+    source = str(meta.get("prediction_source", ""))
+    if not source:
+        return None
+    as_list = lambda v: [float(x) for x in (v if hasattr(v, "__len__") else [v])]  # noqa: E731
+    return {"source": source, "step_time_s": float(meta["predicted_step_ms"]) / 1e3,
+            "tokens_per_s": float(meta["predicted_tokens_per_s"]),
+            "memory_per_rank": as_list(meta.get("predicted_memory_bytes", [])),
+            "measured_memory_per_rank": as_list(meta.get("measured_memory_bytes", []))}
 
 
 def pct(x):
@@ -97,6 +113,17 @@ def print_table(rows, peak_tflops, skip):
         if r["dropped_events"]:
             extra += f"; WARNING: {r['dropped_events']} events dropped (raise trace.max_events)"
         print(extra)
+    for r in rows:
+        p = r["prediction"]
+        if p is None:
+            print(f"{r['label'].split(' (')[0]}: no prediction in the trace")
+            continue
+        mem, pmem = max(p["measured_memory_per_rank"] or [0]), max(p["memory_per_rank"] or [0])
+        step_off = r["mean_step_time_s"] / p["step_time_s"] - 1 if p["step_time_s"] > 0 else float("nan")
+        mem_off = mem / pmem - 1 if pmem > 0 else float("nan")
+        print(f"{r['label'].split(' (')[0]}: step {1e3 * r['mean_step_time_s']:.2f} ms against "
+              f"{1e3 * p['step_time_s']:.2f} predicted ({100 * step_off:+.1f}%); memory {mem / 1048576:.1f} MiB "
+              f"against {pmem / 1048576:.1f} on the largest rank ({100 * mem_off:+.1f}%); from {p['source']}")
     print("\nmemory at rest per rank (MiB: params / grads / optimizer; peak activations, ZeRO workspaces) and "
           "data-parallel volume per step (x the stage's parameter bytes; theory in brackets)")
     for r in rows:

@@ -20,13 +20,9 @@
 #include "tensor/views.hpp"
 #include "train/run_config.hpp"
 
-#ifndef GPT2_HARDWARE_DIR
-#define GPT2_HARDWARE_DIR "inputs/hardware"
-#endif
-
 namespace gpt2::app {
 
-std::string default_hardware() { return std::string(GPT2_HARDWARE_DIR) + "/devbox.toml"; }
+std::string default_hardware() { return Hardware::directory() + "/devbox.toml"; }
 
 namespace {
 struct SimulateArgs {

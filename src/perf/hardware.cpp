@@ -150,4 +150,20 @@ Hardware Hardware::load(const std::string& path) {
   return hardware_of(keys, path);
 }
 
+std::string Hardware::directory() {
+#ifdef GPT2_HARDWARE_DIR
+  return GPT2_HARDWARE_DIR;
+#else
+  return "inputs/hardware";
+#endif
+}
+
+std::string Hardware::file_for_device(const std::string& device) {
+  const char* file = device.find("A100") != std::string::npos ? "a100.toml"
+                     : device.find("H100") != std::string::npos || device.find("H200") != std::string::npos
+                         ? "h100.toml"
+                         : "devbox.toml";
+  return directory() + "/" + file;
+}
+
 }  // namespace gpt2

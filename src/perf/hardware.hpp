@@ -59,6 +59,11 @@ struct Hardware {
 
   // InputError naming `path` (and the key) when unreadable, incomplete or out of range.
   static Hardware load(const std::string& path);
+  // The folder of the project's hardware files (inputs/hardware of the source tree this was built
+  // from), and the file there of the device a run has (its name, as Environment::device() says it):
+  // an A100's, an H100's (H200s too), else this development box's.
+  static std::string directory();
+  static std::string file_for_device(const std::string& device);
 };
 
 }  // namespace gpt2

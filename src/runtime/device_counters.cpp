@@ -16,6 +16,7 @@ namespace gpt2 {
 namespace {
 std::atomic<uint64_t> device_waits{0}, stream_waits{0}, host_waits{0}, host_copies{0}, allocations{0}, frees{0},
     deep_copies{0}, launches{0};
+std::atomic<int64_t> live_bytes{0}, peak_bytes{0};  // Kokkos memory of every space and thread
 bool installed = false, fences_seen = false;
 std::mutex events_mutex;
 std::vector<std::string> events;  // the newest notable events, a ring of kEvents
@@ -61,11 +62,15 @@ void on_launch(const char*, uint32_t, uint64_t* id) {
 }
 void on_end_launch(uint64_t) {}
 void on_allocate(Kokkos_Profiling_SpaceHandle space, const char* label, const void*, uint64_t bytes) {
+  const int64_t now = live_bytes += int64_t(bytes);
+  for (int64_t peak = peak_bytes.load(); now > peak && !peak_bytes.compare_exchange_weak(peak, now);) {
+  }
   if (!stepping_thread) return;
   ++allocations;
   note("allocation: " + std::string(label) + " (" + std::to_string(bytes) + " bytes in " + space.name + ")");
 }
 void on_deallocate(Kokkos_Profiling_SpaceHandle space, const char* label, const void*, uint64_t bytes) {
+  live_bytes -= int64_t(bytes);
   if (!stepping_thread) return;
   ++frees;
   note("free: " + std::string(label) + " (" + std::to_string(bytes) + " bytes in " + space.name + ")");
@@ -128,6 +133,7 @@ DeviceCounters device_counters() {
           traffic().total()};  // (this thread's: the stepping thread asks)
 }
 
+uint64_t peak_kokkos_bytes() { return uint64_t(peak_bytes.load()); }
 void count_host_wait() {
   ++host_waits;
   note("host wait for a communication");

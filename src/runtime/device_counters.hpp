@@ -42,6 +42,9 @@ bool device_counters_installed();
 bool device_fences_reported();
 DeviceCounters device_counters();  // totals so far on this process
 void count_host_wait();            // a Communicator's host-blocking wait
+// The most memory allocated through Kokkos at once since the callbacks were installed, every
+// memory space and thread together: the model's state, activations and workspaces.
+uint64_t peak_kokkos_bytes();
 // The events a step must not make but one whole-device wait (allocations, frees, fences, host copies,
 // host waits), numbered from 0 in the order they happened: how many so far, and the newest of them
 // from number `since` on (at most 32, oldest first) -- what to look at when a step makes one.

@@ -98,6 +98,9 @@ void write_run_attributes(hid_t g, const TraceMeta& meta) {
   h5_attr_text(g, "dp_collective_kinds", kind_names(is_dp_collective));
   h5_attr_text(g, "kind_display", kind_list(any_kind, event_display));
   h5_attr_text(g, "kind_colours", kind_list(any_kind, event_colour));
+  h5_attr_text(g, "prediction_source", meta.prediction_source);
+  h5_attr_double(g, "predicted_step_ms", meta.predicted_step_ms);
+  h5_attr_double(g, "predicted_tokens_per_s", meta.predicted_tokens_per_s);
 }
 
 // The /meta attributes with a value per rank (collective): its coordinates, where it ran, its
@@ -128,6 +131,8 @@ void write_rank_attributes(hid_t g, const TraceMeta& meta, const Tracer& tracer,
   attr_per_rank(g, "launches_per_step", meta.launches_per_step, comm);
   attr_per_rank(g, "bytes_moved_per_step", meta.bytes_moved_per_step, comm);
   attr_per_rank<int64_t>(g, "fences_reported", meta.fences_reported, comm);
+  attr_per_rank(g, "predicted_memory_bytes", meta.predicted_memory_bytes, comm);
+  attr_per_rank(g, "measured_memory_bytes", meta.measured_memory_bytes, comm);
 }
 
 // /meta: attributes only (collective metadata: every rank makes the same calls).

@@ -28,6 +28,9 @@
 //             launches_per_step (kernels), bytes_moved_per_step (the memory traffic the kernels,
 //             GEMMs and copies declare: tensor/traffic.hpp); fences_reported (1: this Kokkos reports fences, so the
 //             wait counts mean something; 0: they read 0 whatever the code does);
+//             predicted_memory_bytes, measured_memory_bytes (the run's prediction of the rank's
+//             memory, and its most Kokkos memory at once; train/prediction.hpp);
+//             prediction_source, predicted_step_ms, predicted_tokens_per_s (one each; "" and 0: none);
 //             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
 //             "host issue times" (device work runs behind the host: an event ends when its work
 //             was queued, not done)
@@ -74,6 +77,10 @@ struct TraceMeta {
   double device_waits_per_step = -1, allocations_per_step = -1, host_waits_per_step = -1, stream_waits_per_step = -1,
          host_copies_per_step = -1, launches_per_step = -1, bytes_moved_per_step = -1;
   int fences_reported = 0;  // whether the wait counts can be trusted (runtime/device_counters)
+  // The run's prediction (train/prediction.hpp; source "" and values 0: none) and this rank's
+  // measured side of it: its most Kokkos memory at once.
+  std::string prediction_source;
+  double predicted_step_ms = 0, predicted_tokens_per_s = 0, predicted_memory_bytes = 0, measured_memory_bytes = 0;
   std::string event_timing;          // what event times mean on a device (fenced or issue times)
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;

@@ -85,6 +85,12 @@ void MetricsLog::bleu(int step, double epoch, double bleu, double train_s, doubl
   flush();
 }
 
+void MetricsLog::line(const std::string& json_object) {
+  if (!f_) return;
+  std::fprintf(f_, "%s\n", json_object.c_str());
+  flush();
+}
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) s = 0;
   const long t = long(s + 0.5);

@@ -31,6 +31,8 @@ class MetricsLog {
   // when train.bleu_every does not fall on an epoch's end), with the training time and tokens/s
   // of the steps since the last one.
   void bleu(int step, double epoch, double bleu, double train_s, double tokens_per_s, double elapsed_s);
+  // A line of its own: one JSON object (the run's prediction and its measurement, train/prediction.hpp).
+  void line(const std::string& json_object);
 
  private:
   void flush();  // WriteError naming the file when a line could not be written (a full disk)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/json.hpp"
 #include "pipeline/simulator.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "train/sampler.hpp"
@@ -22,7 +23,17 @@ void Reporter::open_log() {
 void Reporter::begin_run() {
   first_ = state_.step;
   timed_ = Sums();
-  if (!root() || opts_.quiet) return;
+  prediction_ = predict_run(cfg_, env_.device());  // (every rank: its memory goes in its trace)
+  if (!root()) return;
+  const RunPrediction& p = prediction_;
+  if (log_) {
+    Json j;
+    j.begin_object().key("predicted").begin_object().key("source").value(p.source).key("problem").value(p.problem);
+    j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s);
+    j.key("memory_bytes").values(p.memory_bytes).end().end();
+    log_->line(j.str());
+  }
+  if (opts_.quiet) return;
   const Topology& topo = *engine_.topo;
   std::printf("gpt2 train: %s | %d ranks (%s, %s, %s) | %s with %d threads, %d BLAS threads/rank\n",
               cfg_.model.describe().c_str(), topo.world_size(), topo.shape().describe().c_str(),
@@ -37,7 +48,41 @@ void Reporter::begin_run() {
     std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", cfg_.train.precision.c_str(),
                 gemm_lowp_backend(cfg_.train.precision == "bf16").c_str(),
                 state_.loss_scale.dynamic() ? ", dynamic loss scaling" : "");
+  std::printf("gpt2 train: %s\n", prediction_line(p).c_str());
   std::fflush(stdout);
+}
+
+RunMeasurement Reporter::measurement() const {
+  RunMeasurement m;
+  m.step_s = timed_.mean(&Sums::step_s), m.tokens_per_s = timed_.mean(&Sums::tok_s);
+  m.memory_bytes = double(peak_kokkos_bytes());
+  if (!tracer_.enabled() || timed_.steps == 0) return m;
+  const bool all = cfg_.train.steps - first_ == 1;  // (as step(): a one-step run times its only step)
+  double compute = 0, comm = 0;
+  for (const Event& e : tracer_.events()) {
+    if (!all && e.step <= first_ + 1) continue;
+    const auto k = EventKind(e.kind);
+    if (k == EventKind::forward || k == EventKind::backward || k == EventKind::backward_weight)
+      compute += e.end - e.start;
+    else if (event_class(k) == EventClass::communication)
+      comm += e.end - e.start;
+  }
+  m.compute_s = compute / timed_.steps, m.comm_s = comm / timed_.steps;
+  return m;
+}
+
+void Reporter::compare_with_prediction(const std::vector<RunMeasurement>& ranks) {
+  if (log_ && !ranks.empty()) {
+    Json j;
+    j.begin_object().key("measured").begin_object().key("step_ms").value(ranks[0].step_s * 1e3);
+    j.key("tokens_per_s").value(ranks[0].tokens_per_s).key("memory_bytes").begin_array();
+    for (const RunMeasurement& m : ranks) j.value(m.memory_bytes);
+    j.end().end().end();
+    log_->line(j.str());
+  }
+  if (opts_.quiet) return;
+  for (const std::string& line : comparison_lines(prediction_, ranks, cfg_.train.predict_warn))
+    std::printf("gpt2 train: %s\n", line.c_str());
 }
 
 void Reporter::step(const StepMetrics& m, const std::string& bad, bool last) {
@@ -120,7 +165,9 @@ void Reporter::summary() {
                        mem.optimizer / 1048576.0, engine_.activation_bytes() / 1048576.0,
                        double(engine_.exec->peak_slots())};
   const std::vector<RankStats> all = engine_.groups->world->host_gather_all(mine);
+  const std::vector<RunMeasurement> measured = engine_.groups->world->host_gather_all(measurement());
   if (!root()) return;
+  compare_with_prediction(measured);
   const Topology& topo = *engine_.topo;
   const int64_t per_epoch = data_.train().batches_per_epoch();
   if (!opts_.quiet && step_s > 0) {
@@ -197,6 +244,12 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
   meta.activation_bytes = double(engine_.activation_bytes());
   meta.peak_microbatches = double(engine_.exec->peak_slots());
   meta.fences_reported = device_fences_reported() ? 1 : 0;
+  const RunPrediction& p = prediction_;
+  meta.prediction_source = p.source;
+  meta.predicted_step_ms = p.step_s * 1e3, meta.predicted_tokens_per_s = p.tokens_per_s;
+  const size_t me = size_t(engine_.groups->world->rank());
+  meta.predicted_memory_bytes = me < p.memory_bytes.size() ? p.memory_bytes[me] : 0;
+  meta.measured_memory_bytes = double(peak_kokkos_bytes());
   if (device_counters_installed()) {
     const DeviceCounters& c = counts.maxima();
     meta.device_waits_per_step = double(c.device_waits);

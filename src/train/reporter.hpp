@@ -10,6 +10,7 @@
 #include "trace/hdf5_trace.hpp"
 #include "train/evaluator.hpp"
 #include "train/metrics.hpp"
+#include "train/prediction.hpp"
 
 namespace gpt2 {
 
@@ -38,6 +39,8 @@ class Reporter {
   bool root() const { return engine_.groups->world->rank() == 0; }
   void print_step(const StepMetrics& m, const std::string& bad, bool last);
   TraceMeta trace_meta(const StepCounts& counts) const;
+  RunMeasurement measurement() const;  // this rank's, over the timed steps
+  void compare_with_prediction(const std::vector<RunMeasurement>& ranks);  // rank 0
 
   const RunConfig& cfg_;
   const TrainOptions& opts_;
@@ -49,6 +52,7 @@ class Reporter {
   Tracer& tracer_;
   std::unique_ptr<MetricsLog> log_;  // rank 0
   std::vector<StepMetrics> history_;  // every step's with trace.file (the trace's /metrics), else the last
+  RunPrediction prediction_;          // made at the start (begin_run)
   int64_t first_ = 0, skipped_ = 0;   // the step the run started from; updates skipped
   struct Sums {                       // over the timed steps (not the warm-up)
     double step_s = 0, tok_s = 0, rank_tok_s = 0;

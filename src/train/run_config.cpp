@@ -1,5 +1,8 @@
 #include "train/run_config.hpp"
 
+#include <fstream>
+
+
 #include "core/error.hpp"
 #include "model/activation_sizes.hpp"
 #include "tensor/attention_choice.hpp"
@@ -83,6 +86,10 @@ std::vector<DeckField> train_fields(TrainConfig& train) {
        "the head's logits, loss and gradients this many rows at a time (0: automatic, 2^24 logits a block; 2^26 on a GPU)"},
       {"train.initial_loss_scale", &train.initial_loss_scale, "fp16: the dynamic loss scale's start"},
       {"train.loss_scale_window", &train.loss_scale_window, "fp16: clean steps before the loss scale doubles"},
+      {"train.hardware", &train.hardware,
+       "hardware file the run's step is predicted on (empty: the device's, from inputs/hardware)"},
+      {"train.predict_warn", &train.predict_warn,
+       "a measurement this far from the prediction (0.25: 25%) names the part that is off (0: never)"},
   };
 }
 
@@ -196,6 +203,10 @@ void check_counts(const RunConfig& c) {
     fail_input("train.bleu_examples", "must be >= 0 (0: all), got ", c.train.bleu_examples);
   if (c.train.bleu_tokens < 1) fail_input("train.bleu_tokens", "must be at least 1, got ", c.train.bleu_tokens);
   if (c.train.warmup_steps < 0) fail_input("train.warmup_steps", "must be >= 0, got ", c.train.warmup_steps);
+  if (!(c.train.predict_warn >= 0))
+    fail_input("train.predict_warn", "must be >= 0 (a fraction; 0: no warning), got ", c.train.predict_warn);
+  if (!c.train.hardware.empty() && !std::ifstream(c.train.hardware))
+    fail_input("train.hardware", "no readable hardware file at ", c.train.hardware, " (inputs/hardware has the project's)");
   if (c.checkpoint.every < 0) fail_input("checkpoint.every", "must be >= 0, got ", c.checkpoint.every);
   if (c.data.seq_len > c.model.block_size)
     fail_input("data.seq_len", "must be at most model.block_size (", c.model.block_size, "), got ",

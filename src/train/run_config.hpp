@@ -69,6 +69,11 @@ struct TrainConfig {
   int loss_chunk_rows = 0;
   double initial_loss_scale = 65536;  // fp16: the dynamic loss scale's start
   int loss_scale_window = 1000;       // fp16: clean steps in a row before the scale doubles
+  // The run's predicted step (train/prediction.hpp): the hardware file it is priced on ("": the one
+  // of the device the run has), and how far off the measurement may be before a line says which
+  // part is (0: never).
+  std::string hardware;
+  double predict_warn = 0.25;
 };
 
 struct ParallelConfig {

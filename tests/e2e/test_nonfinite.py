@@ -34,7 +34,8 @@ def main():
         metrics = os.path.join(w, name + ".jsonl")
         r = gpt2test.run([args.gpt2, "train", cfg, "-q", "--metrics-jsonl", metrics], 1 if layout == 1 else 2,
                          args.mpiexec, timeout=60)
-        return r, gpt2test.read_jsonl(metrics) if os.path.exists(metrics) else []
+        # (the step lines: the prediction's lines have no step)
+        return r, [x for x in gpt2test.read_jsonl(metrics) if "step" in x] if os.path.exists(metrics) else []
 
     diverge = dict(train__lr=1e9, train__grad_clip=0.0, checkpoint__every=1)
     for layout in LAYOUTS:
