@@ -75,12 +75,26 @@ void Environment::start_kokkos(int host_threads) {
   install_device_counters();  // every fence, allocation and copy counted from here on
 }
 
-int Environment::cores_per_rank() const {
+namespace {
+// The node's online cores, and how many of them this process may run on (its affinity set).
+struct Cores {
+  int online = 1, allowed = 1;
+  bool bound() const { return allowed < online; }
+};
+Cores cores_of_process() {
+  Cores c;
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  c.online = online > 0 ? int(online) : 1;
   cpu_set_t set;
   CPU_ZERO(&set);
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const int bound = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : int(cores);
-  const int n = bound < cores ? bound : int(cores > 0 ? cores : 1) / local_size_;
+  c.allowed = ::sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : c.online;
+  return c;
+}
+}  // namespace
+
+int Environment::cores_per_rank() const {
+  const Cores c = cores_of_process();
+  const int n = c.bound() ? c.allowed : c.online / local_size_;
   return n < 1 ? 1 : n;
 }
 
@@ -135,16 +149,13 @@ std::string Environment::thread_fit(int blas_threads) const {
   (void)blas_threads;
   return "";  // (the device computes; a Serial build runs one thread whatever the cores)
 #else
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int online = int(::sysconf(_SC_NPROCESSORS_ONLN));
-  const bool bound = ::sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < online;
+  const Cores node = cores_of_process();
   const int cores = cores_per_rank(), kokkos = host_threads_;
   const int busy = kokkos > blas_threads ? kokkos : blas_threads, fewer = kokkos < blas_threads ? kokkos : blas_threads;
   const auto n = [](int v) { return std::to_string(v); };
   std::string what;
-  if (!bound && local_size_ * busy > online)
-    what = n(local_size_) + " rank(s) of " + n(busy) + " busy thread(s) share " + n(online) + " core(s)";
+  if (!node.bound() && local_size_ * busy > node.online)
+    what = n(local_size_) + " rank(s) of " + n(busy) + " busy thread(s) share " + n(node.online) + " core(s)";
   else if (busy > cores)
     what = n(busy) + " busy threads share " + n(cores) + " core(s)";
   else if (fewer < cores)

@@ -112,7 +112,14 @@ void gemm_lowp<fp16>(Op opA, Op opB, int M, int N, int K, float alpha, const fp1
   convert_gemm<fp16>(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-bool gemm_lowp_fuses_epilogue(bool bf16_inputs) { return gemm_lowp_backend(bf16_inputs) == "oneDNN"; }
+bool gemm_lowp_fuses_epilogue(bool bf16_inputs) {  // (per forward product: no string, unlike the backend's name)
+#if defined(GPT2_HAVE_ONEDNN)
+  return bf16_inputs && !g_force_convert;
+#else
+  (void)bf16_inputs;
+  return false;
+#endif
+}
 template <class L>
 void gemm_lowp_with_epilogue(int M, int N, int K, const L* A, int lda, const L* B, int ldb, float* C, int ldc,
                              const GemmEpilogue& e) {

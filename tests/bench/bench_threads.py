@@ -21,17 +21,8 @@ import sys
 import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-        "seventeen eighteen nineteen").split()
-TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def words(n):
-    if n < 20:
-        return ONES[n]
-    if n < 100:
-        return TENS[n // 10] + ("" if n % 10 == 0 else " " + ONES[n % 10])
-    return ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + words(n % 100))
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+import gpt2test  # noqa: E402
 
 
 def prepare(gpt2, work):
@@ -40,7 +31,7 @@ def prepare(gpt2, work):
     with open(pairs, "w") as f:
         for _ in range(4000):
             k = rng.randrange(1000)
-            f.write(f"{k}\t{words(k)}\n")
+            f.write(f"{k}\t{gpt2test.number_words(k)}\n")
     out = os.path.join(work, "data")
     subprocess.run([gpt2, "prepare", "--pairs", "--out", out, pairs], check=True, capture_output=True)
     return out

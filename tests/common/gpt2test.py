@@ -121,6 +121,21 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+# ---- translation pairs: numbers and their English words (made-up corpora of tests and benchmarks) ----
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+         "seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def number_words(n):
+    """0 <= n < 1000 in English words: 342 -> "three hundred forty two"."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    return _ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + number_words(n % 100))
+
+
 class Checks:
     """Collects failures so a test reports all of them, then exits non-zero."""
 

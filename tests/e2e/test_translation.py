@@ -28,17 +28,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 import gpt2test  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-        "seventeen eighteen nineteen").split()
-TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def words(n):
-    if n < 20:
-        return ONES[n]
-    if n < 100:
-        return TENS[n // 10] + ("" if n % 10 == 0 else " " + ONES[n % 10])
-    return ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + words(n % 100))
 
 
 def corpus(path, n, seed, shuffle_sources=False):
@@ -51,7 +40,7 @@ def corpus(path, n, seed, shuffle_sources=False):
                 chars = list(src)
                 random.Random(k * 31 + 7).shuffle(chars)
                 src = "".join(chars)
-            f.write(f"{src}\t{words(k)}\n")
+            f.write(f"{src}\t{gpt2test.number_words(k)}\n")
 
 
 def main():
