@@ -82,7 +82,8 @@ def prediction(meta):
     return {"source": source, "step_time_s": float(meta["predicted_step_ms"]) / 1e3,
             "tokens_per_s": float(meta["predicted_tokens_per_s"]),
             "memory_per_rank": as_list(meta.get("predicted_memory_bytes", [])),
-            "measured_memory_per_rank": as_list(meta.get("measured_memory_bytes", []))}
+            "measured_memory_per_rank": as_list(meta.get("measured_memory_bytes", [])),
+            "measured_rss_per_rank": as_list(meta.get("measured_rss_bytes", []))}
 
 
 def pct(x):
@@ -123,7 +124,8 @@ def print_table(rows, peak_tflops, skip):
         mem_off = mem / pmem - 1 if pmem > 0 else float("nan")
         print(f"{r['label'].split(' (')[0]}: step {1e3 * r['mean_step_time_s']:.2f} ms against "
               f"{1e3 * p['step_time_s']:.2f} predicted ({100 * step_off:+.1f}%); memory {mem / 1048576:.1f} MiB "
-              f"against {pmem / 1048576:.1f} on the largest rank ({100 * mem_off:+.1f}%); from {p['source']}")
+              f"against {pmem / 1048576:.1f} on the largest rank ({100 * mem_off:+.1f}%); from {p['source']}"
+              + (f"; peak RSS {max(p['measured_rss_per_rank']) / 1048576:.1f} MiB" if p["measured_rss_per_rank"] else ""))
     print("\nmemory at rest per rank (MiB: params / grads / optimizer; peak activations, ZeRO workspaces) and "
           "data-parallel volume per step (x the stage's parameter bytes; theory in brackets)")
     for r in rows:

@@ -22,11 +22,13 @@ class CommCpRing final : public CpRing<float> {
     pending_.push_back({cp_.isendrecv(send, n, next, kTag, recv, n, prev, kTag, DType::f32), tracer_.now(), n});
   }
   void finish_shifts() override {
+    const double start = tracer_.now();
     for (Shift& s : pending_) {
       cp_.order_after(s.request);
       tracer_.record(EventKind::cp_shift, step_, -1, s.start, tracer_.now(), int64_t(s.n * sizeof(float)));
     }
     pending_.clear();
+    if (tracer_.timing()) tracer_.note_wait(tracer_.now() - start);
   }
 
  private:

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runtime/device_counters.hpp"
+#include "runtime/process_memory.hpp"
 #include "tensor/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -187,6 +188,16 @@ std::string Environment::device() const {
   while (std::getline(cpu, line))
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "host CPU";
+#endif
+}
+
+uint64_t Environment::memory_limit_bytes() const {
+#if defined(KOKKOS_ENABLE_CUDA)
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device_id_) == cudaSuccess) return uint64_t(p.totalGlobalMem);
+  return 0;
+#else
+  return node_memory_bytes() / uint64_t(local_size_);
 #endif
 }
 

@@ -11,6 +11,7 @@
 // then.
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 
 namespace gpt2 {
@@ -53,6 +54,9 @@ class Environment {
   std::string device() const;
   int device_id() const { return device_id_; }
   std::string host() const;  // this machine's host name
+  // The memory this rank may fill before it runs out: its GPU's, else the node's memory (or its
+  // control group's limit) divided by the ranks on the node; 0 where unknown.
+  uint64_t memory_limit_bytes() const;
 
   // The status this process ends with should MPI_Finalize hang (below); returns it, so that a
   // command can `return env.exit_status(rc);`.

@@ -133,6 +133,7 @@ void write_rank_attributes(hid_t g, const TraceMeta& meta, const Tracer& tracer,
   attr_per_rank<int64_t>(g, "fences_reported", meta.fences_reported, comm);
   attr_per_rank(g, "predicted_memory_bytes", meta.predicted_memory_bytes, comm);
   attr_per_rank(g, "measured_memory_bytes", meta.measured_memory_bytes, comm);
+  attr_per_rank(g, "measured_rss_bytes", meta.measured_rss_bytes, comm);
 }
 
 // /meta: attributes only (collective metadata: every rank makes the same calls).

@@ -29,7 +29,8 @@
 //             GEMMs and copies declare: tensor/traffic.hpp); fences_reported (1: this Kokkos reports fences, so the
 //             wait counts mean something; 0: they read 0 whatever the code does);
 //             predicted_memory_bytes, measured_memory_bytes (the run's prediction of the rank's
-//             memory, and its most Kokkos memory at once; train/prediction.hpp);
+//             memory, and its most Kokkos memory at once; train/prediction.hpp), measured_rss_bytes
+//             (the rank's peak resident memory);
 //             prediction_source, predicted_step_ms, predicted_tokens_per_s (one each; "" and 0: none);
 //             event_timing: "fenced per event" (trace.sync), "fenced per unit" (trace.units), or
 //             "host issue times" (device work runs behind the host: an event ends when its work
@@ -81,6 +82,7 @@ struct TraceMeta {
   // measured side of it: its most Kokkos memory at once.
   std::string prediction_source;
   double predicted_step_ms = 0, predicted_tokens_per_s = 0, predicted_memory_bytes = 0, measured_memory_bytes = 0;
+  double measured_rss_bytes = 0;
   std::string event_timing;          // what event times mean on a device (fenced or issue times)
   int64_t tokens_per_step = 0, num_params = 0, batch_size = 0, steps = 0, batches_per_epoch = 0,
           train_tokens = 0;

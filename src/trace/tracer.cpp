@@ -45,6 +45,7 @@ constexpr KindInfo kKinds[] = {
     {"checkpoint_write", O, "lane", "#999999"},
     {"recompute", O, "lane", "#8E6C8A"},
     {"cp_shift", M, "lane", "#F28E2B"},
+    {"straggler", O, "detail", "#D62728"},
 };
 static_assert(sizeof(kKinds) / sizeof(kKinds[0]) == size_t(EventKind::count_), "one entry per EventKind");
 }  // namespace
@@ -53,6 +54,19 @@ const char* event_name(EventKind k) { return kKinds[int(k)].name; }
 EventClass event_class(EventKind k) { return kKinds[int(k)].cls; }
 const char* event_display(EventKind k) { return kKinds[int(k)].display; }
 const char* event_colour(EventKind k) { return kKinds[int(k)].colour; }
+// A cp shift's event spans its overlap with compute: its blocking part comes through note_wait.
+void Tracer::account(EventKind k, double seconds) {
+  if (is_pass(k))
+    times_.compute += seconds;
+  else if (event_class(k) == EventClass::communication && k != EventKind::cp_shift)
+    note_wait(seconds);
+}
+
+void Tracer::note_wait(double seconds) {
+  times_.wait += seconds;
+  if (in_pass_) times_.compute -= seconds;
+}
+
 bool is_dp_collective(EventKind k) {
   return k == EventKind::allreduce_issue || k == EventKind::reduce_scatter_issue || k == EventKind::all_gather_issue;
 }

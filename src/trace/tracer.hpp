@@ -3,7 +3,8 @@
 // all ranks share: sync_clock() measures each rank's offset to rank 0 at start-up (ping-pong, best of
 // several rounds). With sync on, device work is fenced at both ends of each event so the times cover
 // the kernels; off, events time what the host issued (cheap, and what a run without tracing does).
-// Communication events carry the bytes they move. Each kind has a name, a class (pipeline compute,
+// Communication events carry the bytes they move. With pass timing on (train.straggler_every), every
+// timed region also adds to this rank's compute and wait seconds, traced or not (take_pass_times). Each kind has a name, a class (pipeline compute,
 // communication, other), a display class and a colour, which the trace file stores so that readers
 // need no copy of them.
 #include <chrono>
@@ -28,6 +29,7 @@ enum class EventKind : int32_t {
   checkpoint_write,  // checkpoint.async: that write, on its thread (with the bytes it wrote)
   recompute,         // train.recompute: a block's recomputation inside its backward (unit: 1 + block)
   cp_shift,          // context parallelism: a K/V block (or its gradient) moved one rank on the ring
+  straggler,         // train.straggler_every: this rank was named slow over the steps the event spans
   count_
 };
 enum class EventClass { compute, communication, other };
@@ -60,6 +62,22 @@ class Tracer {
   bool enabled() const { return enabled_; }
   bool sync() const { return sync_; }
 
+  // Compute: the passes (forward, backward, weight), less the blocking communication inside them;
+  // wait: the communication outside the passes and the blocking part inside them. On a GPU these
+  // are the host's times (what it issued, and waited for).
+  struct PassTimes {
+    double compute = 0, wait = 0;
+  };
+  void time_passes(bool on) { timing_ = on; }
+  bool timing() const { return timing_ || enabled_; }
+  PassTimes take_pass_times() {  // since the last take
+    const PassTimes t = times_;
+    times_ = PassTimes();
+    return t;
+  }
+  // Time a communication spent blocking the host where no event says so (a cp shift's completion).
+  void note_wait(double seconds);
+
   double now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
            offset_;
@@ -70,6 +88,7 @@ class Tracer {
 
   void record(EventKind k, int step, int mb, double start, double end, int64_t bytes = 0, int chunk = 0,
               int unit = -1, int pair = 0) {
+    if (timing()) account(k, end - start);
     if (!enabled_) return;
     if (events_.size() < size_t(capacity_))
       events_.push_back({int32_t(k), step, mb, stage_, start, end, bytes, chunk, unit, pair});
@@ -82,16 +101,15 @@ class Tracer {
    public:
     Scope(Tracer& t, EventKind k, int step, int mb = -1, size_t bytes = 0, int chunk = 0, int pair = 0)
         : t_(t), k_(k), step_(step), mb_(mb), chunk_(chunk), pair_(pair), bytes_(int64_t(bytes)) {
-      if (t_.enabled_) {
-        t_.fence();
-        start_ = t_.now();
-      }
+      if (t_.enabled_) t_.fence();
+      if (t_.timing()) start_ = t_.now();
+      if (is_pass(k_)) t_.in_pass_ = true;
     }
     ~Scope() {
-      if (t_.enabled_) {
-        t_.fence();
-        t_.record(k_, step_, mb_, start_, t_.now(), bytes_, chunk_, -1, pair_);
-      }
+      if (is_pass(k_)) t_.in_pass_ = false;
+      if (!t_.timing()) return;
+      if (t_.enabled_) t_.fence();
+      t_.record(k_, step_, mb_, start_, t_.now(), bytes_, chunk_, -1, pair_);
     }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -109,7 +127,13 @@ class Tracer {
   int64_t dropped() const { return dropped_; }
 
  private:
-  bool enabled_ = false, sync_ = false;
+  static bool is_pass(EventKind k) {
+    return k == EventKind::forward || k == EventKind::backward || k == EventKind::backward_weight;
+  }
+  void account(EventKind k, double seconds);
+
+  bool enabled_ = false, sync_ = false, timing_ = false, in_pass_ = false;
+  PassTimes times_;
   int64_t capacity_ = 0, dropped_ = 0;
   int32_t stage_ = 0;
   double offset_ = 0, clock_error_ = 0;

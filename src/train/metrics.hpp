@@ -16,6 +16,8 @@ struct StepMetrics {
   double val_loss = -1;         // < 0: not evaluated at this step
   bool skipped = false;         // update skipped: not finite (train.nonfinite), or an fp16 overflow
   double loss_scale = 1;        // the loss scale the step ran with (fp16; 1 otherwise)
+  double compute_ms = 0;        // this rank's passes, less their waits (Tracer::PassTimes; 0: not timed)
+  double wait_ms = 0;           // and its communication waits
 };
 
 class MetricsLog {

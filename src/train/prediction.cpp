@@ -76,9 +76,9 @@ std::vector<std::string> comparison_lines(const RunPrediction& p, const std::vec
                                           double warn) {
   if (!p.valid() || ranks.empty() || !(ranks[0].step_s > 0)) return {};
   const RunMeasurement& first = ranks[0];
-  double memory = 0, compute = -1, comm = -1;
+  double memory = 0, rss = 0, compute = -1, comm = -1;
   for (const RunMeasurement& m : ranks) {
-    memory = std::max(memory, m.memory_bytes);
+    memory = std::max(memory, m.memory_bytes), rss = std::max(rss, m.rss_bytes);
     compute = std::max(compute, m.compute_s), comm = std::max(comm, m.comm_s);
   }
   const double predicted_memory = *std::max_element(p.memory_bytes.begin(), p.memory_bytes.end());
@@ -87,7 +87,8 @@ std::vector<std::string> comparison_lines(const RunPrediction& p, const std::vec
       format("measured against predicted: step %.1f ms against %.1f (%+.1f%%), ", first.step_s * 1e3, p.step_s * 1e3,
              100 * step_off) +
       format("%.0f tokens/s against %.0f; memory %.1f MiB", first.tokens_per_s, p.tokens_per_s, mib(memory)) +
-      format(" against %.1f on the largest rank (%+.1f%%)", mib(predicted_memory), 100 * memory_off)};
+      format(" against %.1f on the largest rank (%+.1f%%)", mib(predicted_memory), 100 * memory_off) +
+      (rss > 0 ? format("; peak RSS %.1f MiB", mib(rss)) : std::string())};
   if (warn <= 0 || (std::abs(step_off) <= warn && std::abs(memory_off) <= warn)) return lines;
   std::string part;
   if (std::abs(memory_off) > std::abs(step_off))

@@ -31,6 +31,7 @@ struct RunMeasurement {
   double step_s = 0, tokens_per_s = 0;
   double compute_s = -1, comm_s = -1;  // a step's passes and communication (< 0: no trace to tell)
   double memory_bytes = 0;             // its most Kokkos memory at once (the prediction's memory)
+  double rss_bytes = 0;                // its process's peak resident memory (host RSS)
 };
 
 // The line a run starts with, and the ones it ends with: measured against predicted (the largest

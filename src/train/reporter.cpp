@@ -5,6 +5,7 @@
 
 #include "core/json.hpp"
 #include "pipeline/simulator.hpp"
+#include "runtime/process_memory.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "train/sampler.hpp"
 
@@ -12,7 +13,8 @@ namespace gpt2 {
 
 Reporter::Reporter(const RunConfig& cfg, const TrainOptions& opts, Environment& env, RankEngine& engine,
                    TrainData& data, TrainState& state, ModelGather& gather, Tracer& tracer)
-    : cfg_(cfg), opts_(opts), env_(env), engine_(engine), data_(data), state_(state), gather_(gather), tracer_(tracer) {}
+    : cfg_(cfg), opts_(opts), env_(env), engine_(engine), data_(data), state_(state), gather_(gather), tracer_(tracer),
+      monitor_(std::make_unique<StragglerMonitor>(cfg, env, *engine.topo, *engine.groups->world, tracer)) {}
 
 Reporter::~Reporter() = default;
 
@@ -55,7 +57,7 @@ void Reporter::begin_run() {
 RunMeasurement Reporter::measurement() const {
   RunMeasurement m;
   m.step_s = timed_.mean(&Sums::step_s), m.tokens_per_s = timed_.mean(&Sums::tok_s);
-  m.memory_bytes = double(peak_kokkos_bytes());
+  m.memory_bytes = double(peak_kokkos_bytes()), m.rss_bytes = double(peak_rss_bytes());
   if (!tracer_.enabled() || timed_.steps == 0) return m;
   const bool all = cfg_.train.steps - first_ == 1;  // (as step(): a one-step run times its only step)
   double compute = 0, comm = 0;
@@ -77,6 +79,8 @@ void Reporter::compare_with_prediction(const std::vector<RunMeasurement>& ranks)
     j.begin_object().key("measured").begin_object().key("step_ms").value(ranks[0].step_s * 1e3);
     j.key("tokens_per_s").value(ranks[0].tokens_per_s).key("memory_bytes").begin_array();
     for (const RunMeasurement& m : ranks) j.value(m.memory_bytes);
+    j.end().key("rss_bytes").begin_array();
+    for (const RunMeasurement& m : ranks) j.value(m.rss_bytes);
     j.end().end().end();
     log_->line(j.str());
   }
@@ -86,7 +90,8 @@ void Reporter::compare_with_prediction(const std::vector<RunMeasurement>& ranks)
 }
 
 void Reporter::step(const StepMetrics& m, const std::string& bad, bool last) {
-  if (state_.step > first_ + 1 || cfg_.train.steps - first_ == 1) {  // the first step includes warm-up costs
+  const bool timed = state_.step > first_ + 1 || cfg_.train.steps - first_ == 1;  // the first step includes warm-up costs
+  if (timed) {
     timed_.step_s += m.step_ms / 1e3, timed_.tok_s += m.tokens_per_s, timed_.rank_tok_s += m.rank_tokens_per_s;
     ++timed_.steps;
   }
@@ -98,6 +103,7 @@ void Reporter::step(const StepMetrics& m, const std::string& bad, bool last) {
   else
     history_.push_back(m);
   if (root()) print_step(m, bad, last);
+  monitor_->after_step(m, timed, log_.get(), opts_.quiet);
 }
 
 void Reporter::print_step(const StepMetrics& m, const std::string& bad, bool last) {
@@ -157,13 +163,14 @@ void Reporter::maybe_sample() {
 
 void Reporter::summary() {
   struct RankStats {
-    double step_s, tok_s, param_mib, grad_mib, opt_mib, act_mib, peak_mb;
+    double step_s, tok_s, param_mib, grad_mib, opt_mib, act_mib, peak_mb, compute_ms, wait_ms, used_mib;
   };
   const double step_s = timed_.mean(&Sums::step_s), tok_s = timed_.mean(&Sums::tok_s);
   const MemoryUse mem = engine_.store->memory();
   const RankStats mine{step_s, timed_.mean(&Sums::rank_tok_s), mem.params / 1048576.0, mem.grads / 1048576.0,
                        mem.optimizer / 1048576.0, engine_.activation_bytes() / 1048576.0,
-                       double(engine_.exec->peak_slots())};
+                       double(engine_.exec->peak_slots()), monitor_->compute_s() * 1e3, monitor_->wait_s() * 1e3,
+                       StragglerMonitor::used_memory_bytes() / 1048576.0};
   const std::vector<RankStats> all = engine_.groups->world->host_gather_all(mine);
   const std::vector<RunMeasurement> measured = engine_.groups->world->host_gather_all(measurement());
   if (!root()) return;
@@ -184,6 +191,9 @@ void Reporter::summary() {
                    (topo.tp() > 1 ? ", tp " + std::to_string(c.tp) : std::string())).c_str(), s.tok_s,
                   format_duration(s.step_s * per_epoch).c_str(), s.param_mib, s.grad_mib, s.opt_mib, s.act_mib,
                   s.peak_mb);
+      if (s.compute_ms > 0)
+        std::printf("    compute %.1f ms, waits %.1f ms a step | peak memory %.1f MiB (%s)\n", s.compute_ms, s.wait_ms,
+                    s.used_mib, StragglerMonitor::used_memory_kind());
     }
     if (size > 16) std::printf("  (%d more ranks)\n", size - 16);
     if (!history_.empty()) std::printf("final loss %.4f\n", history_.back().loss);
@@ -249,7 +259,7 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
   meta.predicted_step_ms = p.step_s * 1e3, meta.predicted_tokens_per_s = p.tokens_per_s;
   const size_t me = size_t(engine_.groups->world->rank());
   meta.predicted_memory_bytes = me < p.memory_bytes.size() ? p.memory_bytes[me] : 0;
-  meta.measured_memory_bytes = double(peak_kokkos_bytes());
+  meta.measured_memory_bytes = double(peak_kokkos_bytes()), meta.measured_rss_bytes = double(peak_rss_bytes());
   if (device_counters_installed()) {
     const DeviceCounters& c = counts.maxima();
     meta.device_waits_per_step = double(c.device_waits);

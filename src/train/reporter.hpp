@@ -11,6 +11,7 @@
 #include "train/evaluator.hpp"
 #include "train/metrics.hpp"
 #include "train/prediction.hpp"
+#include "train/straggler.hpp"
 
 namespace gpt2 {
 
@@ -53,6 +54,7 @@ class Reporter {
   std::unique_ptr<MetricsLog> log_;  // rank 0
   std::vector<StepMetrics> history_;  // every step's with trace.file (the trace's /metrics), else the last
   RunPrediction prediction_;          // made at the start (begin_run)
+  std::unique_ptr<StragglerMonitor> monitor_;
   int64_t first_ = 0, skipped_ = 0;   // the step the run started from; updates skipped
   struct Sums {                       // over the timed steps (not the warm-up)
     double step_s = 0, tok_s = 0, rank_tok_s = 0;

@@ -90,6 +90,14 @@ std::vector<DeckField> train_fields(TrainConfig& train) {
        "hardware file the run's step is predicted on (empty: the device's, from inputs/hardware)"},
       {"train.predict_warn", &train.predict_warn,
        "a measurement this far from the prediction (0.25: 25%) names the part that is off (0: never)"},
+      {"train.straggler_every", &train.straggler_every,
+       "steps between the ranks' comparison of their compute times, which names slow ranks (0: never)"},
+      {"train.straggler_ratio", &train.straggler_ratio,
+       "a rank whose compute is this many times its peers' median is named slow"},
+      {"train.memory_warn", &train.memory_warn,
+       "a rank whose peak memory passes this fraction of its limit is named (0: never)"},
+      {"train.memory_limit_mb", &train.memory_limit_mb,
+       "a rank's memory limit in MiB (0: its GPU's memory, or its share of the node's)"},
   };
 }
 
@@ -205,6 +213,14 @@ void check_counts(const RunConfig& c) {
   if (c.train.warmup_steps < 0) fail_input("train.warmup_steps", "must be >= 0, got ", c.train.warmup_steps);
   if (!(c.train.predict_warn >= 0))
     fail_input("train.predict_warn", "must be >= 0 (a fraction; 0: no warning), got ", c.train.predict_warn);
+  if (c.train.straggler_every < 0)
+    fail_input("train.straggler_every", "must be >= 0 (0: never compare), got ", c.train.straggler_every);
+  if (!(c.train.straggler_ratio > 1))
+    fail_input("train.straggler_ratio", "must be > 1 (1.2: 20% slower than its peers), got ", c.train.straggler_ratio);
+  if (!(c.train.memory_warn >= 0 && c.train.memory_warn <= 1))
+    fail_input("train.memory_warn", "must be in [0, 1] (a fraction of the limit; 0: never), got ", c.train.memory_warn);
+  if (!(c.train.memory_limit_mb >= 0))
+    fail_input("train.memory_limit_mb", "must be >= 0 (0: detected), got ", c.train.memory_limit_mb);
   if (!c.train.hardware.empty() && !std::ifstream(c.train.hardware))
     fail_input("train.hardware", "no readable hardware file at ", c.train.hardware, " (inputs/hardware has the project's)");
   if (c.checkpoint.every < 0) fail_input("checkpoint.every", "must be >= 0, got ", c.checkpoint.every);

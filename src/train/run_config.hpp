@@ -74,6 +74,14 @@ struct TrainConfig {
   // part is (0: never).
   std::string hardware;
   double predict_warn = 0.25;
+  // Slow ranks named as the run goes (train/straggler.hpp): every straggler_every steps (0: never;
+  // no cost then) the ranks compare their compute, and a rank this many times its peers' median
+  // is named. A rank whose peak memory passes memory_warn of memory_limit_mb (0: its device's, or
+  // its share of the node's) is named too.
+  int straggler_every = 50;
+  double straggler_ratio = 1.2;
+  double memory_warn = 0.9;
+  double memory_limit_mb = 0;
 };
 
 struct ParallelConfig {

@@ -79,6 +79,7 @@ StepMetrics Trainer::train_step() {
   Tracer::Scope scope(tracer_, EventKind::step, step);
   const WaitContext context([step] { return "training step " + std::to_string(step + 1); });
   counts_.begin_step();
+  tracer_.take_pass_times();  // (what ran between steps is not the step's)
   const double t0 = tracer_.now();
   RankEngine& e = *engine_;
   const int m_count = cfg_.parallel.microbatches;
@@ -117,6 +118,8 @@ StepMetrics Trainer::train_step() {
   counts_.end_step();
   const double dt = tracer_.now() - t0;
   m.step_ms = dt * 1e3;
+  const Tracer::PassTimes times = tracer_.take_pass_times();
+  m.compute_ms = times.compute * 1e3, m.wait_ms = times.wait * 1e3;
   m.tokens_per_s = double(cfg_.train.batch_size) * cfg_.data.seq_len / dt;
   m.rank_tokens_per_s = m.tokens_per_s / (cfg_.parallel.dp * e.topo->cp());
   return m;

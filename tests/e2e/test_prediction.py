@@ -59,8 +59,10 @@ def main():
     pred, meas = jsonl(m, "predicted"), jsonl(m, "measured")
     c.check(len(pred) == 1 and pred[0]["step_ms"] > 0 and pred[0]["tokens_per_s"] > 0 and pred[0]["problem"] == "",
             f"one predicted object with a step: {pred}")
-    c.check(len(meas) == 1 and meas[0]["step_ms"] > 0 and len(meas[0]["memory_bytes"]) == 1,
-            f"one measured object, one rank's memory: {meas}")
+    c.check(len(meas) == 1 and meas[0]["step_ms"] > 0 and len(meas[0]["memory_bytes"]) == 1
+            and len(meas[0]["rss_bytes"]) == 1 and meas[0]["rss_bytes"][0] > meas[0]["memory_bytes"][0],
+            f"one measured object, one rank's memory and its peak RSS (above what Kokkos holds): {meas}")
+    c.check("; peak RSS " in r.out, f"the end's comparison gives the peak RSS:\n{r.out}")
     if pred and meas:
         ratio = meas[0]["memory_bytes"][0] / pred[0]["memory_bytes"][0]
         c.check(0.5 < ratio < 2, f"the measured memory is the predicted one's kind (ratio {ratio:.2f})")
@@ -68,11 +70,11 @@ def main():
         meta = f["meta"].attrs
         c.check(meta["predicted_step_ms"] > 0 and "devbox" in str(meta["prediction_source"]),
                 f"/meta has the prediction: {meta['predicted_step_ms']}, {meta['prediction_source']}")
-        c.check(meta["predicted_memory_bytes"][0] > 0 and meta["measured_memory_bytes"][0] > 0,
-                "/meta has each rank's predicted and measured memory")
+        c.check(meta["predicted_memory_bytes"][0] > 0 and meta["measured_memory_bytes"][0] > 0
+                and meta["measured_rss_bytes"][0] > 0, "/meta has each rank's predicted and measured memory, and RSS")
 
     rep = gpt2test.run([sys.executable, os.path.join(ROOT, "analysis", "report.py"), P("run.h5")], 1, args.mpiexec)
-    c.check(rep.rc == 0 and " predicted (" in rep.out and "devbox" in rep.out,
+    c.check(rep.rc == 0 and " predicted (" in rep.out and "devbox" in rep.out and "peak RSS" in rep.out,
             f"analysis/report.py shows the prediction:\n{rep.out}{rep.err}")
 
     # The same folder again: priced from the first run's trace.
@@ -92,10 +94,12 @@ def main():
     # Two ranks: the prediction and the measurement of each.
     r, m = train("dp2", "parallel.dp=2", f"trace.file={P('dp2.h5')}", ranks=2)
     pred, meas = jsonl(m, "predicted"), jsonl(m, "measured")
-    c.check(len(pred) == 1 and len(pred[0]["memory_bytes"]) == 2 and len(meas[0]["memory_bytes"]) == 2,
+    c.check(len(pred) == 1 and len(pred[0]["memory_bytes"]) == 2 and len(meas[0]["memory_bytes"]) == 2
+            and len(meas[0]["rss_bytes"]) == 2,
             f"dp 2: two ranks' memory predicted and measured: {pred} {meas}")
     with h5py.File(P("dp2.h5"), "r") as f:
-        c.check(len(f["meta"].attrs["measured_memory_bytes"]) == 2, "/meta: a measured memory per rank")
+        c.check(len(f["meta"].attrs["measured_memory_bytes"]) == 2 and len(f["meta"].attrs["measured_rss_bytes"]) == 2,
+                "/meta: a measured memory and RSS per rank")
 
     bad = gpt2test.run([args.gpt2, "train", P("tiny.toml"), "--set", f"train.hardware={P('nope.toml')}"], 1,
                        args.mpiexec)
