@@ -14,6 +14,7 @@ namespace gpt2 {
 
 namespace {
 constexpr size_t kMaxSamples = 1024;  // a rank's median is over at most this many steps of an interval
+constexpr double kMinGapSeconds = 1e-3;  // a slow rank costs its peers more than this a step
 
 double median_of(std::vector<double>& x) {  // (reorders x)
   if (x.empty()) return 0;
@@ -30,7 +31,8 @@ void copy_name(char* to, size_t size, const std::string& from) {
 }
 }  // namespace
 
-std::vector<SlowRank> find_slow_ranks(const std::vector<double>& compute, const std::vector<int>& group, double ratio) {
+std::vector<SlowRank> find_slow_ranks(const std::vector<double>& compute, const std::vector<int>& group, double ratio,
+                                      double min_gap) {
   std::vector<SlowRank> slow;
   std::vector<double> peers;
   for (size_t r = 0; r < compute.size(); ++r) {
@@ -40,7 +42,7 @@ std::vector<SlowRank> find_slow_ranks(const std::vector<double>& compute, const 
       if (q != r && group[q] == group[r] && compute[q] > 0) peers.push_back(compute[q]);
     if (peers.empty()) continue;
     const double m = median_of(peers);
-    if (compute[r] > ratio * m) slow.push_back({int(r), compute[r], m});
+    if (compute[r] > ratio * m && compute[r] - m > min_gap) slow.push_back({int(r), compute[r], m});
   }
   return slow;
 }
@@ -125,7 +127,7 @@ void StragglerMonitor::name_slow(const std::vector<Sample>& all, int step, Metri
     stage.push_back(Topology::coords_of(topo_.shape(), int(r)).pp);
   }
   std::vector<int> now(all.size(), 0);  // slow in this interval: its first step (0: not slow)
-  for (const SlowRank& s : find_slow_ranks(compute, stage, cfg_.train.straggler_ratio)) {
+  for (const SlowRank& s : find_slow_ranks(compute, stage, cfg_.train.straggler_ratio, kMinGapSeconds)) {
     const Sample& x = all[size_t(s.rank)];
     now[size_t(s.rank)] = x.first_step;
     const int since = slow_since_[size_t(s.rank)];  // slow in the interval before too: named

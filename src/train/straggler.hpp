@@ -29,9 +29,12 @@ struct SlowRank {
   int rank;
   double compute_s, peers_s;  // its median compute a step, and its peers' median of theirs
 };
-// The ranks whose compute[r] exceeds `ratio` times the median of the other ranks of group[r]; a rank
-// alone in its group is never named.
-std::vector<SlowRank> find_slow_ranks(const std::vector<double>& compute, const std::vector<int>& group, double ratio);
+// The ranks whose compute[r] exceeds `ratio` times the median of the other ranks of group[r], and by
+// more than min_gap seconds (a rank that costs its peers less than that a step is not worth naming:
+// on tiny steps a core's scheduling noise alone passes any ratio); a rank alone in its group is
+// never named.
+std::vector<SlowRank> find_slow_ranks(const std::vector<double>& compute, const std::vector<int>& group, double ratio,
+                                      double min_gap = 0);
 
 class StragglerMonitor {
  public:

@@ -29,6 +29,11 @@ TEST(Stragglers, ARankIsComparedWithTheMedianOfItsPeersNotWithItself) {
   EXPECT_TRUE(named({1.0, 1.19}, {0, 0}).empty());
 }
 
+TEST(Stragglers, ASlownessOfLessThanTheGapIsNotNamed) {
+  EXPECT_TRUE(find_slow_ranks({0.0014, 0.0021}, {0, 0}, 1.2, 1e-3).empty());  // 1.5x, but 0.7 ms a step
+  EXPECT_EQ(find_slow_ranks({0.0040, 0.0060}, {0, 0}, 1.2, 1e-3).size(), 1u);
+}
+
 TEST(Stragglers, PeersAreTheRanksOfOneStageAndAnEmptyIntervalIsNoEvidence) {
   // Stage 1 does twice stage 0's work: nobody is slow among the ranks of their own stage.
   EXPECT_TRUE(named({1.0, 2.0, 1.0, 2.0}, {0, 1, 0, 1}).empty());
