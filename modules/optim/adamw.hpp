@@ -15,12 +15,7 @@ class AdamW final : public Optimizer {
   std::vector<std::pair<std::string, Vec<float>>> state() override;
 
  private:
-  struct Span {
-    Range range;
-    bool decay;
-  };
-  std::vector<Span> spans_;  // maximal runs of tensors with the same decay flag
-  std::vector<Range> gaps_;  // parts of the buffer no tensor covers (zeroed apart)
+  DecaySpans spans_;
   OptimizerConfig cfg_;
   Buffer<float> m_, v_;
   int64_t t_ = 0;

@@ -16,6 +16,10 @@ namespace gpt2 {
 
 struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  double lr = 3e-4;  // train.lr: the schedule's peak, against which a step's rate is a fraction
+  // Muon (modules/optim/muon): its peak rate for the blocks' matrices, momentum, Newton-Schulz steps.
+  double muon_lr = 0.02, muon_momentum = 0.95;
+  int ns_steps = 5;
 };
 
 // Updates a rank's local flat parameter buffer from its gradient buffer.
@@ -33,6 +37,19 @@ class Optimizer {
   virtual void set_steps_taken(int64_t n) = 0;
   // Named state buffers in the parameter layout (AdamW: "m", "v"), for checkpoints.
   virtual std::vector<std::pair<std::string, Vec<float>>> state() = 0;
+};
+
+// An element-wise optimizer's walk over the buffer: maximal runs of tensors with the same decay
+// flag (fewer, longer kernels), and the parts no tensor covers (their gradients only zeroed).
+struct DecaySpans {
+  struct Span {
+    Range range;
+    bool decay;
+  };
+  std::vector<Span> spans;
+  std::vector<Range> gaps;
+  DecaySpans(const std::vector<TensorInfo>& tensors, size_t n);
+  void zero_gaps(Vec<float> grads) const;  // the gaps' gradients to 0 (no GEMM reads their copy)
 };
 
 struct OptimizerEntry {

@@ -49,6 +49,12 @@ struct TensorInfo {
   std::string name() const;   // "wte", "h.3.qkvw", "lnfw"
 };
 
+// A block's 2-D weight (qkv, attention projection, fc, fc projection): what Muon orthogonalises.
+inline bool block_matrix(const TensorInfo& t) {
+  return t.shape.size() == 2 && (t.kind == Param::qkvw || t.kind == Param::attprojw || t.kind == Param::fcw ||
+                                 t.kind == Param::fcprojw);
+}
+
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& cfg);

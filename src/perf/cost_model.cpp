@@ -251,6 +251,12 @@ double CostModel::optimizer(double params) const {
   return params * 28.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;
 }
 
+double CostModel::newton_schulz(double flops, int launches) const {
+  const double rate = hw_.peak("fp32") * hw_.gemm_efficiency;
+  if (flops <= 0 || rate <= 0) return 0;
+  return flops / rate + launches * hw_.kernel_overhead;
+}
+
 double CostModel::gradient_pass(double params) const {
   if (cal_) return 0.5 * cal_->other_per_param * params;
   return params * 4.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;

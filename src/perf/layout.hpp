@@ -26,6 +26,8 @@ struct Layout {
   std::vector<int> stage_layers;   // blocks per stage; empty: the cost-balanced split
   double bucket_mb = 0;            // gradient bucket MiB; 0: 1 without overlap (MPI), else 25 (NCCL)
   std::string recompute = "none";  // activation recomputation: none | selective | full
+  std::string optimizer = "adamw";  // muon: each rank's block matrices through ns_steps Newton-Schulz steps
+  int ns_steps = 5;
   std::string grad_reduce_dtype = "fp32";   // gradients on the wire between replicas: fp32 | bf16
   std::string param_gather_dtype = "auto";  // ZeRO's gathers: auto (16-bit matrices when mixed) | fp32
   int recompute_every = 1;         // of every this many blocks, the first recomputes

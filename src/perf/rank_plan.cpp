@@ -166,8 +166,13 @@ RankPlan plan_rank(const StepContext& s, const std::vector<BlockRange>& chunks, 
   rp.shard_params = s.policy.optimizer ? rp.local_params / s.replicas : rp.local_params;
   rp.wte_elems = sl.has_embedding() ? pr.elems(UnitKind::wte) : pr.elems(UnitKind::tied_wte);
   if (s.policy.optimizer) rp.wte_elems /= s.replicas;
-  for (const TensorInfo& t : sl.tensors())
+  for (const TensorInfo& t : sl.tensors()) {
     if (t.replicated && s.l.tp > 1) rp.replicated_elems += double(t.range.size());
+    if (s.l.optimizer == "muon" && block_matrix(t)) {  // (the rank's own slice of a matrix under tp)
+      const double m = double(std::min(t.shape[0], t.shape[1])), n = double(std::max(t.shape[0], t.shape[1]));
+      rp.newton_schulz_flops += s.l.ns_steps * (4 * m * m * n + 2 * m * m * m);  // XX^T, AA, BX
+    }
+  }
   for (const Unit& u : sl.units()) rp.gather_bytes += dp.value_bytes(u.kind) * double(u.range.size());
   for (const BlockRange& c : chunks) rp.chunks.push_back(plan_chunk(pr, c));
   return rp;

@@ -50,6 +50,7 @@ struct RankPlan {
   std::vector<ChunkPlan> chunks;
   double local_params = 0, shard_params = 0, replicated_elems = 0, wte_elems = 0;
   double gather_bytes = 0;  // ZeRO-1/2's all-gather of the updated parameters
+  double newton_schulz_flops = 0;  // Muon: its block matrices' orthogonalisation, every step
 };
 
 // What every price of one layout's step shares: the step's shape and the factors on its compute.

@@ -35,7 +35,8 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
 
   OptimizerConfig oc;
   oc.beta1 = cfg.train.beta1, oc.beta2 = cfg.train.beta2, oc.eps = cfg.train.eps;
-  oc.weight_decay = cfg.train.weight_decay;
+  oc.weight_decay = cfg.train.weight_decay, oc.lr = cfg.train.lr;
+  oc.muon_lr = cfg.train.muon_lr, oc.muon_momentum = cfg.train.muon_momentum, oc.ns_steps = cfg.train.ns_steps;
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
   Precision precision = Precision::fp32;

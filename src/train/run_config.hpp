@@ -39,6 +39,10 @@ struct TrainConfig {
   double weight_decay = 0.1;          // tensors of rank >= 2 only
   double grad_clip = 1.0;             // max global grad norm; <= 0 disables
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  // train.optimizer = "muon" (modules/optim/muon): the blocks' matrices' peak rate, momentum and
+  // Newton-Schulz steps.
+  double muon_lr = 0.02, muon_momentum = 0.95;
+  int ns_steps = 5;
   int64_t seed = 1337;
   int eval_every = 0;    // steps between validation passes (0: only at the end if data.val is set)
   int eval_batches = 4;  // validation batches per pass

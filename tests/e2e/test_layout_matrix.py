@@ -8,7 +8,8 @@ fused; the one-rank reference is materialized, so fused cases hold it to it), do
 (data.document_mask at token 0 of the data: attention within documents, positions restarting; their
 own one-rank references), and the communication
 backend (mpi, or mpi-ordered: a device's view of NCCL's ordering on the host, its runs with teams of
-2 threads -- the ctest label gpu_semantics). A pair counts only where
+2 threads -- the ctest label gpu_semantics), and the optimizer (AdamW, or Muon: refused by the
+engine where a rank does not hold its matrices whole, ZeRO or tp). A pair counts only where
 both of its values take effect (see ACTS: ZeRO with dp x cp > 1, a schedule or virtual stages with
 pp > 1, sequence parallelism with tp > 1, selective recomputation where there are probabilities to
 drop); the engine decides which combinations run (`gpt2 info DECK --accepts`, one process for all
@@ -16,7 +17,7 @@ candidates). The cases are a greedy covering array over the accepted combination
 ranks: every pair of acting values that some accepted combination holds appears in a case where both
 act.
 
-The cases of one precision, backend and document masking form a chain: each resumes the checkpoint the case before it
+The cases of one precision, backend, document masking and optimizer form a chain: each resumes the checkpoint the case before it
 wrote on its own layout (the first, and a case after one that failed, the one-rank reference's) and
 trains 2 more steps of a tiny 8-layer model (validation every 2 steps), writing its own. Every step's
 loss and gradient norm and every validation loss must equal the one-rank run's (losses: 1e-5 in
@@ -56,6 +57,7 @@ AXES = {
     "attention": ["materialized", "fused"],
     "documents": [False, True],
     "comm": ["mpi", "mpi-ordered"],
+    "optimizer": ["adamw", "muon"],
 }
 NAMES = list(AXES)
 # Where a value takes effect (the defaults always do): a pair counts only in a case where both act.
@@ -72,7 +74,7 @@ RUN_LIMIT_S = 120  # per run; the watchdog's default is 600 s
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}        # losses, relative
 NORM_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 5e-2}   # gradient norms, relative
 ONE_RANK = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
-                recompute="none", attention="materialized", documents=False, comm="mpi")
+                recompute="none", attention="materialized", documents=False, comm="mpi", optimizer="adamw")
 EOT = 0  # data.eot_token under document masks: a token of the matrix's data
 STEPS_PER_CASE = 2
 
@@ -111,6 +113,8 @@ def describe(c):
         s += f" {c['attention']}"
     if c["documents"]:
         s += " documents"
+    if c["optimizer"] != "adamw":
+        s += f" {c['optimizer']}"
     return s + f" m{microbatches(c)} {c['precision']} {c['comm']}"
 
 
@@ -165,7 +169,8 @@ class Matrix:
                 sets = {f"parallel.{k}": v for k, v in self.parallel(c).items()}
                 sets |= {"train.precision": c["precision"], "train.recompute": c["recompute"],
                          "model.attention": c["attention"], "parallel.comm": c["comm"],
-                         "data.document_mask": c["documents"], "data.eot_token": EOT}
+                         "data.document_mask": c["documents"], "data.eot_token": EOT,
+                         "train.optimizer": c["optimizer"]}
                 if "parallel.schedule_file" in sets:
                     sets["parallel.schedule"] = "1f1b"  # (the file's own name replaces it)
                 f.write(" ".join(f"{k}={gpt2test.toml_value(v)}" for k, v in sets.items()) + "\n")
@@ -231,7 +236,8 @@ class Matrix:
                      "eot_token": EOT},
             "train": {"batch_size": BATCH, "steps": max(self.total_steps, 2), "lr": 1e-3, "eval_every": 2,
                       "eval_batches": 2, "precision": c["precision"], "seed": 3, "recompute": c["recompute"],
-                      "loss_chunk_rows": 5},  # (the head's logits in blocks, a short last one)
+                      "loss_chunk_rows": 5,  # (the head's logits in blocks, a short last one)
+                      "optimizer": c["optimizer"]},
             "parallel": self.parallel(c) | {"comm": c["comm"]},
         }
         if ckpt_dir:
@@ -304,23 +310,24 @@ class Matrix:
 
 def ref_key(c):
     """The one-rank reference a case is held to: its precision, with or without document masks (the
-    masked reference's attention fused: materialized attention cannot mask)."""
-    return c["precision"] + ("_documents" if c["documents"] else "")
+    masked reference's attention fused: materialized attention cannot mask), and its optimizer."""
+    return c["precision"] + ("_documents" if c["documents"] else "") + ("" if c["optimizer"] == "adamw" else
+                                                                         "_" + c["optimizer"])
 
 
 def references(mx, folder):
-    """The one-rank runs of every precision, without and with document masks, over mx.total_steps
+    """The one-rank runs of every precision and optimizer, without and with document masks, over mx.total_steps
     (their numbers, and a checkpoint every 2 steps in folder/KEY), written to folder/refs.json."""
     gpt2test.fresh_dir(folder)
     refs = {"steps": mx.total_steps}
-    for prec in TOLERANCE:
-        for documents in (False, True):
-            c = dict(ONE_RANK, precision=prec, documents=documents, attention="fused" if documents else "materialized")
-            key = ref_key(c)
-            got = mx.train(f"ref_{key}", c, os.path.join(folder, key), mx.total_steps)
-            if got is None:
-                mx.checks.finish("layout_matrix")
-            refs[key] = {k: {str(s): v for s, v in rows.items()} for k, rows in got.items()}
+    for prec, documents, optimizer in itertools.product(TOLERANCE, (False, True), AXES["optimizer"]):
+        c = dict(ONE_RANK, precision=prec, documents=documents, attention="fused" if documents else "materialized",
+                 optimizer=optimizer)
+        key = ref_key(c)
+        got = mx.train(f"ref_{key}", c, os.path.join(folder, key), mx.total_steps)
+        if got is None:
+            mx.checks.finish("layout_matrix")
+        refs[key] = {k: {str(s): v for s, v in rows.items()} for k, rows in got.items()}
     return refs
 
 

@@ -608,3 +608,18 @@ TEST(Simulator, MessagesTakeTheirTransferTime) {
   EXPECT_DOUBLE_EQ(sim.finish[1], 1 + 0.25 + 1 + 2);
   EXPECT_DOUBLE_EQ(sim.busy[0], 3);
 }
+
+// Muon's Newton-Schulz products are priced on each rank's block matrices: per step of one (m, n)
+// matrix, m <= n, X X^T, A A and B X take 4 m^2 n + 2 m^3 FLOPs, at the fp32 GEMM rate.
+TEST(CostModel, MuonAddsTheNewtonSchulzProductsOfEachRanksMatrices) {
+  const Workload w = small_model();
+  const CostModel cm(w, test_hardware());
+  Layout adamw, muon;
+  muon.optimizer = "muon";
+  const double C = 256, per_block = 14 * C * C * C + 6 * C * C * C + 18 * C * C * C + 18 * C * C * C;  // qkv, proj, fc, fcproj
+  const double want = 5 * 8 * per_block / (100e12 * 0.5);  // 5 steps, 8 blocks, fp32 at gemm_efficiency
+  EXPECT_NEAR(predict_step(cm, muon).step_s - predict_step(cm, adamw).step_s, want, 1e-3 * want);
+  Layout pp = muon, pp_adamw = adamw;
+  pp.pp = 2, pp_adamw.pp = 2;  // half the blocks a rank: half the products
+  EXPECT_NEAR(predict_step(cm, pp).step_s - predict_step(cm, pp_adamw).step_s, want / 2, 0.05 * want);
+}

@@ -1,0 +1,62 @@
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): the sign of an
+// interpolation of momentum and gradient, decoupled weight decay on tensors of rank >= 2;
+// train.optimizer = "lion", with train.beta1 / train.beta2 (the paper's 0.9 / 0.99) and train.lr
+// (typically 3-10x below AdamW's). Per element, with g' = grad_scale * g:
+//   p = p (1 - lr wd) - lr sign(b1 m + (1 - b1) g');   m = b2 m + (1 - b2) g';   g = 0 if zero_grads
+#include "model/optimizer.hpp"
+#include "tensor/traffic.hpp"
+
+namespace gpt2 {
+namespace {
+
+class Lion final : public Optimizer {
+ public:
+  Lion(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg)
+      : spans_(tensors, n), cfg_(cfg), m_("lion_m", n) {}
+  std::string name() const override { return "lion"; }
+  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
+            const WorkingCopy& copy) override {
+    ++t_;
+    const GradScale s = grad_scale.on_host_if_possible();
+    for (const DecaySpans::Span& sp : spans_.spans) {
+      const size_t b = sp.range.begin, n = sp.range.size();
+      const Vec<float> p(params.data() + b, n), g(grads.data() + b, n), m(m_.data() + b, n);
+      const float keep = float(1 - lr * (sp.decay ? cfg_.weight_decay : 0.0)), rate = float(lr);
+      const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
+      count_traffic(bytes_of(p, g, m), bytes_of(p, m) + (zero_grads ? bytes_of(g) : 0));
+      detail::with_copy_writer(copy.slice(b, n), [&](auto write) {
+        for_each_index(
+            "lion_update", int64_t(n), KOKKOS_LAMBDA(int64_t i) {
+              const float gi = g(i) * float(s());
+              const float c = b1 * m(i) + (1.0f - b1) * gi;
+              const float pi = keep * p(i) - rate * float((c > 0) - (c < 0));
+              p(i) = pi;
+              m(i) = b2 * m(i) + (1.0f - b2) * gi;
+              if (zero_grads) g(i) = 0.0f;
+              write(i, pi);
+            });
+      });
+    }
+    if (zero_grads) spans_.zero_gaps(grads);
+  }
+  int64_t steps_taken() const override { return t_; }
+  void set_steps_taken(int64_t n) override { t_ = n; }
+  std::vector<std::pair<std::string, Vec<float>>> state() override {
+    return {{"m", Vec<float>(m_.data(), m_.extent(0))}};
+  }
+
+ private:
+  DecaySpans spans_;
+  OptimizerConfig cfg_;
+  Buffer<float> m_;
+  int64_t t_ = 0;
+};
+
+[[maybe_unused]] const bool registered = OptimizerRegistry::add(
+    {"lion", "Lion: the sign of interpolated momentum, decoupled weight decay on tensors of rank >= 2", 2,
+     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg) -> std::unique_ptr<Optimizer> {
+       return std::make_unique<Lion>(tensors, n, cfg);
+     }});
+
+}  // namespace
+}  // namespace gpt2
