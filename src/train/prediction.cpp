@@ -74,8 +74,11 @@ std::string prediction_line(const RunPrediction& p) {
 
 std::vector<std::string> comparison_lines(const RunPrediction& p, const std::vector<RunMeasurement>& ranks,
                                           double warn) {
-  if (!p.valid() || ranks.empty() || !(ranks[0].step_s > 0)) return {};
+  if (ranks.empty() || !(ranks[0].step_s > 0)) return {};
   const RunMeasurement& first = ranks[0];
+  if (!p.valid())  // (the measurement all the same)
+    return {format("measured: step %.1f ms, %.0f tokens/s, ", first.step_s * 1e3, first.tokens_per_s) +
+            format("%.1f MiB on rank 0, no prediction to hold it against", mib(first.memory_bytes))};
   double memory = 0, rss = 0, compute = -1, comm = -1;
   for (const RunMeasurement& m : ranks) {
     memory = std::max(memory, m.memory_bytes), rss = std::max(rss, m.rss_bytes);

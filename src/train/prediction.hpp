@@ -36,7 +36,8 @@ struct RunMeasurement {
 
 // The line a run starts with, and the ones it ends with: measured against predicted (the largest
 // rank's memory), and, where the step or the memory is off by more than `warn` (a fraction; 0:
-// never), one line naming the part that is furthest off. `ranks`: every rank's measurement.
+// never), one line naming the part that is furthest off; without a prediction, the measurement
+// alone. `ranks`: every rank's measurement.
 std::string prediction_line(const RunPrediction& p);
 std::vector<std::string> comparison_lines(const RunPrediction& p, const std::vector<RunMeasurement>& ranks,
                                           double warn);

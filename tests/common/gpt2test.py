@@ -98,7 +98,8 @@ SLOW_RANK = "gpt2 train: slow rank"
 def run(cmd, ranks=1, mpiexec="mpiexec", timeout=120, env=None, cwd=None):
     """Runs cmd (a list) on `ranks` MPI ranks; returns Result (rc 124 on timeout). A run that names a
     slow rank (train.straggler_every) fails the test: the suite's ranks are slowed by nobody, so a
-    name there is a false alarm (tests that slow a rank on purpose do not run through here)."""
+    name there is a false alarm (tests that slow a rank on purpose do not run through here). A
+    finished training run (its "done:" line) must have printed its prediction and its measurement."""
     full = [mpiexec, "-n", str(ranks)] + cmd if ranks > 1 else cmd
     e = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     e.update(env or {})  # (a caller may set OPENBLAS_NUM_THREADS too)
@@ -107,6 +108,9 @@ def run(cmd, ranks=1, mpiexec="mpiexec", timeout=120, env=None, cwd=None):
         p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
         if SLOW_RANK in p.stdout:
             raise AssertionError(f"a rank named slow in a run nobody slowed ({' '.join(full)}):\n{p.stdout}")
+        if p.returncode == 0 and "\ndone: " in p.stdout and not all(
+                line in p.stdout for line in ("gpt2 train: predicted", "gpt2 train: measured")):
+            raise AssertionError(f"a finished run without its prediction lines ({' '.join(full)}):\n{p.stdout}")
         return Result(p.returncode, p.stdout, p.stderr, time.time() - t0)
     except subprocess.TimeoutExpired as x:
         return Result(124, x.stdout or "", x.stderr or "", time.time() - t0)

@@ -5,7 +5,8 @@ go in --metrics-jsonl ({"predicted": ...}, {"measured": ...}, parsed here) and t
 second run in the same folder is priced from the first one's trace; analysis/report.py shows it. A hardware file 20x too fast
 puts the step off by more than train.predict_warn: one line names the part (the passes, with a
 trace to tell; communication when the waits are furthest off); predict_warn = 0 never warns. Two
-ranks: a memory entry each. A hardware file that is not there: one line naming train.hardware.
+ranks: a memory entry each. A hardware file that is not there: one line naming train.hardware; one
+the planner cannot price from: "predicted: none" and the measurement alone.
 """
 import json
 import os
@@ -100,6 +101,14 @@ def main():
     with h5py.File(P("dp2.h5"), "r") as f:
         c.check(len(f["meta"].attrs["measured_memory_bytes"]) == 2 and len(f["meta"].attrs["measured_rss_bytes"]) == 2,
                 "/meta: a measured memory and RSS per rank")
+
+    # A hardware file the planner cannot price from: no prediction, said at the start; the end still
+    # gives the measurement.
+    text = open(os.path.join(ROOT, "inputs", "hardware", "devbox.toml")).read()
+    open(P("broken.toml"), "w").write(re.sub(r"^peak_tflops_fp32 = .*$", "", text, flags=re.M))
+    r, _ = train("broken", f"train.hardware={P('broken.toml')}")
+    c.check("gpt2 train: predicted: none (" in r.out and "gpt2 train: measured: step" in r.out
+            and "no prediction to hold it against" in r.out, f"no prediction: said, and the measurement alone:\n{r.out}")
 
     bad = gpt2test.run([args.gpt2, "train", P("tiny.toml"), "--set", f"train.hardware={P('nope.toml')}"], 1,
                        args.mpiexec)
