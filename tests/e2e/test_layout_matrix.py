@@ -9,7 +9,8 @@ fused; the one-rank reference is materialized, so fused cases hold it to it), do
 own one-rank references), and the communication
 backend (mpi, or mpi-ordered: a device's view of NCCL's ordering on the host, its runs with teams of
 2 threads -- the ctest label gpu_semantics), and the optimizer (AdamW, or Muon: refused by the
-engine where a rank does not hold its matrices whole, ZeRO or tp). A pair counts only where
+engine where a rank does not hold its matrices whole, ZeRO or tp; asked about for a seeded sample of
+3000 of AdamW's accepted combinations). A pair counts only where
 both of its values take effect (see ACTS: ZeRO with dp x cp > 1, a schedule or virtual stages with
 pp > 1, sequence parallelism with tp > 1, selective recomputation where there are probabilities to
 drop); the engine decides which combinations run (`gpt2 info DECK --accepts`, one process for all
@@ -33,6 +34,7 @@ one-rank references (every step's numbers and a checkpoint every 2 steps) are ru
 import itertools
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -71,6 +73,7 @@ ACTS = {
     "attention": lambda v, c: v == "materialized" or c["cp"] == 1,  # (the ring is always fused)
 }
 RUN_LIMIT_S = 120  # per run; the watchdog's default is 600 s
+MUON_SAMPLE = 3000  # accepted combinations whose other-optimizer variants the engine is asked about
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}        # losses, relative
 NORM_TOLERANCE = {"fp32": 1e-4, "bf16": 5e-2, "fp16": 5e-2}   # gradient norms, relative
 ONE_RANK = dict(dp=1, tp=1, pp=1, cp=1, zero=0, schedule="1f1b", virtual_stages=1, sequence_parallel=False,
@@ -187,11 +190,16 @@ class Matrix:
         """Greedy covering array: repeatedly the accepted combination that covers most uncovered
         acting pairs (ties: fewer ranks, then the first in order), until every acting pair some
         accepted combination holds is covered."""
-        combos = [dict(zip(NAMES, v)) for v in itertools.product(*AXES.values())]
+        axes = dict(AXES, optimizer=["adamw"])
+        combos = [dict(zip(NAMES, v)) for v in itertools.product(*axes.values())]
         # (Document masks with materialized attention: refused by the engine, not worth asking.)
         combos = [c for c in combos if ranks(c) in (1, 2, 4, 8) and not (c["documents"] and c["attention"] == "materialized")]
         t0 = time.time()
         combos = self.accepted(combos)
+        # The other optimizers on a seeded sample of those (asking the engine about every one doubles
+        # a minute's question, ten under a sanitizer); the sample holds every value of every axis.
+        sample = random.Random(58).sample(combos, min(len(combos), MUON_SAMPLE))
+        combos += self.accepted([dict(c, optimizer=o) for o in AXES["optimizer"][1:] for c in sample])
         print(f"matrix: the engine accepts {len(combos)} combinations ({time.time() - t0:.1f} s)", flush=True)
         # Each combination's acting pairs as a bit mask (one bit a pair): the greedy search is fast.
         index = {}
