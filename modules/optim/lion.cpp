@@ -9,6 +9,29 @@
 namespace gpt2 {
 namespace {
 
+struct LionStep {
+  float keep, rate, b1, b2;  // 1 - lr wd, lr, the betas
+  bool zero_grads;
+};
+
+// One span's update (a named function: a device lambda may not sit inside the generic lambda that
+// picks Write).
+template <class Write>
+void lion_pass(Vec<float> p, Vec<float> g, Vec<float> m, const LionStep& st, GradScale s, Write write) {
+  const float keep = st.keep, rate = st.rate, b1 = st.b1, b2 = st.b2;
+  const bool zero_grads = st.zero_grads;
+  for_each_index(
+      "lion_update", int64_t(p.extent(0)), KOKKOS_LAMBDA(int64_t i) {
+        const float gi = g(i) * float(s());
+        const float c = b1 * m(i) + (1.0f - b1) * gi;
+        const float pi = keep * p(i) - rate * float((c > 0) - (c < 0));
+        p(i) = pi;
+        m(i) = b2 * m(i) + (1.0f - b2) * gi;
+        if (zero_grads) g(i) = 0.0f;
+        write(i, pi);
+      });
+}
+
 class Lion final : public Optimizer {
  public:
   Lion(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg)
@@ -21,21 +44,10 @@ class Lion final : public Optimizer {
     for (const DecaySpans::Span& sp : spans_.spans) {
       const size_t b = sp.range.begin, n = sp.range.size();
       const Vec<float> p(params.data() + b, n), g(grads.data() + b, n), m(m_.data() + b, n);
-      const float keep = float(1 - lr * (sp.decay ? cfg_.weight_decay : 0.0)), rate = float(lr);
-      const float b1 = float(cfg_.beta1), b2 = float(cfg_.beta2);
+      const LionStep st{float(1 - lr * (sp.decay ? cfg_.weight_decay : 0.0)), float(lr), float(cfg_.beta1),
+                        float(cfg_.beta2), zero_grads};
       count_traffic(bytes_of(p, g, m), bytes_of(p, m) + (zero_grads ? bytes_of(g) : 0));
-      detail::with_copy_writer(copy.slice(b, n), [&](auto write) {
-        for_each_index(
-            "lion_update", int64_t(n), KOKKOS_LAMBDA(int64_t i) {
-              const float gi = g(i) * float(s());
-              const float c = b1 * m(i) + (1.0f - b1) * gi;
-              const float pi = keep * p(i) - rate * float((c > 0) - (c < 0));
-              p(i) = pi;
-              m(i) = b2 * m(i) + (1.0f - b2) * gi;
-              if (zero_grads) g(i) = 0.0f;
-              write(i, pi);
-            });
-      });
+      detail::with_copy_writer(copy.slice(b, n), [&](auto write) { lion_pass(p, g, m, st, s, write); });
     }
     if (zero_grads) spans_.zero_gaps(grads);
   }

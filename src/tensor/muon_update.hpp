@@ -64,23 +64,29 @@ Vec<T> newton_schulz5(Vec<T> X, Vec<T> Y, Vec<T> A, Vec<T> B, int m, int n, int 
   return x;
 }
 
+namespace detail {
+// (A named function: a device lambda may not be written inside the generic lambda that picks Write.)
+template <class T, class Write>
+void muon_apply_pass(Vec<T> p, CVec<T> X, int rows, int cols, T keep, T step, Write write) {
+  const bool wide = rows <= cols;
+  for_each_index(
+      "muon_apply", int64_t(rows) * cols, KOKKOS_LAMBDA(int64_t i) {
+        const int64_t r = i / cols, c = i % cols;
+        const T pi = keep * p(i) - step * X(wide ? i : c * rows + r);
+        p(i) = pi;
+        write(i, float(pi));
+      });
+}
+}  // namespace detail
+
 // p = p (1 - lr wd) - lr shape_scale O, O (rows, cols) the orthogonalised update whose wide form
 // is X; the working copy (rows * cols, when not empty) written in the same pass.
 template <class T>
 void muon_apply(Vec<T> p, CVec<T> X, int rows, int cols, double lr, double wd, double shape_scale,
                 const WorkingCopy& copy) {
   const T keep = T(1 - lr * wd), step = T(lr * shape_scale);
-  const bool wide = rows <= cols;
   count_traffic(bytes_of(p, X), bytes_of(p) + bytes_of(copy.bits));
-  detail::with_copy_writer(copy, [&](auto write) {
-    for_each_index(
-        "muon_apply", int64_t(rows) * cols, KOKKOS_LAMBDA(int64_t i) {
-          const int64_t r = i / cols, c = i % cols;
-          const T pi = keep * p(i) - step * X(wide ? i : c * rows + r);
-          p(i) = pi;
-          write(i, float(pi));
-        });
-  });
+  detail::with_copy_writer(copy, [&](auto write) { detail::muon_apply_pass(p, X, rows, cols, keep, step, write); });
 }
 
 }  // namespace gpt2
