@@ -59,9 +59,7 @@ AXES = {
     "attention": ["materialized", "fused"],
     "documents": [False, True],
     "comm": ["mpi", "mpi-ordered"],
-    # (Under the sanitizers, AdamW only: the engine's answer to every AdamW combination alone takes
-    # about ten minutes there.)
-    "optimizer": ["adamw"] if "ASAN_OPTIONS" in os.environ else ["adamw", "muon"],
+    "optimizer": ["adamw", "muon"],
 }
 NAMES = list(AXES)
 # Where a value takes effect (the defaults always do): a pair counts only in a case where both act.
