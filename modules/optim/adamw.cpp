@@ -31,7 +31,8 @@ std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {
 namespace {
 [[maybe_unused]] const bool registered = OptimizerRegistry::add(
     {"adamw", "AdamW, decoupled weight decay on tensors of rank >= 2 (PyTorch semantics)", 0,
-     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg) -> std::unique_ptr<Optimizer> {
+     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg,
+        MatrixShards*) -> std::unique_ptr<Optimizer> {
        return std::make_unique<AdamW>(tensors, n, cfg);
      }});
 }  // namespace

@@ -66,7 +66,8 @@ class Lion final : public Optimizer {
 
 [[maybe_unused]] const bool registered = OptimizerRegistry::add(
     {"lion", "Lion: the sign of interpolated momentum, decoupled weight decay on tensors of rank >= 2", 2,
-     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg) -> std::unique_ptr<Optimizer> {
+     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg,
+        MatrixShards*) -> std::unique_ptr<Optimizer> {
        return std::make_unique<Lion>(tensors, n, cfg);
      }});
 

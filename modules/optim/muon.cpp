@@ -14,40 +14,88 @@ std::vector<TensorInfo> adamw_tensors(const std::vector<TensorInfo>& tensors) {
     if (!block_matrix(t)) out.push_back(t);
   return out;
 }
-}  // namespace
 
-Muon::Muon(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg)
-    : adamw_(std::make_unique<AdamW>(adamw_tensors(tensors), n, cfg)), cfg_(cfg), momentum_("muon_momentum", n),
-      sumsq_("muon_sumsq", 1) {
-  size_t wide = 0, square = 0;
+// Without shards every block matrix is whole in the buffer, and this rank owns it.
+std::vector<MatrixShards::Matrix> whole_matrices(const std::vector<TensorInfo>& tensors) {
+  std::vector<MatrixShards::Matrix> out;
   for (const TensorInfo& t : tensors) {
     if (!block_matrix(t)) continue;
     const int rows = int(t.shape[0]), cols = int(t.shape[1]);
     if (size_t(rows) * size_t(cols) != t.range.size())
       fail("muon: ", t.name(), " is not whole on this rank (", t.range.size(), " of ", rows, " x ", cols,
-           " values): Muon needs parallel.zero = 0 and parallel.tp = 1");
-    matrices_.push_back({t.range, rows, cols});
-    const size_t m = size_t(std::min(rows, cols));
-    wide = std::max(wide, t.range.size()), square = std::max(square, m * m);
+           " values) and no shard plan says where its parts are");
+    out.push_back({rows, cols, t.range, true, 0});
   }
-  x_ = Buffer<float>("muon_x", wide), y_ = Buffer<float>("muon_y", wide);
+  return out;
+}
+
+Vec<float> slice(float* p, Range r) { return Vec<float>(p + r.begin, r.size()); }
+}  // namespace
+
+Muon::Muon(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg, MatrixShards* shards)
+    : shards_(shards),
+      matrices_(shards ? shards->matrices() : whole_matrices(tensors)),
+      adamw_(std::make_unique<AdamW>(adamw_tensors(tensors), n, cfg)),
+      cfg_(cfg),
+      momentum_("muon_momentum", n),
+      sumsq_("muon_sumsq", 1) {
+  size_t wide = 0, square = 0;
+  for (const Matrix& w : matrices_) {
+    if (!w.owned) continue;
+    const size_t m = size_t(std::min(w.rows, w.cols));
+    wide = std::max(wide, size_t(w.rows) * size_t(w.cols)), square = std::max(square, m * m);
+  }
+  if (shards_) {
+    updates_ = Buffer<float>("muon_updates", n);
+    owned_ = Buffer<float>("muon_owned", shards_->owned_size());
+  } else {
+    x_ = Buffer<float>("muon_x", wide);
+  }
+  y_ = Buffer<float>("muon_y", wide);
   a_ = Buffer<float>("muon_a", square), b_ = Buffer<float>("muon_b", square);
+  if (cfg.ns_bf16) {
+    x16_ = Buffer<bf16>("muon_x16", wide), a16_ = Buffer<bf16>("muon_a16", square);
+    b16_ = Buffer<bf16>("muon_b16", square);
+    low_ = {Vec<bf16>(x16_.data(), wide), Vec<bf16>(a16_.data(), square), Vec<bf16>(b16_.data(), square)};
+    gemm_lowp_reserve(true, wide);  // (where bf16 products convert: their copies made now)
+  }
+}
+
+void Muon::orthogonalise(float* x, const Matrix& w) {
+  const size_t n = size_t(w.rows) * size_t(w.cols);
+  const Vec<float> xv(x, n);
+  const Vec<float> o =
+      newton_schulz5<float>(xv, y_, a_, b_, w.rows, w.cols, cfg_.ns_steps, DeviceScalar(sumsq_.data()), low_);
+  if (o.data() != x) Kokkos::deep_copy(ExecSpace(), xv, Vec<float>(o.data(), n));
+}
+
+void Muon::apply(Vec<float> params, const float* o, const Matrix& w, double lr, const WorkingCopy& copy) {
+  const double shape_scale = std::sqrt(std::max(1.0, double(w.rows) / w.cols));
+  muon_apply<float>(slice(params.data(), w.run), Vec<const float>(o, w.run.size()), lr, cfg_.weight_decay,
+                    shape_scale, copy.slice(w.run.begin, w.run.size()));
 }
 
 void Muon::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
                 const WorkingCopy& copy) {
   // The schedule's fraction of train.lr, applied to Muon's own peak rate.
   const double muon_lr = cfg_.lr > 0 ? cfg_.muon_lr * lr / cfg_.lr : 0;
-  const DeviceScalar sumsq(sumsq_.data());
-  for (const Matrix& w : matrices_) {
-    const size_t b = w.range.begin, n = w.range.size();
-    const int m = std::min(w.rows, w.cols), wide = std::max(w.rows, w.cols);
-    muon_momentum<float>(Vec<float>(grads.data() + b, n), Vec<float>(momentum_.data() + b, n), x_, w.rows, w.cols,
-                         cfg_.muon_momentum, grad_scale);
-    const Vec<float> o = newton_schulz5<float>(x_, y_, a_, b_, m, wide, cfg_.ns_steps, sumsq);
-    const double shape_scale = std::sqrt(std::max(1.0, double(w.rows) / w.cols));
-    muon_apply<float>(Vec<float>(params.data() + b, n), o, w.rows, w.cols, muon_lr, cfg_.weight_decay, shape_scale,
-                      copy.slice(b, n));
+  auto momentum = [&](const Matrix& w, float* u) {
+    muon_momentum<float>(slice(grads.data(), w.run), slice(momentum_.data(), w.run),
+                         Vec<float>(u, w.run.size()), cfg_.muon_momentum, grad_scale);
+  };
+  if (!shards_) {  // one matrix at a time, in one workspace
+    for (const Matrix& w : matrices_) {
+      momentum(w, x_.data());
+      orthogonalise(x_.data(), w);
+      apply(params, x_.data(), w, muon_lr, copy);
+    }
+  } else {  // every update to its owner, the owners' results back, all at once
+    for (const Matrix& w : matrices_) momentum(w, updates_.data() + w.run.begin);
+    shards_->gather(updates_.data(), owned_.data());
+    for (const Matrix& w : matrices_)
+      if (w.owned) orthogonalise(owned_.data() + w.at, w);
+    shards_->scatter(owned_.data(), updates_.data());
+    for (const Matrix& w : matrices_) apply(params, updates_.data() + w.run.begin, w, muon_lr, copy);
   }
   adamw_->step(params, grads, lr, grad_scale, zero_grads, copy);  // (after: it zeroes the matrices' gradients)
 }
@@ -61,9 +109,9 @@ std::vector<std::pair<std::string, Vec<float>>> Muon::state() {
 namespace {
 [[maybe_unused]] const bool registered = OptimizerRegistry::add(
     {"muon", "Muon (Newton-Schulz orthogonalised momentum) on the blocks' matrices, AdamW on the rest", 1,
-     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg) -> std::unique_ptr<Optimizer> {
-       return std::make_unique<Muon>(tensors, n, cfg);
-     }});
+     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg,
+        MatrixShards* shards) -> std::unique_ptr<Optimizer> { return std::make_unique<Muon>(tensors, n, cfg, shards); },
+     true});
 }  // namespace
 
 }  // namespace gpt2

@@ -3,18 +3,21 @@
 // else (embeddings and the tied head, biases, LayerNorms): train.optimizer = "muon". Each matrix:
 // momentum with Nesterov (train.muon_momentum), the Newton-Schulz quintic (train.ns_steps) on its
 // Frobenius-normalised update in fp32, the update scaled by max(1, rows / cols)^0.5, decoupled weight
-// decay; its rate is train.muon_lr times the schedule's fraction of train.lr. It needs each matrix
-// whole on the rank: parallel.zero = 0 and parallel.tp = 1 (checked with the deck).
+// decay; its rate is train.muon_lr times the schedule's fraction of train.lr. Momentum and the step
+// are element-wise, on whatever part of a matrix the rank holds; the Newton-Schulz iteration runs on
+// the whole matrix, at its owner (MatrixShards) when the ranks hold parts (ZeRO, tensor parallelism).
 #include <memory>
 
 #include "model/optimizer.hpp"
 #include "modules/optim/adamw.hpp"
+#include "tensor/muon_update.hpp"
 
 namespace gpt2 {
 
 class Muon final : public Optimizer {
  public:
-  Muon(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg);
+  // shards: where the ranks hold parts of the matrices (null: each matrix is whole in the buffer).
+  Muon(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg, MatrixShards* shards);
   std::string name() const override { return "muon"; }
   void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
             const WorkingCopy& copy) override;
@@ -23,15 +26,20 @@ class Muon final : public Optimizer {
   std::vector<std::pair<std::string, Vec<float>>> state() override;
 
  private:
-  struct Matrix {
-    Range range;
-    int rows, cols;
-  };
+  using Matrix = MatrixShards::Matrix;
+  void orthogonalise(float* x, const Matrix& w);  // in place: x (rows x cols) -> its Newton-Schulz image
+  void apply(Vec<float> params, const float* o, const Matrix& w, double lr, const WorkingCopy& copy);
+
+  MatrixShards* shards_;
   std::vector<Matrix> matrices_;
   std::unique_ptr<AdamW> adamw_;  // the other tensors (it also zeroes the matrices' gradients)
   OptimizerConfig cfg_;
   Buffer<float> momentum_;        // the parameter layout (0 outside the matrices)
+  Buffer<float> updates_;         // with shards: the updates' runs (the parameter layout), then the results
+  Buffer<float> owned_;           // with shards: the owned matrices, whole
   Buffer<float> x_, y_, a_, b_;   // Newton-Schulz workspaces, sized for the largest matrix
+  Buffer<bf16> x16_, a16_, b16_;  // train.ns_dtype = "bf16": the products' inputs
+  NewtonSchulzLowp low_;
   Buffer<double> sumsq_;
 };
 

@@ -20,7 +20,37 @@ struct OptimizerConfig {
   // Muon (modules/optim/muon): its peak rate for the blocks' matrices, momentum, Newton-Schulz steps.
   double muon_lr = 0.02, muon_momentum = 0.95;
   int ns_steps = 5;
+  bool ns_bf16 = false;  // the Newton-Schulz products read bf16 roundings (fp32 accumulation)
 };
+
+// Whole matrices for an optimizer that needs them (Muon), where the ranks hold parts of them: ZeRO's
+// shards over the data-parallel replicas, tensor parallelism's slices (parallel/matrix_shards). The
+// matrices are dealt out by cost: each is made whole on one owner per replica group (with its tp
+// peers, which own the same ones), and its result goes back to every rank that holds a part. All
+// matrices move at once, so the owners compute at the same time.
+class MatrixShards {
+ public:
+  struct Matrix {
+    int rows = 0, cols = 0;  // the whole matrix (tp: its global shape, up to a permutation of rows)
+    Range run;               // this rank's part, in the optimizer's buffer (may be empty)
+    bool owned = false;      // this rank makes it whole and orthogonalises it
+    size_t at = 0;           // owned: where it sits in the owned buffer (rows * cols values)
+  };
+  virtual ~MatrixShards() = default;
+  virtual const std::vector<Matrix>& matrices() const = 0;
+  virtual size_t owned_size() const = 0;  // values of the owned matrices, whole
+  // Every matrix from its runs (`runs`: the optimizer's buffer layout) into its owner's `owned`.
+  virtual void gather(const float* runs, float* owned) = 0;
+  // The owners' `owned` back into every rank's runs.
+  virtual void scatter(const float* owned, float* runs) = 0;
+};
+
+// The Newton-Schulz iteration's FLOPs on a (rows, cols) matrix: per step the Gram matrix, its square
+// and the product back (m = min, n = max of the sides).
+double newton_schulz_flops(double rows, double cols, int steps);
+// Owners for items of these costs among `ranks`: longest first, each to the least loaded rank (the
+// lowest of equals). The same on every rank (MatrixShards deals the matrices so; the planner prices it).
+std::vector<int> deal_by_cost(const std::vector<double>& cost, int ranks);
 
 // Updates a rank's local flat parameter buffer from its gradient buffer.
 class Optimizer {
@@ -55,16 +85,18 @@ struct DecaySpans {
 struct OptimizerEntry {
   std::string name, help;
   int order = 0;
-  // tensors: the local layout (which ranges get weight decay); n: local buffer size.
+  // tensors: the local layout (which ranges get weight decay); n: local buffer size; matrices: the
+  // block matrices made whole (null: every tensor is whole in the buffer).
   std::function<std::unique_ptr<Optimizer>(const std::vector<TensorInfo>& tensors, size_t n,
-                                           const OptimizerConfig& cfg)>
+                                           const OptimizerConfig& cfg, MatrixShards* matrices)>
       make;
+  bool whole_matrices = false;  // it needs `matrices` where the ranks hold parts of a matrix
 };
 using OptimizerRegistry = Registry<OptimizerEntry>;
 
 // name: train.optimizer; InputError for an unknown one.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorInfo>& tensors,
-                                          size_t n, const OptimizerConfig& cfg);
+                                          size_t n, const OptimizerConfig& cfg, MatrixShards* matrices = nullptr);
 
 // Learning rate at a (0-based) step. Every schedule starts with a linear warm-up over warmup_steps.
 struct LrSchedule {

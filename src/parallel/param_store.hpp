@@ -12,15 +12,16 @@
 // precision a block's matrices into the whole 16-bit working copy only: the shard keeps the masters). Workspaces are
 // pooled and recycled as soon as their reduction completes: at rest (between steps) only the
 // table's buffers exist.
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "model/unit_store.hpp"
+#include "parallel/grad_norm.hpp"
 #include "parallel/gradient_reducer.hpp"
-#include "parallel/mixed_gather.hpp"
+#include "parallel/replicated_grads.hpp"
 #include "parallel/shard_layout.hpp"
+#include "parallel/working_copies.hpp"
 #include "model/optimizer.hpp"
 #include "parallel/zero.hpp"
 #include "tensor/buffer_pool.hpp"
@@ -41,9 +42,10 @@ class ParamStore final : public UnitStore<float> {
   // unit's under ZeRO-3. With sharding the optimizer writes the shard's copy, and the parameter
   // all-gather moves the matrices as 16-bit values (parallel/mixed_gather.hpp); gather16 = false
   // gathers fp32 as at fp32 and rounds after (ZeRO-3: per GEMM), the same values (tests compare).
+  // tp: the tensor-parallel group, for an optimizer that needs whole matrices (null: tp = 1).
   ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy policy, size_t bucket_elems,
              const std::string& optimizer, const OptimizerConfig& oc, Tracer& tracer, DType grad_wire = DType::f32,
-             Precision working = Precision::fp32, bool gather16 = true);
+             Precision working = Precision::fp32, bool gather16 = true, Communicator* tp = nullptr);
   ~ParamStore() override;
 
   // ---- UnitStore ----
@@ -98,9 +100,35 @@ class ParamStore final : public UnitStore<float> {
   MemoryUse memory() const;
   // Bytes one all-gather of the whole parameters delivers to a rank (ZeRO 1-3; 0 without sharding).
   size_t gather_bytes() const;
-  size_t peak_workspace_bytes() const { return pool_.bytes() + pool16_.bytes(); }
+  size_t peak_workspace_bytes() const { return pools_.f32.bytes() + pools_.u16.bytes(); }
 
  private:
+  // The table's buffers: whole local layout (when kept) and the shard (aliases of them without sharding).
+  struct Buffers {
+    Buffer<float> params, grads, param_shard, grad_shard;
+  };
+  struct Gathered {  // ZeRO-3: a unit's parameters gathered now
+    Buffer<float> buf;
+    Buffer<uint16_t> low;  // a sixteen_bit unit's matrices (buf then holds its fp32 tensors only)
+    std::vector<Request> pending;
+    int refs = 0;
+  };
+  struct UnitState {
+    Gathered gathered;
+    Buffer<float> grad_ws;  // ZeRO-2/3: the unit's gradient workspace this round
+    int done = 0;           // final-phase microbatches seen this step
+  };
+  // Workspaces (gathered units, gradient workspaces), reused; a shortfall completes the oldest
+  // gradient reduction in flight (tensor/buffer_pool.hpp).
+  struct Pools {
+    BufferPool<float> f32{"unit_workspace"};
+    BufferPool<uint16_t> u16{"unit_workspace16"};
+  };
+  struct StepState {
+    int step = 0, microbatches = 1;
+    bool grads_zeroed = false;  // the last update left the accumulating gradients 0
+  };
+
   template <class T>
   Buffer<T> take(size_t n);  // a workspace from the pool
   template <class T>
@@ -114,15 +142,14 @@ class ParamStore final : public UnitStore<float> {
   void gather_bucket(int id, float* whole, uint16_t* whole16, std::vector<Request>& pending);
   size_t bucket_gather_bytes(int id) const;  // what bucket id's gathers deliver to each rank
   // The parameters exist complete only in the shard (ZeRO-3; ZeRO-1/2 gathering 16-bit matrices).
-  bool params_sharded() const { return policy_.params || mixed_.active(); }
-  const WorkingCopy& shard_copy();  // the shard's 16-bit copy, refreshed if stale
+  bool params_sharded() const { return policy_.params || copies_.mixed().active(); }
+  Vec<float> shard_vec(const Buffer<float>& b) const { return Vec<float>(b.data(), shards_.shard_size()); }
   Buffer<float> gather_whole(const float* shard);  // every bucket's pieces -> the local layout
   void scatter_pieces(const float* whole, float* shard) const;
+  void gather_updated();  // ZeRO-1/2: every rank's updated pieces into the whole parameters
   Vec<float> state_buffer(const std::string& section);
   const Unit& unit(int u) const { return layout_.units()[size_t(u)]; }
-  std::vector<std::pair<size_t, size_t>> shard_ranges(bool replicated_only) const;
-  void sum_norm(int u);  // the unit's chunks of the norm, its gradient being final
-  void reserve_workspaces();  // set-up: the pools' buffers and the replicated gradients' buffer
+  void reserve_workspaces();  // set-up: the pools' buffers
 
   StageLayout layout_;
   Communicator& dp_;
@@ -130,40 +157,15 @@ class ParamStore final : public UnitStore<float> {
   Tracer& tracer_;
   ShardLayout shards_;
   GradientReducer reducer_;
+  std::unique_ptr<MatrixShards> matrices_;  // whole matrices for the optimizer, where it needs them
   std::unique_ptr<Optimizer> opt_;
-  Buffer<float> params_, grads_;            // whole local layout (when kept)
-  Buffer<float> param_shard_, grad_shard_;  // the shard (aliases of the above without sharding)
-  // The 16-bit working copy of params_ (mixed precision, ZeRO 0-2): written by the optimizer's pass
-  // (ZeRO-0) or after the parameter all-gather (1, 2); stale after anything else writes params_.
-  WorkingCopy copy_;
-  Buffer<uint16_t> copy_buf_;
-  bool copy_stale_ = true;
-  // Sharded and mixed, gathering 16-bit matrices: the shard's copy, written by the optimizer's pass.
-  MixedGather mixed_;
-  WorkingCopy shard_copy_;
-  Buffer<uint16_t> shard_copy_buf_;
-  bool shard_copy_stale_ = true;
-  bool grads_zeroed_ = false;               // the last update left the accumulating gradients 0
-  struct Gathered {
-    Buffer<float> buf;
-    Buffer<uint16_t> low;  // a sixteen_bit unit's matrices (buf then holds its fp32 tensors only)
-    std::vector<Request> pending;
-    int refs = 0;
-  };
-  std::vector<Gathered> gathered_;          // ZeRO-3: units whose parameters are gathered now
-  std::vector<Buffer<float>> grad_ws_;      // ZeRO-2/3: the unit's gradient workspace this round
-  std::vector<int> done_count_;             // final-phase microbatches seen this step, per unit
-  ChunkTable norm_chunks_;                  // what grad_sum_of_squares counts, cut at unit ends
-  std::vector<std::pair<int64_t, int64_t>> unit_chunks_;  // each unit's chunks [first, last)
-  std::vector<char> norm_summed_;           // the unit's chunks are summed this step
-  std::vector<char> norm_deferred_;         // changed after its reduction (tied / replicated sync)
-  std::vector<std::pair<size_t, size_t>> replicated_;  // shard ranges of tp-replicated tensors
-  Buffer<float> replicated_buf_;
-  // Workspaces (gathered units, gradient workspaces), reused; a shortfall completes the oldest
-  // gradient reduction in flight (tensor/buffer_pool.hpp).
-  BufferPool<float> pool_{"unit_workspace"};
-  BufferPool<uint16_t> pool16_{"unit_workspace16"};
-  int step_ = 0, microbatches_ = 1;
+  Buffers buf_;
+  WorkingCopies copies_;  // the 16-bit working copies (mixed precision)
+  GradNorm norm_;
+  ReplicatedGrads replicated_;
+  std::vector<UnitState> units_;
+  Pools pools_;
+  StepState now_;
 };
 
 }  // namespace gpt2

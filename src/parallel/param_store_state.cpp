@@ -16,14 +16,14 @@ Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 
 void ParamStore::init(uint64_t seed) {
   const ParamLayout& g = layout_.global();
-  copy_stale_ = shard_copy_stale_ = true;
+  copies_.all_stale();
   if (!policy_.params) {
-    init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(params_.data(), params_.extent(0)));
-    if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
+    init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(buf_.params.data(), buf_.params.extent(0)));
+    if (policy_.optimizer) scatter_pieces(buf_.params.data(), buf_.param_shard.data());
     return;
   }
   for (const Bucket& b : shards_.buckets())  // deferred initialisation: only this rank's pieces
-    init_params<float>(g, layout_.tensors(), seed, b.piece, vec(param_shard_.data() + b.shard_offset, b.piece.size()));
+    init_params<float>(g, layout_.tensors(), seed, b.piece, vec(buf_.param_shard.data() + b.shard_offset, b.piece.size()));
 }
 
 void ParamStore::scatter_pieces(const float* whole, float* shard) const {
@@ -56,7 +56,7 @@ Vec<float> ParamStore::state_buffer(const std::string& section) {
 std::vector<float> ParamStore::local_values(const std::string& section) {
   const size_t n = layout_.local_size();
   Buffer<float> whole;
-  if (section == "params") whole = params_sharded() ? gather_whole(param_shard_.data()) : params_;
+  if (section == "params") whole = params_sharded() ? gather_whole(buf_.param_shard.data()) : buf_.params;
   else whole = policy_.optimizer ? gather_whole(state_buffer(section).data()) : Buffer<float>(state_buffer(section).data(), n);
   std::vector<float> out(n);
   Kokkos::deep_copy(ExecSpace(), HostFloats(out.data(), n), vec(whole.data(), n));
@@ -88,7 +88,7 @@ ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
 
 void ParamStore::copy_owned(const std::string& section, size_t begin, size_t n, float* dst) {
   const bool sharded = section == "params" ? params_sharded() : policy_.optimizer;
-  float* src = section == "params" ? (sharded ? param_shard_.data() : params_.data()) : state_buffer(section).data();
+  float* src = section == "params" ? (sharded ? buf_.param_shard.data() : buf_.params.data()) : state_buffer(section).data();
   const size_t size = sharded ? shards_.shard_size() : layout_.local_size();
   if (begin + n > size) fail("ParamStore: values [", begin, ", ", begin + n, ") of ", section, " past its ", size);
   Kokkos::deep_copy(ExecSpace(), HostFloats(dst, n), vec(src + begin, n));
@@ -110,13 +110,13 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
   struct Done {  // `values` may go once this returns: the copies from it must be complete
     ~Done() { device_sync("a checkpoint's values from the host"); }
   } done;
-  if (section == "params") copy_stale_ = shard_copy_stale_ = true;
+  if (section == "params") copies_.all_stale();
   if (section == "params" && !policy_.params) {
-    Kokkos::deep_copy(ExecSpace(), vec(params_.data(), n), host);
-    if (policy_.optimizer) scatter_pieces(params_.data(), param_shard_.data());
+    Kokkos::deep_copy(ExecSpace(), vec(buf_.params.data(), n), host);
+    if (policy_.optimizer) scatter_pieces(buf_.params.data(), buf_.param_shard.data());
     return;
   }
-  float* shard = section == "params" ? param_shard_.data() : state_buffer(section).data();
+  float* shard = section == "params" ? buf_.param_shard.data() : state_buffer(section).data();
   if (!policy_.optimizer) {
     Kokkos::deep_copy(ExecSpace(), vec(shard, n), host);
     return;
@@ -136,9 +136,8 @@ size_t ParamStore::gather_bytes() const {
 MemoryUse ParamStore::memory() const {
   const size_t f = sizeof(float), s = policy_.optimizer ? shards_.shard_size() : 0;
   MemoryUse m;
-  m.params = (params_.extent(0) + s) * f + (copy_buf_.extent(0) + shard_copy_buf_.extent(0)) * sizeof(uint16_t) +
-             mixed_.memory();
-  m.grads = (grads_.extent(0) + s) * f;
+  m.params = (buf_.params.extent(0) + s) * f + copies_.bytes();
+  m.grads = (buf_.grads.extent(0) + s) * f;
   for (auto& st : const_cast<Optimizer&>(*opt_).state()) m.optimizer += st.second.extent(0) * f;
   return m;
 }

@@ -251,8 +251,8 @@ double CostModel::optimizer(double params) const {
   return params * 28.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;
 }
 
-double CostModel::newton_schulz(double flops, int launches) const {
-  const double rate = hw_.peak("fp32") * hw_.gemm_efficiency;
+double CostModel::newton_schulz(double flops, int launches, const std::string& dtype) const {
+  const double rate = hw_.peak(dtype) * hw_.gemm_efficiency;
   if (flops <= 0 || rate <= 0) return 0;
   return flops / rate + launches * hw_.kernel_overhead;
 }

@@ -98,7 +98,7 @@ class CostModel {
   // every traced event), split in two equal passes.
   double gradient_pass(double params) const;
   // Muon's Newton-Schulz products (fp32 GEMMs), `matrices` x steps of them launched.
-  double newton_schulz(double flops, int launches) const;
+  double newton_schulz(double flops, int launches, const std::string& dtype = "fp32") const;
 
   // Collectives over n ranks of a group whose members are `stride` world ranks apart.
   double all_reduce(double bytes, int n, int stride) const;

@@ -28,6 +28,7 @@ struct Layout {
   std::string recompute = "none";  // activation recomputation: none | selective | full
   std::string optimizer = "adamw";  // muon: each rank's block matrices through ns_steps Newton-Schulz steps
   int ns_steps = 5;
+  std::string ns_dtype = "fp32";    // the Newton-Schulz products' inputs: fp32 | bf16
   std::string grad_reduce_dtype = "fp32";   // gradients on the wire between replicas: fp32 | bf16
   std::string param_gather_dtype = "auto";  // ZeRO's gathers: auto (16-bit matrices when mixed) | fp32
   int recompute_every = 1;         // of every this many blocks, the first recomputes

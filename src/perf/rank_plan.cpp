@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/activation_sizes.hpp"
+#include "model/optimizer.hpp"
 
 namespace gpt2 {
 
@@ -153,6 +154,27 @@ ChunkPlan plan_chunk(RankPricing& pr, const BlockRange& c) {
   return cp;
 }
 
+// Muon's matrices (parallel/matrix_shards): whole on the owners the replicas deal them to, tp slices
+// gathered; the busiest owner's products and the parts' exchange.
+void plan_matrices(const StepContext& s, const StageLayout& sl, RankPlan& rp) {
+  std::vector<double> flops;
+  double elems = 0;  // the rank's tp slices of the matrices
+  for (const TensorInfo& t : sl.tensors()) {
+    if (!block_matrix(t)) continue;
+    const bool columns = t.kind == Param::attprojw || t.kind == Param::fcprojw;
+    const double rows = double(t.shape[0]) * (columns ? 1 : s.l.tp), cols = double(t.shape[1]) * (columns ? s.l.tp : 1);
+    flops.push_back(newton_schulz_flops(rows, cols, s.l.ns_steps));
+    elems += double(t.range.size());
+  }
+  const int D = s.policy.optimizer ? s.replicas : 1;
+  std::vector<double> load(size_t(D), 0.0);
+  const std::vector<int> owner = deal_by_cost(flops, D);
+  for (size_t i = 0; i < flops.size(); ++i) load[size_t(owner[i])] += flops[i];
+  rp.newton_schulz_flops = *std::max_element(load.begin(), load.end());
+  if (D > 1) rp.matrix_exchange_bytes = 4 * elems / D;
+  if (s.l.tp > 1) rp.matrix_tp_bytes = 4 * elems / D * s.l.tp;
+}
+
 }  // namespace
 
 // A rank's chunks, and the sizes its step's end needs: its parameters and their optimizer shard,
@@ -166,13 +188,9 @@ RankPlan plan_rank(const StepContext& s, const std::vector<BlockRange>& chunks, 
   rp.shard_params = s.policy.optimizer ? rp.local_params / s.replicas : rp.local_params;
   rp.wte_elems = sl.has_embedding() ? pr.elems(UnitKind::wte) : pr.elems(UnitKind::tied_wte);
   if (s.policy.optimizer) rp.wte_elems /= s.replicas;
-  for (const TensorInfo& t : sl.tensors()) {
+  for (const TensorInfo& t : sl.tensors())
     if (t.replicated && s.l.tp > 1) rp.replicated_elems += double(t.range.size());
-    if (s.l.optimizer == "muon" && block_matrix(t)) {  // (the rank's own slice of a matrix under tp)
-      const double m = double(std::min(t.shape[0], t.shape[1])), n = double(std::max(t.shape[0], t.shape[1]));
-      rp.newton_schulz_flops += s.l.ns_steps * (4 * m * m * n + 2 * m * m * m);  // XX^T, AA, BX
-    }
-  }
+  if (s.l.optimizer == "muon") plan_matrices(s, sl, rp);
   for (const Unit& u : sl.units()) rp.gather_bytes += dp.value_bytes(u.kind) * double(u.range.size());
   for (const BlockRange& c : chunks) rp.chunks.push_back(plan_chunk(pr, c));
   return rp;

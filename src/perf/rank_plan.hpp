@@ -50,7 +50,10 @@ struct RankPlan {
   std::vector<ChunkPlan> chunks;
   double local_params = 0, shard_params = 0, replicated_elems = 0, wte_elems = 0;
   double gather_bytes = 0;  // ZeRO-1/2's all-gather of the updated parameters
-  double newton_schulz_flops = 0;  // Muon: its block matrices' orthogonalisation, every step
+  // Muon: the block matrices' orthogonalisation on the busiest owner of the rank's replica group,
+  // every step; the exchange of their parts with the owners (as one all-gather of this size over the
+  // replicas, each way) and the owners' all-gather of their slices over tp (its whole size).
+  double newton_schulz_flops = 0, matrix_exchange_bytes = 0, matrix_tp_bytes = 0;
 };
 
 // What every price of one layout's step shares: the step's shape and the factors on its compute.

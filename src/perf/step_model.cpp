@@ -294,7 +294,9 @@ void finish_step(const StepContext& s, const std::vector<RankPlan>& plans, const
     if (s.l.overlap_param_gather) gather = std::max(0.0, gather - first_forward_end[size_t(r)]);
     own[size_t(r)] = post[size_t(r)] + s.slow * s.cm.optimizer(rp.shard_params) + gather;
     if (rp.newton_schulz_flops > 0)  // (five kernels a step of each matrix: three products, two scalings)
-      own[size_t(r)] += s.slow * s.cm.newton_schulz(rp.newton_schulz_flops, 5 * s.l.ns_steps * 4 * s.L / s.p);
+      own[size_t(r)] += s.slow * s.cm.newton_schulz(rp.newton_schulz_flops, 5 * s.l.ns_steps * 4 * s.L / s.p, s.l.ns_dtype) +
+                        2 * s.cm.all_gather(rp.matrix_exchange_bytes, s.replicas, s.dp_stride) +
+                        s.cm.all_gather(rp.matrix_tp_bytes, s.l.tp, 1);
   }
   const double scalars = s.cm.all_reduce(16, s.replicas, s.dp_stride) + s.cm.all_reduce(8, s.l.tp, 1) +
                          s.cm.all_reduce(16, s.p, s.l.tp);

@@ -43,4 +43,27 @@ void unpack_to(Vec<T> dst, CVec<T> packed, CVec<int32_t> to) {
   for_each_index("unpack_to", int64_t(to.extent(0)), detail::UnpackTo<T>{dst, packed, to});
 }
 
+// whole (rows, T c) from T column blocks (rows, c) stacked one after another:
+// whole[r, j c + k] = stacked[j][r, k] (tensor parallelism's row-parallel slices, put together).
+template <class T>
+void interleave_columns(Vec<T> whole, CVec<T> stacked, int64_t rows, int64_t c, int64_t blocks) {
+  count_traffic(bytes_of(stacked), bytes_of(whole));
+  const int64_t width = c * blocks;
+  for_each_index(
+      "interleave_columns", rows * width, KOKKOS_LAMBDA(int64_t i) {
+        const int64_t r = i / width, col = i % width, j = col / c;
+        whole(i) = stacked((j * rows + r) * c + col % c);
+      });
+}
+
+// block (rows, c) = whole[:, j c : (j + 1) c], whole (rows, T c).
+template <class T>
+void take_column_block(Vec<T> block, CVec<T> whole, int64_t rows, int64_t c, int64_t blocks, int64_t j) {
+  count_traffic(bytes_of(block), bytes_of(block));
+  for_each_index(
+      "take_column_block", rows * c, KOKKOS_LAMBDA(int64_t i) {
+        block(i) = whole((i / c) * c * blocks + j * c + i % c);
+      });
+}
+
 }  // namespace gpt2

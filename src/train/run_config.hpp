@@ -43,6 +43,7 @@ struct TrainConfig {
   // Newton-Schulz steps.
   double muon_lr = 0.02, muon_momentum = 0.95;
   int ns_steps = 5;
+  std::string ns_dtype = "fp32";  // the Newton-Schulz products' inputs: fp32 | bf16 (fp32 accumulation)
   int64_t seed = 1337;
   int eval_every = 0;    // steps between validation passes (0: only at the end if data.val is set)
   int eval_batches = 4;  // validation batches per pass

@@ -115,6 +115,8 @@ def main():
         ("wrong value type", train(deck("c12"), "--set", "train.lr=\"fast\""), 2, "train.lr: expected a number, got a string"),
         ("zero batch size", train(deck("c13", train__batch_size=0)), 2, "train.batch_size: must be a positive integer"),
         ("negative steps", train(deck("c14", train__steps=-3)), 2, "train.steps: must be a positive integer"),
+        ("unknown Newton-Schulz dtype", train(deck("c14b"), "--set", "train.ns_dtype=\"fp8\""), 2,
+         "train.ns_dtype: expected fp32 or bf16, got \"fp8\""),
         ("dp*pp is not the world size", train(deck("c15", parallel__dp=1)), 2, "must equal the number of MPI ranks (2)"),
         ("more stages than layers", train(deck("c16", parallel__dp=1, parallel__pp=4)), 4, "more pipeline stages (4) than model.n_layer (2)"),
         ("batch not divisible", train(deck("c17", parallel__microbatches=3)), 2, "must be divisible by parallel.dp * parallel.microbatches"),

@@ -8,9 +8,8 @@ fused; the one-rank reference is materialized, so fused cases hold it to it), do
 (data.document_mask at token 0 of the data: attention within documents, positions restarting; their
 own one-rank references), and the communication
 backend (mpi, or mpi-ordered: a device's view of NCCL's ordering on the host, its runs with teams of
-2 threads -- the ctest label gpu_semantics), and the optimizer (AdamW, or Muon: refused by the
-engine where a rank does not hold its matrices whole, ZeRO or tp; asked about for a seeded sample of
-3000 of AdamW's accepted combinations). A pair counts only where
+2 threads -- the ctest label gpu_semantics), and the optimizer (AdamW, or Muon: its matrices made whole on owners under ZeRO and tp; asked about
+for a seeded sample of 3000 of AdamW's accepted combinations). A pair counts only where
 both of its values take effect (see ACTS: ZeRO with dp x cp > 1, a schedule or virtual stages with
 pp > 1, sequence parallelism with tp > 1, selective recomputation where there are probabilities to
 drop); the engine decides which combinations run (`gpt2 info DECK --accepts`, one process for all

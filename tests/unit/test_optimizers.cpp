@@ -104,16 +104,46 @@ double max_abs(const std::vector<double>& v) {
 // The kernels in double: the same numbers as the reference, to rounding.
 TEST(Muon, NewtonSchulzKernelsMatchThePublishedIterationInDouble) {
   for (const auto& shape : {std::pair<int, int>{5, 9}, {9, 5}, {7, 7}}) {
-    const int rows = shape.first, cols = shape.second, m = std::min(rows, cols), n = std::max(rows, cols);
+    const int rows = shape.first, cols = shape.second, m = std::min(rows, cols);
     const std::vector<double> g = random_vector(size_t(rows) * cols, 11 + rows);
     auto gb = from_host(g), mom = from_host(std::vector<double>(g.size(), 0.0));
     Buffer<double> x("x", g.size()), y("y", g.size()), a("a", size_t(m) * m), b("b", size_t(m) * m), s("s", 1);
-    muon_momentum<double>(gb, mom, x, rows, cols, 0.0, GradScale(1.0));  // momentum 0: U = G, wide
-    const Vec<double> o = newton_schulz5<double>(x, y, a, b, m, n, 5, DeviceScalar(s.data()));
+    muon_momentum<double>(gb, mom, x, 0.0, GradScale(1.0));  // momentum 0: U = G
+    const Vec<double> o = newton_schulz5<double>(x, y, a, b, rows, cols, 5, DeviceScalar(s.data()));
     auto p = from_host(std::vector<double>(g.size(), 0.0));
-    muon_apply<double>(p, o, rows, cols, 1.0, 0.0, 1.0, {});  // p = -O
+    muon_apply<double>(p, o, 1.0, 0.0, 1.0, {});  // p = -O
     const std::vector<double> ours = to_host(p), ref = newton_schulz_reference(g, rows, cols, 5);
     for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(-ours[i], ref[i], 1e-12) << rows << "x" << cols << " " << i;
+  }
+}
+
+// train.ns_dtype = "bf16": the products read bf16 roundings (fp32 accumulation). Near the fp32
+// iteration -- bf16's 8 bits, not identical -- and its singular values in the same band.
+TEST(Muon, NewtonSchulzWithBf16ProductsStaysNearFp32InTheBand) {
+  for (const auto& shape : {std::pair<int, int>{24, 40}, {40, 24}}) {
+    const int rows = shape.first, cols = shape.second, m = std::min(rows, cols);
+    const size_t n = size_t(rows) * cols;
+    const std::vector<double> g = random_vector(n, 31 + rows);
+    std::vector<float> out[2];
+    for (int low = 0; low < 2; ++low) {
+      auto x = from_host(std::vector<float>(g.begin(), g.end()));
+      Buffer<float> y("y", n), a("a", size_t(m) * m), b("b", size_t(m) * m);
+      Buffer<double> s("s", 1);
+      Buffer<bf16> x16("x16", low ? n : 0), a16("a16", low ? size_t(m) * m : 0), b16("b16", low ? size_t(m) * m : 0);
+      const NewtonSchulzLowp lp{x16, a16, b16};
+      const Vec<float> o = newton_schulz5<float>(x, y, a, b, rows, cols, 5, DeviceScalar(s.data()), lp);
+      out[low] = to_host(CVec<float>(o));
+    }
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < n; ++i) diff += std::pow(double(out[1][i]) - out[0][i], 2), norm += std::pow(out[0][i], 2);
+    EXPECT_LT(std::sqrt(diff / norm), 3e-2) << rows << "x" << cols;
+    EXPECT_GT(std::sqrt(diff / norm), 1e-4) << "the bf16 products took effect";
+    std::vector<double> o(out[1].begin(), out[1].end());
+    if (rows > cols) o = transpose(o, rows, cols);
+    for (double sv : singular_values(o, m, std::max(rows, cols))) {
+      EXPECT_GT(sv, 0.5);
+      EXPECT_LT(sv, 1.5);
+    }
   }
 }
 

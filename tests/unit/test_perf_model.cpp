@@ -611,7 +611,7 @@ TEST(Simulator, MessagesTakeTheirTransferTime) {
 
 // Muon's Newton-Schulz products are priced on each rank's block matrices: per step of one (m, n)
 // matrix, m <= n, X X^T, A A and B X take 4 m^2 n + 2 m^3 FLOPs, at the fp32 GEMM rate.
-TEST(CostModel, MuonAddsTheNewtonSchulzProductsOfEachRanksMatrices) {
+TEST(CostModel, MuonAddsTheNewtonSchulzProductsOfEachOwnersMatricesAndTheirExchange) {
   const Workload w = small_model();
   const CostModel cm(w, test_hardware());
   Layout adamw, muon;
@@ -622,4 +622,16 @@ TEST(CostModel, MuonAddsTheNewtonSchulzProductsOfEachRanksMatrices) {
   Layout pp = muon, pp_adamw = adamw;
   pp.pp = 2, pp_adamw.pp = 2;  // half the blocks a rank: half the products
   EXPECT_NEAR(predict_step(cm, pp).step_s - predict_step(cm, pp_adamw).step_s, want / 2, 0.05 * want);
+  // ZeRO over 2 replicas: each owns half the products (dealt by cost: equal halves here), and the
+  // matrices' parts go to their owners and back (each way an all-gather of the rank's matrix shard).
+  const double E = 8 * 12 * C * C;  // the blocks' matrices' values
+  Layout zero = muon, zero_adamw = adamw;
+  zero.dp = zero_adamw.dp = 2, zero.zero = zero_adamw.zero = 1;
+  const double exchange = 2 * cm.all_gather(4 * E / 2, 2, 1);
+  EXPECT_NEAR(predict_step(cm, zero).step_s - predict_step(cm, zero_adamw).step_s, want / 2 + exchange, 0.05 * want);
+  // tp 2: every tp rank orthogonalises the whole matrices its slices gather into.
+  Layout tp = muon, tp_adamw = adamw;
+  tp.tp = tp_adamw.tp = 2;
+  const double gather = cm.all_gather(4 * E, 2, 1);
+  EXPECT_NEAR(predict_step(cm, tp).step_s - predict_step(cm, tp_adamw).step_s, want + gather, 0.05 * want);
 }

@@ -1,0 +1,164 @@
+#include "parallel/matrix_shards.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "tensor/indexed_copy.hpp"
+
+namespace gpt2 {
+
+namespace {
+constexpr int kTag = 0x4d55;  // the exchanges' point-to-point messages
+
+bool row_parallel(const TensorInfo& t) { return t.kind == Param::attprojw || t.kind == Param::fcprojw; }
+
+Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
+}  // namespace
+
+CommMatrixShards::CommMatrixShards(const StageLayout& layout, const ShardLayout& shards, Communicator& replicas,
+                                   Communicator& tp)
+    : replicas_(replicas), tp_(tp), D_(shards.ranks()), me_(shards.ranks() > 1 ? replicas.rank() : 0) {
+  if (D_ > 1 && D_ != replicas.size()) fail("CommMatrixShards: the shards are not over the replica group");
+  const int T = tp.size();
+  std::vector<double> cost;
+  for (const TensorInfo& t : layout.tensors()) {
+    if (!block_matrix(t)) continue;
+    Parts p;
+    Matrix m;
+    p.local = t.range.size();
+    p.columns = T > 1 && row_parallel(t);
+    m.rows = int(t.shape[0]) * (T > 1 && !p.columns ? T : 1);
+    m.cols = int(t.shape[1]) * (p.columns ? T : 1);
+    p.held.resize(size_t(D_));
+    bool started = false;
+    for (const Bucket& b : shards.buckets()) {
+      const size_t part = b.range.size() / size_t(D_);
+      for (int q = 0; q < D_; ++q) {
+        const size_t pb = b.range.begin + size_t(q) * part;
+        const size_t lo = std::max(pb, t.range.begin), hi = std::min(pb + part, t.range.end);
+        if (lo >= hi) continue;
+        p.held[size_t(q)].push_back({lo - t.range.begin, hi - t.range.begin});
+        if (q != me_) continue;
+        const size_t at = b.shard_offset + (lo - pb);
+        if (!started) m.run = {at, at}, started = true;
+        if (at != m.run.end) fail("CommMatrixShards: ", t.name(), "'s parts are not one run of the shard");
+        m.run.end += hi - lo;
+      }
+    }
+    cost.push_back(newton_schulz_flops(m.rows, m.cols, 1));
+    matrices_.push_back(m);
+    parts_.push_back(std::move(p));
+  }
+  deal_out(cost);
+  size_t slices = 0, stacked = 0;
+  stacked_at_.assign(matrices_.size(), 0);
+  for (size_t i = 0; i < matrices_.size(); ++i) {
+    Matrix& m = matrices_[i];
+    if (!m.owned) continue;
+    m.at = owned_size_;
+    owned_size_ += size_t(m.rows) * size_t(m.cols);
+    if (D_ > 1 && T > 1) parts_[i].local_at = slices, slices += parts_[i].local;
+    if (parts_[i].columns) stacked_at_[i] = stacked, stacked += size_t(m.rows) * size_t(m.cols);
+  }
+  slices_ = Buffer<float>("matrix_slices", slices);
+  stacked_ = Buffer<float>("matrix_stacked", stacked);
+}
+
+void CommMatrixShards::deal_out(const std::vector<double>& cost) {
+  const std::vector<int> owner = deal_by_cost(cost, D_);
+  for (size_t i = 0; i < parts_.size(); ++i) parts_[i].owner = owner[i], matrices_[i].owned = owner[i] == me_;
+}
+
+float* CommMatrixShards::slice_of(size_t i, float* owned, float* runs) {
+  if (tp_.size() == 1) return owned + matrices_[i].at;
+  if (D_ > 1) return slices_.data() + parts_[i].local_at;
+  return runs + matrices_[i].run.begin;  // the rank holds its whole slice
+}
+
+void CommMatrixShards::exchange(bool gather, const std::vector<float*>& slices, float* runs) {
+  const DType f = DType::f32;
+  std::vector<Request> pending;
+  replicas_.group_start();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const Parts& p = parts_[i];
+    if (p.owner == me_) {
+      for (int q = 0; q < D_; ++q)
+        for (const Range& r : p.held[size_t(q)]) {
+          if (q == me_) continue;
+          float* s = slices[i] + r.begin;
+          pending.push_back(gather ? replicas_.irecv(s, r.size(), f, q, kTag)
+                                   : replicas_.isend(s, r.size(), f, q, kTag));
+        }
+      continue;
+    }
+    size_t at = matrices_[i].run.begin;
+    for (const Range& r : p.held[size_t(me_)]) {
+      float* run = runs + at;
+      pending.push_back(gather ? replicas_.isend(run, r.size(), f, p.owner, kTag)
+                               : replicas_.irecv(run, r.size(), f, p.owner, kTag));
+      at += r.size();
+    }
+  }
+  replicas_.group_end();
+  for (size_t i = 0; i < parts_.size(); ++i) {  // the owner's own parts
+    if (parts_[i].owner != me_) continue;
+    size_t at = matrices_[i].run.begin;
+    for (const Range& r : parts_[i].held[size_t(me_)]) {
+      const Vec<float> slice = vec(slices[i] + r.begin, r.size()), run = vec(runs + at, r.size());
+      if (gather) Kokkos::deep_copy(ExecSpace(), slice, run);
+      else Kokkos::deep_copy(ExecSpace(), run, slice);
+      at += r.size();
+    }
+  }
+  for (Request& r : pending) replicas_.order_after(r);
+}
+
+void CommMatrixShards::gather(const float* runs_in, float* owned) {
+  float* runs = const_cast<float*>(runs_in);  // (read only: gathering sends from the runs)
+  std::vector<float*> slices(parts_.size(), nullptr);
+  for (size_t i = 0; i < parts_.size(); ++i)
+    if (matrices_[i].owned) slices[i] = slice_of(i, owned, runs);
+  if (D_ > 1) exchange(true, slices, runs);
+  const int T = tp_.size();
+  if (T == 1) return;
+  // The owners' tp peers own the same matrices: each all-gathers its slices.
+  std::vector<Request> pending;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    if (!matrices_[i].owned) continue;
+    float* whole = owned + matrices_[i].at;
+    float* to = parts_[i].columns ? stacked_.data() + stacked_at_[i] : whole;
+    pending.push_back(tp_.iall_gather(slices[i], to, parts_[i].local, DType::f32));
+  }
+  for (Request& r : pending) tp_.order_after(r);
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const Matrix& m = matrices_[i];
+    if (!m.owned || !parts_[i].columns) continue;
+    const size_t n = size_t(m.rows) * size_t(m.cols);
+    interleave_columns<float>(vec(owned + m.at, n), vec(stacked_.data() + stacked_at_[i], n), m.rows,
+                              m.cols / T, T);
+  }
+}
+
+void CommMatrixShards::scatter(const float* owned_in, float* runs) {
+  float* owned = const_cast<float*>(owned_in);  // (read only)
+  const int T = tp_.size();
+  std::vector<float*> slices(parts_.size(), nullptr);
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const Matrix& m = matrices_[i];
+    if (!m.owned) continue;
+    const size_t local = parts_[i].local, n = size_t(m.rows) * size_t(m.cols);
+    float* whole = owned + m.at;
+    if (T == 1) {
+      slices[i] = whole;
+    } else if (parts_[i].columns) {  // this tp rank's columns, into the slice's place
+      slices[i] = slice_of(i, owned, runs);
+      take_column_block<float>(vec(slices[i], local), vec(whole, n), m.rows, m.cols / T, T, tp_.rank());
+    } else {  // its rows: a block of the stacked matrix
+      slices[i] = whole + size_t(tp_.rank()) * local;
+      if (D_ == 1) Kokkos::deep_copy(ExecSpace(), vec(runs + m.run.begin, local), vec(slices[i], local));
+    }
+  }
+  if (D_ > 1) exchange(false, slices, runs);
+}
+
+}  // namespace gpt2
