@@ -32,8 +32,14 @@ ShardLayout::ShardLayout(const StageLayout& layout, int D, int r, size_t bucket_
       for (const TensorInfo& t : layout.tensors()) {
         const size_t b = std::max(t.range.begin, piece.begin), e = std::min(t.range.end, piece.end);
         if (b >= e) continue;
+        const Range at{shard_ + b - piece.begin, shard_ + e - piece.begin};
+        TensorInfo* last = shard_tensors_.empty() ? nullptr : &shard_tensors_.back();
+        if (last && last->kind == t.kind && last->layer == t.layer && last->range.end == at.begin) {
+          last->range.end = at.end;  // the tensor's part in the previous piece goes on here
+          continue;
+        }
         TensorInfo s = t;
-        s.range = {shard_ + b - piece.begin, shard_ + e - piece.begin};
+        s.range = at;
         shard_tensors_.push_back(s);
       }
       shard_ += part;

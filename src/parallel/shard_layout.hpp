@@ -32,8 +32,9 @@ class ShardLayout {
   const std::vector<int>& buckets_of(int unit) const { return by_unit_[size_t(unit)]; }
   size_t shard_size() const { return shard_; }
   Range shard_range(int unit) const;  // the unit's pieces, consecutive in the shard
-  // The layout's tensors cut to this rank's pieces, in shard coordinates (for the optimizer's
-  // weight-decay spans; kind, layer and decay kept).
+  // The layout's tensors cut to this rank's pieces, in shard coordinates, one run each (a tensor's
+  // parts in consecutive pieces sit one after another in the shard); kind, layer, decay and the
+  // whole tensor's shape kept. Without sharding, the layout's tensors themselves.
   const std::vector<TensorInfo>& shard_tensors() const { return shard_tensors_; }
 
  private:

@@ -132,6 +132,14 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def jsonl_objects(path, key):
+    """The values of the `key` objects of a --metrics-jsonl file ({"straggler": ...} lines and the
+    like), in order; none when the file is not there."""
+    if not os.path.exists(path):
+        return []
+    return [row[key] for row in read_jsonl(path) if key in row]
+
+
 # ---- translation pairs: numbers and their English words (made-up corpora of tests and benchmarks) ----
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen").split()

@@ -19,6 +19,7 @@ STEPS = 4
 TOLERANCE = {"fp32": (1e-5, 1e-4), "bf16": (1e-3, 5e-2)}  # losses, gradient norms (relative)
 SMALL_BUCKETS = 0.0015  # MiB: ~390 values, so each matrix of the tiny model spans several buckets
 LAYOUTS = [
+    {"dp": 2, "bucket_mb": SMALL_BUCKETS},  # (replicated, each matrix over several buckets: still whole)
     {"dp": 2, "zero": 1, "bucket_mb": SMALL_BUCKETS},
     {"dp": 2, "zero": 2},
     {"dp": 4, "zero": 3, "bucket_mb": SMALL_BUCKETS},

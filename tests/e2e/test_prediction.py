@@ -8,7 +8,6 @@ trace to tell; communication when the waits are furthest off); predict_warn = 0 
 ranks: a memory entry each. A hardware file that is not there: one line naming train.hardware; one
 the planner cannot price from: "predicted: none" and the measurement alone.
 """
-import json
 import os
 import re
 import sys
@@ -20,10 +19,6 @@ import gpt2test  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 OFF = "gpt2 train: prediction off by more than"
-
-
-def jsonl(path, key):
-    return [json.loads(line)[key] for line in open(path) if line.startswith("{\"" + key + "\"")]
 
 
 def too_fast_hardware(path):
@@ -57,7 +52,7 @@ def main():
     r, m = train("first", f"trace.file={P('run.h5')}")
     c.check("gpt2 train: predicted: step" in r.out and "uncalibrated" in r.out, f"the start's prediction:\n{r.out}")
     c.check("gpt2 train: measured against predicted: step" in r.out, f"the end's comparison:\n{r.out}")
-    pred, meas = jsonl(m, "predicted"), jsonl(m, "measured")
+    pred, meas = gpt2test.jsonl_objects(m, "predicted"), gpt2test.jsonl_objects(m, "measured")
     c.check(len(pred) == 1 and pred[0]["step_ms"] > 0 and pred[0]["tokens_per_s"] > 0 and pred[0]["problem"] == "",
             f"one predicted object with a step: {pred}")
     c.check(len(meas) == 1 and meas[0]["step_ms"] > 0 and len(meas[0]["memory_bytes"]) == 1
@@ -94,7 +89,7 @@ def main():
 
     # Two ranks: the prediction and the measurement of each.
     r, m = train("dp2", "parallel.dp=2", f"trace.file={P('dp2.h5')}", ranks=2)
-    pred, meas = jsonl(m, "predicted"), jsonl(m, "measured")
+    pred, meas = gpt2test.jsonl_objects(m, "predicted"), gpt2test.jsonl_objects(m, "measured")
     c.check(len(pred) == 1 and len(pred[0]["memory_bytes"]) == 2 and len(meas[0]["memory_bytes"]) == 2
             and len(meas[0]["rss_bytes"]) == 2,
             f"dp 2: two ranks' memory predicted and measured: {pred} {meas}")

@@ -8,7 +8,6 @@ limit below what a rank holds (train.memory_limit_mb) names every rank once, aft
 The end's table has each rank's compute, waits and peak memory. train.straggler_ratio <= 1 is bad
 input naming the key.
 """
-import json
 import os
 import signal
 import sys
@@ -30,12 +29,6 @@ def one_cpu():
     """Both ranks on one CPU, this process's last: a box's CPUs may differ (a virtual machine's can
     run 1.7x apart), and a clean run on unequal cores rightly names the rank on the slower one."""
     return ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
-
-
-def objects(path, key):
-    if not os.path.exists(path):
-        return []
-    return [json.loads(line)[key] for line in open(path) if line.startswith("{\"" + key + "\"")]
 
 
 def slow_down(pid, done, stop_s=0.01, run_s=0.02):
@@ -74,7 +67,7 @@ def main():
     r = gpt2test.run(one_cpu() + [args.mpiexec, "-n", "2"] + base +
                      ["--metrics-jsonl", P("clean.jsonl"), "--set", "train.straggler_ratio=1.4"], timeout=300)
     c.check(r.rc == 0, f"the clean run: exit {r.rc}\n{r.out}\n{r.err}")
-    c.check(not objects(P("clean.jsonl"), "straggler"), f"a clean run names nobody:\n{r.out}")  # (run() checks the lines)
+    c.check(not gpt2test.jsonl_objects(P("clean.jsonl"), "straggler"), f"a clean run names nobody:\n{r.out}")  # (run() checks the lines)
     table = [line for line in r.out.splitlines() if line.strip().startswith("compute ")]
     c.check(len(table) == 2 and all("waits" in t and "peak memory" in t for t in table),
             f"the end's table: compute, waits and memory of each rank:\n{r.out}")
@@ -97,7 +90,7 @@ def main():
     out, err = job.output()
     c.check(ranks is not None, "found the ranks' processes")
     c.check(job.proc.returncode == 0, f"the slowed run: exit {job.proc.returncode}\n{out}\n{err}")
-    named = objects(P("slow.jsonl"), "straggler")
+    named = gpt2test.jsonl_objects(P("slow.jsonl"), "straggler")
     c.check(named and all(s["rank"] == 1 for s in named), f"rank 1 named, and only rank 1: {named}\n{out}")
     if named:
         first = named[0]
@@ -115,13 +108,13 @@ def main():
     # A memory limit every rank is past: each named once, after step 1.
     r = gpt2test.run(base + ["--metrics-jsonl", P("mem.jsonl"), "--set", "train.memory_limit_mb=8",
                              "--set", "train.steps=3"], 2, args.mpiexec, timeout=300)
-    warned = objects(P("mem.jsonl"), "memory_warning")
+    warned = gpt2test.jsonl_objects(P("mem.jsonl"), "memory_warning")
     c.check(r.rc == 0 and sorted(x["rank"] for x in warned) == [0, 1] and all(x["step"] == 1 for x in warned),
             f"memory: each rank named once, after step 1: {warned}\n{r.out}\n{r.err}")
     near = [line for line in r.out.splitlines() if "is near its memory limit" in line]
     c.check(len(near) == 2 and all("of 8.0 MiB" in line and "train.memory_limit_mb" in line for line in near),
             f"memory: one line a rank:\n{r.out}")
-    c.check(not objects(P("clean.jsonl"), "memory_warning"), "no memory warning under the node's own limit")
+    c.check(not gpt2test.jsonl_objects(P("clean.jsonl"), "memory_warning"), "no memory warning under the node's own limit")
 
     bad = gpt2test.run(base + ["--set", "train.straggler_ratio=1"], 2, args.mpiexec, timeout=120)
     c.check(bad.rc == 2 and bad.err.count("train.straggler_ratio") >= 1,

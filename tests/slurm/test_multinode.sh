@@ -342,6 +342,7 @@ say "killed gpt2n2 at step $steps_before of job $JOB_LOST"
 # The run stops: the job leaves RUNNING (Slurm requeues it: PENDING, Restarts=1).
 while [[ $(job_field "$JOB_LOST" JobState) == RUNNING ]] && ((SECONDS - T_KILL <= 90)); do sleep 0.5; done
 T_END=$((SECONDS - T_KILL))
+touch "$D/left_running"  # (what the requeued run may write later is newer than this)
 state=$(job_field "$JOB_LOST" JobState)
 if ((T_END <= 60)); then
   ok "node-loss job $JOB_LOST left RUNNING $T_END s after the kill (now $state, restarts $(job_field "$JOB_LOST" Restarts))"
@@ -363,10 +364,12 @@ for _ in $(seq 30); do
   sleep 0.5
 done
 [[ -z $left ]] && ok "no rank of the lost run is left running" || fail "processes of the lost run still run: $(ps -o pid,args -p "$(paste -sd, <<<"$left")" | tail -n +2)"
-# The checkpoints on disk verify; the newest is the one to resume from.
+# The checkpoints on disk verify; the newest the lost run wrote is the one to resume from (Slurm may
+# already have started the requeued run, whose own checkpoints are newer than the stop).
 newest=""
 for f in "$lost_run"/checkpoints/ckpt_*.h5; do
-  if "$BIN" info --checkpoint "$f" 2>&1 | grep -q "checksums verified"; then newest=$f; else fail "checkpoint $f does not verify"; fi
+  if ! "$BIN" info --checkpoint "$f" 2>&1 | grep -q "checksums verified"; then fail "checkpoint $f does not verify"
+  elif [[ ! $f -nt $D/left_running ]]; then newest=$f; fi
 done
 [[ -n $newest ]] && ok "checkpoints on disk verify: $(cd "$lost_run/checkpoints" && ls ckpt_*.h5 | paste -sd' ')" ||
   fail "no checkpoint of the lost run verifies"

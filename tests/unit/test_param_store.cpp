@@ -2,6 +2,8 @@
 // taken unit by unit while backward runs equals the sum over the final gradients, also when
 // microbatches accumulate (a unit's part must wait for its last microbatch).
 #include <cmath>
+#include <map>
+#include <set>
 
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
@@ -121,4 +123,27 @@ void expect_copy_trains_as_rounding_per_gemm(Precision precision, int zero) {
 TEST(ParamStore, WorkingCopyTrainsAsRoundingPerGemm) {
   for (Precision p : {Precision::bf16, Precision::fp16})
     for (int zero : {0, 1, 2, 3}) expect_copy_trains_as_rounding_per_gemm(p, zero);
+}
+
+// The optimizer sees each tensor once, as one run of the shard, whatever the buckets cut: whole
+// without sharding (Muon needs its matrices so), and the ranks' runs adding up to the tensor with.
+TEST(ShardLayout, EachTensorIsOneRunOfTheShard) {
+  const ModelConfig cfg = tiny(2);
+  const ParamLayout layout(cfg);
+  const StageLayout sl(layout, 0, cfg.n_layer);
+  for (int D : {1, 2, 4}) {
+    std::map<std::pair<int, int>, size_t> held;  // (kind, layer) -> values over the ranks
+    for (int r = 0; r < D; ++r) {
+      const ShardLayout shards(sl, D, r, 37);  // buckets of 36-37 values: most tensors span several
+      std::set<std::pair<int, int>> seen;
+      for (const TensorInfo& t : shards.shard_tensors()) {
+        EXPECT_TRUE(seen.insert({int(t.kind), t.layer}).second) << t.name() << " twice, D " << D << " rank " << r;
+        held[{int(t.kind), t.layer}] += t.range.size();
+        if (D == 1) {
+          EXPECT_EQ(t.range.size(), sl.tensor(t.kind, t.layer).range.size()) << t.name();
+        }
+      }
+    }
+    for (const TensorInfo& t : sl.tensors()) EXPECT_EQ((held[{int(t.kind), t.layer}]), t.range.size()) << t.name();
+  }
 }
