@@ -6,8 +6,6 @@
 //   precision=P       fp32 | bf16 (default: --precision)
 //   ranks=N           as --ranks
 //   section.key=V     a deck override, as --set (model.*, data.*, train.*, parallel.*)
-//   perf.pad_shards=true  price ZeRO with shards padded to a multiple of the replicas (as DeepSpeed and
-//                     FSDP run it; the trainer refuses units that do not share out evenly)
 //   perf.reduce_after_backward=true  ZeRO 0/1: reduce the gradients after the last backward, not
 //                     overlapped with it (Megatron-LM's "local" DDP of 2021)
 //   perf.fused_attention=true  attention as one fused kernel (FlashAttention), no scores in memory
@@ -60,8 +58,7 @@ struct PerfKey {
   const char* key;
   LayoutFlag member;
 };
-const std::vector<PerfKey> kPerfKeys = {{"perf.pad_shards", &Layout::pad_shards},
-                                        {"perf.reduce_after_backward", &Layout::reduce_after_backward},
+const std::vector<PerfKey> kPerfKeys = {{"perf.reduce_after_backward", &Layout::reduce_after_backward},
                                         {"perf.fused_attention", &Layout::fused_attention},
                                         {"perf.tp_comm_overlap", &Layout::tp_comm_overlap},
                                         {"perf.overlap_param_gather", &Layout::overlap_param_gather},
@@ -98,7 +95,7 @@ Row parse_row(const std::string& line, const std::string& hardware, const std::s
     else if (key.rfind("perf.", 0) == 0) {
       const auto it = std::find_if(kPerfKeys.begin(), kPerfKeys.end(), [&](const PerfKey& k) { return key == k.key; });
       if (it == kPerfKeys.end())
-        fail_input("--batch", "unknown key \"", key, "\" (perf.pad_shards, perf.reduce_after_backward, perf.fused_attention, perf.tp_comm_overlap, "
+        fail_input("--batch", "unknown key \"", key, "\" (perf.reduce_after_backward, perf.fused_attention, perf.tp_comm_overlap, "
                    "perf.overlap_param_gather, perf.zero3_prefetch, perf.grad_all_reduce, perf.fp32_loss)");
       if (value != "true" && value != "false") fail_input("--batch", key, ": expected true or false, got \"", value, "\"");
       r.perf.emplace_back(it->member, value == "true");

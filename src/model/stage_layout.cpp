@@ -65,7 +65,7 @@ TensorInfo split(const TensorInfo& g, const ModelConfig& c, TpSplit tp) {
 }
 }  // namespace
 
-StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp)
+StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp, size_t unit_multiple)
     : global_(&global), chunks_(std::move(chunks)), tp_(tp) {
   const int L = global.config().n_layer;
   if (chunks_.empty()) fail("StageLayout: no blocks");
@@ -84,12 +84,16 @@ StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chun
     size_ += t.global.size();
     local_.push_back(t);
   };
-  auto unit = [&](UnitKind kind, int layer, size_t begin) { units_.push_back({kind, layer, {begin, size_}}); };
+  if (unit_multiple < 1) fail("StageLayout: unit multiple ", unit_multiple);
+  auto unit = [&](UnitKind kind, int layer, size_t begin) {
+    size_ = (size_ + unit_multiple - 1) / unit_multiple * unit_multiple;
+    units_.push_back({kind, layer, {begin, size_}});
+  };
   const TensorInfo& wte = global.tensor(Param::wte);
   if (head_ && !embedding_) {
     add(wte);
-    tied_ = size_;
     unit(UnitKind::tied_wte, -1, 0);
+    tied_ = size_;
   }
   if (embedding_) {
     size_t b = size_;

@@ -46,9 +46,11 @@ struct BlockRange {
 
 class StageLayout {
  public:
+  // unit_multiple: each unit padded at its end to a multiple of it (ZeRO shares every unit out
+  // evenly over its replicas; the padding belongs to no tensor and stays 0).
   StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp = {})
       : StageLayout(global, std::vector<BlockRange>{{first_layer, end_layer}}, tp) {}
-  StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp = {});
+  StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp = {}, size_t unit_multiple = 1);
 
   const ParamLayout& global() const { return *global_; }
   const TpSplit& tp() const { return tp_; }

@@ -12,10 +12,8 @@ ShardLayout::ShardLayout(const StageLayout& layout, int D, int r, size_t bucket_
   by_unit_.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     const Range ur = units[u].range;
-    if (ur.size() % size_t(D) != 0)
-      fail_input("parallel.zero", "sharding over parallel.dp = ", D, " ranks needs every unit's size to be a ",
-                 "multiple of ", D, "; ", units[u].name(), units[u].layer >= 0 ? " " + std::to_string(units[u].layer) : "",
-                 " has ", ur.size(), " parameters (choose a dp that divides n_embd, or zero = 0)");
+    if (ur.size() % size_t(D) != 0)  // (the layout pads its units: StageLayout's unit_multiple)
+      fail("ShardLayout: unit ", units[u].name(), " of ", ur.size(), " values does not share out over ", D, " ranks");
     std::vector<Range> cuts;  // from the unit's end
     for (size_t end = ur.end; end > ur.begin;) {
       const size_t begin = end - ur.begin > k ? end - k : ur.begin;

@@ -24,7 +24,7 @@ struct Bucket {
 
 class ShardLayout {
  public:
-  // InputError (naming parallel.zero) when D > 1 and a unit's size is not a multiple of D.
+  // Every unit's size must be a multiple of D (the trainer's layout pads them so).
   ShardLayout(const StageLayout& layout, int dp_size, int dp_rank, size_t bucket_elems);
 
   int ranks() const { return D_; }

@@ -33,9 +33,6 @@ struct Layout {
   std::string param_gather_dtype = "auto";  // ZeRO's gathers: auto (16-bit matrices when mixed) | fp32
   int recompute_every = 1;         // of every this many blocks, the first recomputes
   // Priced as other trainers run it (gpt2 simulate --batch's perf.* keys; the trainer itself refuses):
-  // ZeRO shards padded to a multiple of the replicas (DeepSpeed, FSDP) instead of units that share
-  // out evenly.
-  bool pad_shards = false;
   // ZeRO 1/2: the parameters' all-gather after the update overlapped with the next step's first
   // forward (Megatron-LM's --overlap-param-gather) instead of ending the step.
   bool overlap_param_gather = false;

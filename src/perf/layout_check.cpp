@@ -131,16 +131,7 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
                      l.tp, ")");
   }
   if (LayoutProblem p = tensor_size_problem(m, l, w.batch / per_rank, w.seq_len)) return p;
-  const int replicas = l.dp * l.cp;  // the ranks that hold the same parameters
-  if (l.zero > 0 && replicas > 1 && !l.pad_shards) {  // every unit (a block, wte, wpe, the final norm) shares out evenly over them
-    const StageLayout& whole = rank_layout(m, {{0, m.n_layer}}, l.tp);
-    const std::string over = l.cp > 1 ? "parallel.dp * parallel.cp = " : "parallel.dp = ";
-    for (const Unit& u : whole.units())
-      if (u.range.size() % size_t(replicas))
-        return problem("parallel.zero", "sharding over ", over, replicas, " ranks needs every unit's size to be a ",
-                       "multiple of ", replicas, "; ", u.name(), u.layer >= 0 ? " " + std::to_string(u.layer) : "", " has ",
-                       u.range.size(), " parameters (choose a dp that divides n_embd, or zero = 0)");
-  }
+  // (ZeRO over replicas that divide no unit: the engine pads each unit to a multiple of them.)
   return {};
 }
 

@@ -31,6 +31,7 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
     stage_layers = partition_stages(cfg.model, p.pp, cfg.data.seq_len, p.stage_layers);
   else
     stage_layers.assign(size_t(placement.stages()), cfg.model.n_layer / placement.stages());
+  unit_multiple = p.zero > 0 ? size_t(p.dp) * size_t(p.cp) : 1;  // every unit shares out evenly
   const StageLayout stage_layout = layout_of(topo->coords());
 
   OptimizerConfig oc;
@@ -107,7 +108,7 @@ StageLayout RankEngine::layout_of(const GridCoords& c) const {
     const int first = std::accumulate(stage_layers.begin(), stage_layers.begin() + k, 0);
     chunks.push_back({first, first + stage_layers[size_t(k)]});
   }
-  return StageLayout(*layout, chunks, TpSplit{topo->tp(), c.tp});
+  return StageLayout(*layout, chunks, TpSplit{topo->tp(), c.tp}, unit_multiple);
 }
 
 size_t RankEngine::activation_bytes() const {

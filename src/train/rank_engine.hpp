@@ -35,6 +35,7 @@ struct RankEngine {
   std::unique_ptr<ParamLayout> layout;
   Placement placement;
   std::vector<int> stage_layers;  // blocks of each virtual stage
+  size_t unit_multiple = 1;       // ZeRO: each unit padded to a multiple of the replicas (StageLayout)
   int mb_size = 1;                // sequences per microbatch on this rank
   int blas_threads = 1;
   std::unique_ptr<ParamStore> store;

@@ -144,7 +144,6 @@ class Row:
             f"parallel.schedule={'interleaved' if v > 1 else '1f1b'}", f"parallel.virtual_stages={v}",
             f"parallel.sequence_parallel={'true' if r.get('sequence_parallel') and r['tp'] > 1 else 'false'}",
             f"train.recompute={recompute}",
-            "perf.pad_shards=true",
         ]
         # How the published system ran its data-parallel communication (the source's [common] or row
         # keys, each with its evidence in the file): the gradients reduced after the backward rather

@@ -3,10 +3,12 @@
 replicas (with buckets small enough that a matrix reaches a rank as several ranges), tensor
 parallelism (qkv and fc split by rows, the projections by columns, with and without sequence
 parallelism), both at once, with pipeline and context parallelism, under NCCL's ordering modelled on
-the host (mpi-ordered, teams of 2 threads), and in bf16: every step's loss, gradient norm and
-validation loss equal the one-rank run's (fp32 1e-5; bf16 1e-3 / 5e-2). A run resumed on another
-layout from a checkpoint of a sharded one continues the one-rank run. (The layout matrix holds Muon to
-one rank on every axis pairwise; this is the quick check, a few seconds a case.)
+the host (mpi-ordered, teams of 2 threads), and in bf16; and ZeRO over 3 replicas on a model whose
+units do not split evenly (n_embd 40: the layout pads each unit), with AdamW and Muon: every step's
+loss, gradient norm and validation loss equal the one-rank run's (fp32 1e-5 / 1e-4; bf16 1e-3 / 5e-2).
+A run resumed on another layout from a checkpoint of the padded, sharded one continues the one-rank
+run. (The layout matrix holds Muon to one rank on every axis pairwise; this is the quick check, a few
+seconds a case.)
 """
 import os
 import shutil
@@ -31,7 +33,17 @@ LAYOUTS = [
     {"dp": 2, "cp": 2, "zero": 2},
     {"dp": 2, "zero": 3, "comm": "mpi-ordered", "bucket_mb": SMALL_BUCKETS},
     {"dp": 2, "tp": 2, "zero": 2, "precision": "bf16"},
+    {"dp": 3, "zero": 3, "n_embd": 40, "optimizer": "adamw", "bucket_mb": SMALL_BUCKETS},
+    {"dp": 3, "zero": 1, "n_embd": 40},
+    {"dp": 3, "zero": 2, "n_embd": 40, "precision": "bf16", "bucket_mb": SMALL_BUCKETS},
 ]
+UNEVEN = {"dp": 3, "zero": 3, "n_embd": 40, "bucket_mb": SMALL_BUCKETS}  # resumed on RESUMED
+RESUMED = {"dp": 2, "tp": 2, "zero": 1, "n_embd": 40}
+
+
+def model_of(layout):
+    """(precision, n_embd, optimizer): the one-rank run a layout is held to."""
+    return layout.get("precision", "fp32"), layout.get("n_embd", 48), layout.get("optimizer", "muon")
 
 
 def ranks(par):
@@ -51,12 +63,12 @@ def main():
     gpt2test.write_shard(P("val.bin"), gpt2test.learnable_tokens(2000, 64, seed=99))
 
     def train(name, layout, stop_at=STEPS, ckpt=""):
-        par = dict(layout)
-        precision = par.pop("precision", "fp32")
-        deck = {"model": {"n_layer": 4, "n_head": 4, "n_embd": 48, "vocab_size": 64, "block_size": 16},
+        precision, n_embd, optimizer = model_of(layout)
+        par = {k: v for k, v in layout.items() if k not in ("precision", "n_embd", "optimizer")}
+        deck = {"model": {"n_layer": 4, "n_head": 4, "n_embd": n_embd, "vocab_size": 64, "block_size": 16},
                 "data": {"train": P("train.bin"), "val": P("val.bin"), "seq_len": 16},
                 "train": {"batch_size": 12, "steps": STEPS, "lr": 1e-3, "eval_every": 2, "eval_batches": 2,
-                          "precision": precision, "seed": 3, "optimizer": "muon", "muon_lr": 0.05},
+                          "precision": precision, "seed": 3, "optimizer": optimizer, "muon_lr": 0.05},
                 "parallel": par}
         if ckpt:
             deck["checkpoint"] = {"dir": ckpt, "every": 2, "keep": 0, "resume": "auto"}
@@ -86,26 +98,32 @@ def main():
                 if v is not None:
                     c.check(abs(v - want) <= tol * abs(want), f"{what}: step {s} {kind} {v!r}, one rank {want!r}")
 
-    refs = {p: train(f"ref_{p}", {"precision": p}, ckpt=gpt2test.fresh_dir(P(f"ref_{p}_ck"))) for p in TOLERANCE}
+    refs = {}
+    for key in sorted({model_of(layout) for layout in LAYOUTS + [UNEVEN]}):
+        precision, n_embd, optimizer = key
+        refs[key] = train(f"ref_{precision}_{n_embd}_{optimizer}",
+                          {"precision": precision, "n_embd": n_embd, "optimizer": optimizer})
     if None in refs.values():
         c.finish("muon_layouts")
-    c.check(refs["fp32"]["loss"][STEPS] < refs["fp32"]["loss"][1], f"the one-rank Muon run learns: losses {refs['fp32']['loss']}")
+    first = refs[("fp32", 48, "muon")]
+    c.check(first["loss"][STEPS] < first["loss"][1], f"the one-rank Muon run learns: losses {first['loss']}")
     for i, layout in enumerate(LAYOUTS):
         got = train(f"case{i}", layout)
         if got is not None:
-            precision = layout.get("precision", "fp32")
-            compare(f"case{i} ({describe(layout)})", got, refs[precision], precision, list(range(1, STEPS + 1)))
+            precision = model_of(layout)[0]
+            compare(f"case{i} ({describe(layout)})", got, refs[model_of(layout)], precision, list(range(1, STEPS + 1)))
             print(f"  case{i}: {describe(layout)}: equal to one rank", flush=True)
-    # Resume across layouts: steps 1-2 sharded (ZeRO-3 over 2), steps 3-4 on tp 2 with ZeRO-1 over 2.
+    # Resume across layouts: steps 1-2 sharded unevenly (ZeRO-3 over 3, units padded), steps 3-4 on
+    # tp 2 with ZeRO-1 over 2.
     ck = gpt2test.fresh_dir(P("resume_ck"))
-    first = train("resume_a", {"dp": 2, "zero": 3, "bucket_mb": SMALL_BUCKETS}, stop_at=2, ckpt=ck)
-    if first is not None:
+    if train("resume_a", UNEVEN, stop_at=2, ckpt=ck) is not None:
         for f in os.listdir(ck):
             if not f.startswith("ckpt_00000002"):
                 (shutil.rmtree if os.path.isdir(os.path.join(ck, f)) else os.remove)(os.path.join(ck, f))
-        second = train("resume_b", {"dp": 2, "tp": 2, "zero": 1}, ckpt=ck)
+        second = train("resume_b", RESUMED, ckpt=ck)
         if second is not None:
-            compare("resumed on dp 2 tp 2 zero 1 from dp 2 zero 3", second, refs["fp32"], "fp32", [3, 4])
+            compare(f"resumed on {describe(RESUMED)} from {describe(UNEVEN)}", second, refs[model_of(RESUMED)], "fp32",
+                    [3, 4])
     c.finish("muon_layouts")
 
 
