@@ -11,8 +11,6 @@ namespace {
 constexpr int kTag = 0x4d55;  // the exchanges' point-to-point messages
 
 bool row_parallel(const TensorInfo& t) { return t.kind == Param::attprojw || t.kind == Param::fcprojw; }
-
-Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 }  // namespace
 
 CommMatrixShards::CommMatrixShards(const StageLayout& layout, const ShardLayout& shards, Communicator& replicas,
