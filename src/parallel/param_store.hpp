@@ -11,20 +11,23 @@
 // update happen; ZeRO-1/2 all-gather the updated shards into the whole parameters (under mixed
 // precision a block's matrices into the whole 16-bit working copy only: the shard keeps the masters). Workspaces are
 // pooled and recycled as soon as their reduction completes: at rest (between steps) only the
-// table's buffers exist.
+// table's buffers exist. The parameters' and the gradients' columns are strategies of their own
+// (parallel/param_source.hpp, parallel/grad_sink.hpp), picked once from the level; the store keeps
+// the shard, the optimizer, the norm and what the strategies share (parallel/store_parts.hpp).
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "model/unit_store.hpp"
 #include "parallel/grad_norm.hpp"
+#include "parallel/grad_sink.hpp"
 #include "parallel/gradient_reducer.hpp"
+#include "parallel/param_source.hpp"
 #include "parallel/replicated_grads.hpp"
 #include "parallel/shard_layout.hpp"
 #include "parallel/working_copies.hpp"
 #include "model/optimizer.hpp"
 #include "parallel/zero.hpp"
-#include "tensor/buffer_pool.hpp"
 #include "tensor/reduce.hpp"
 #include "tensor/working_copy.hpp"
 
@@ -100,72 +103,36 @@ class ParamStore final : public UnitStore<float> {
   MemoryUse memory() const;
   // Bytes one all-gather of the whole parameters delivers to a rank (ZeRO 1-3; 0 without sharding).
   size_t gather_bytes() const;
-  size_t peak_workspace_bytes() const { return pools_.f32.bytes() + pools_.u16.bytes(); }
+  size_t peak_workspace_bytes() const { return workspaces_.bytes(); }
 
  private:
-  // The table's buffers: whole local layout (when kept) and the shard (aliases of them without sharding).
-  struct Buffers {
-    Buffer<float> params, grads, param_shard, grad_shard;
-  };
-  struct Gathered {  // ZeRO-3: a unit's parameters gathered now
-    Buffer<float> buf;
-    Buffer<uint16_t> low;  // a sixteen_bit unit's matrices (buf then holds its fp32 tensors only)
-    std::vector<Request> pending;
-    int refs = 0;
-  };
-  struct UnitState {
-    Gathered gathered;
-    Buffer<float> grad_ws;  // ZeRO-2/3: the unit's gradient workspace this round
-    int done = 0;           // final-phase microbatches seen this step
-  };
-  // Workspaces (gathered units, gradient workspaces), reused; a shortfall completes the oldest
-  // gradient reduction in flight (tensor/buffer_pool.hpp).
-  struct Pools {
-    BufferPool<float> f32{"unit_workspace"};
-    BufferPool<uint16_t> u16{"unit_workspace16"};
-  };
   struct StepState {
-    int step = 0, microbatches = 1;
+    int step = 0;
     bool grads_zeroed = false;  // the last update left the accumulating gradients 0
   };
 
-  template <class T>
-  Buffer<T> take(size_t n);  // a workspace from the pool
-  template <class T>
-  void give(Buffer<T> b);
-  template <class T>
-  BufferPool<T>& pool();
-  void start_gather(int u);
-  void wait_gather(int u);
-  // Bucket id's all-gather into the whole parameters from their first value: `whole` (fp32) or,
-  // when whole16 is set, whole16 (16-bit matrices) with `whole`'s fp32 tensors (finish_bucket after).
-  void gather_bucket(int id, float* whole, uint16_t* whole16, std::vector<Request>& pending);
-  size_t bucket_gather_bytes(int id) const;  // what bucket id's gathers deliver to each rank
   // The parameters exist complete only in the shard (ZeRO-3; ZeRO-1/2 gathering 16-bit matrices).
-  bool params_sharded() const { return policy_.params || copies_.mixed().active(); }
-  Vec<float> shard_vec(const Buffer<float>& b) const { return Vec<float>(b.data(), shards_.shard_size()); }
+  bool params_sharded() const { return params_->only_in_shard(); }
+  Vec<float> shard_vec(const Buffer<float>& b) const { return parts_.shard_vec(b); }
   Buffer<float> gather_whole(const float* shard);  // every bucket's pieces -> the local layout
-  void scatter_pieces(const float* whole, float* shard) const;
-  void gather_updated();  // ZeRO-1/2: every rank's updated pieces into the whole parameters
   Vec<float> state_buffer(const std::string& section);
-  const Unit& unit(int u) const { return layout_.units()[size_t(u)]; }
-  void reserve_workspaces();  // set-up: the pools' buffers
+  const Unit& unit(int u) const { return parts_.unit(u); }
 
   StageLayout layout_;
-  Communicator& dp_;
   ShardPolicy policy_;
-  Tracer& tracer_;
   ShardLayout shards_;
   GradientReducer reducer_;
   std::unique_ptr<MatrixShards> matrices_;  // whole matrices for the optimizer, where it needs them
   std::unique_ptr<Optimizer> opt_;
-  Buffers buf_;
+  ShardBuffers shard_;
   WorkingCopies copies_;  // the 16-bit working copies (mixed precision)
   GradNorm norm_;
   ReplicatedGrads replicated_;
-  std::vector<UnitState> units_;
-  Pools pools_;
+  Workspaces workspaces_;
   StepState now_;
+  StoreParts parts_;  // the above, for the two strategies
+  std::unique_ptr<ParamSource> params_;  // where the parameters live between uses (the ZeRO level)
+  std::unique_ptr<GradSink> grads_;      // where the gradients accumulate (the ZeRO level)
 };
 
 }  // namespace gpt2

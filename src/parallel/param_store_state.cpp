@@ -1,7 +1,6 @@
 // ParamStore's state as a whole (parallel/param_store.hpp): initialisation, the sections a
 // checkpoint reads and writes (gathered, or what this rank owns), and the memory it holds.
 #include "core/error.hpp"
-#include "model/param_init.hpp"
 #include "parallel/param_store.hpp"
 #include "runtime/device_sync.hpp"
 
@@ -15,29 +14,16 @@ Vec<float> vec(float* p, size_t n) { return Vec<float>(p, n); }
 // ---- state ------------------------------------------------------------------------------------
 
 void ParamStore::init(uint64_t seed) {
-  const ParamLayout& g = layout_.global();
   copies_.all_stale();
-  if (!policy_.params) {
-    init_params<float>(g, layout_.tensors(), seed, {0, layout_.local_size()}, vec(buf_.params.data(), buf_.params.extent(0)));
-    if (policy_.optimizer) scatter_pieces(buf_.params.data(), buf_.param_shard.data());
-    return;
-  }
-  for (const Bucket& b : shards_.buckets())  // deferred initialisation: only this rank's pieces
-    init_params<float>(g, layout_.tensors(), seed, b.piece, vec(buf_.param_shard.data() + b.shard_offset, b.piece.size()));
-}
-
-void ParamStore::scatter_pieces(const float* whole, float* shard) const {
-  for (const Bucket& b : shards_.buckets())
-    Kokkos::deep_copy(ExecSpace(), vec(shard + b.shard_offset, b.piece.size()),
-                      vec(const_cast<float*>(whole) + b.piece.begin, b.piece.size()));
+  params_->init(seed);
 }
 
 Buffer<float> ParamStore::gather_whole(const float* shard) {
   Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gathered"), layout_.local_size());
   std::vector<Request> pending;
   for (const Bucket& b : shards_.buckets())
-    pending.push_back(dp_.iall_gather(shard + b.shard_offset, whole.data() + b.range.begin, b.piece.size(), DType::f32));
-  for (Request& r : pending) dp_.wait(r);
+    pending.push_back(parts_.dp.iall_gather(shard + b.shard_offset, whole.data() + b.range.begin, b.piece.size(), DType::f32));
+  for (Request& r : pending) parts_.dp.wait(r);
   return whole;
 }
 
@@ -55,11 +41,11 @@ Vec<float> ParamStore::state_buffer(const std::string& section) {
 
 std::vector<float> ParamStore::local_values(const std::string& section) {
   const size_t n = layout_.local_size();
-  Buffer<float> whole;
-  if (section == "params") whole = params_sharded() ? gather_whole(buf_.param_shard.data()) : buf_.params;
-  else whole = policy_.optimizer ? gather_whole(state_buffer(section).data()) : Buffer<float>(state_buffer(section).data(), n);
+  const bool params = section == "params", sharded = params ? params_sharded() : policy_.optimizer;
+  const float* own = params ? params_->whole().data() : state_buffer(section).data();  // (unsharded)
+  const Buffer<float> whole = sharded ? gather_whole(params ? shard_.params.data() : state_buffer(section).data()) : Buffer<float>();
   std::vector<float> out(n);
-  Kokkos::deep_copy(ExecSpace(), HostFloats(out.data(), n), vec(whole.data(), n));
+  Kokkos::deep_copy(ExecSpace(), HostFloats(out.data(), n), CVec<float>(sharded ? whole.data() : own, n));
   device_sync("a checkpoint's values to the host");  // (between steps: checkpoints, tests)
   return out;
 }
@@ -88,10 +74,10 @@ ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
 
 void ParamStore::copy_owned(const std::string& section, size_t begin, size_t n, float* dst) {
   const bool sharded = section == "params" ? params_sharded() : policy_.optimizer;
-  float* src = section == "params" ? (sharded ? buf_.param_shard.data() : buf_.params.data()) : state_buffer(section).data();
+  const float* src = section != "params" ? state_buffer(section).data() : sharded ? shard_.params.data() : params_->whole().data();
   const size_t size = sharded ? shards_.shard_size() : layout_.local_size();
   if (begin + n > size) fail("ParamStore: values [", begin, ", ", begin + n, ") of ", section, " past its ", size);
-  Kokkos::deep_copy(ExecSpace(), HostFloats(dst, n), vec(src + begin, n));
+  Kokkos::deep_copy(ExecSpace(), HostFloats(dst, n), CVec<float>(src + begin, n));
   device_sync("a checkpoint's values to the host");  // (between steps)
 }
 
@@ -110,34 +96,33 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
   struct Done {  // `values` may go once this returns: the copies from it must be complete
     ~Done() { device_sync("a checkpoint's values from the host"); }
   } done;
-  if (section == "params") copies_.all_stale();
-  if (section == "params" && !policy_.params) {
-    Kokkos::deep_copy(ExecSpace(), vec(buf_.params.data(), n), host);
-    if (policy_.optimizer) scatter_pieces(buf_.params.data(), buf_.param_shard.data());
+  if (section == "params") {
+    copies_.all_stale();
+    params_->set(values);
     return;
   }
-  float* shard = section == "params" ? buf_.param_shard.data() : state_buffer(section).data();
+  float* shard = state_buffer(section).data();
   if (!policy_.optimizer) {
     Kokkos::deep_copy(ExecSpace(), vec(shard, n), host);
     return;
   }
   Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "whole"), n);
   Kokkos::deep_copy(ExecSpace(), whole, host);
-  scatter_pieces(whole.data(), shard);
+  parts_.scatter_pieces(whole.data(), shard);
 }
 
 size_t ParamStore::gather_bytes() const {
   if (!policy_.optimizer || shards_.ranks() == 1) return 0;
   size_t n = 0;
-  for (size_t id = 0; id < shards_.buckets().size(); ++id) n += bucket_gather_bytes(int(id));
+  for (size_t id = 0; id < shards_.buckets().size(); ++id) n += bucket_gather_bytes(parts_, int(id));
   return n;
 }
 
 MemoryUse ParamStore::memory() const {
   const size_t f = sizeof(float), s = policy_.optimizer ? shards_.shard_size() : 0;
   MemoryUse m;
-  m.params = (buf_.params.extent(0) + s) * f + copies_.bytes();
-  m.grads = (buf_.grads.extent(0) + s) * f;
+  m.params = (params_->whole().extent(0) + s) * f + copies_.bytes();
+  m.grads = (grads_->whole_size() + s) * f;
   for (auto& st : const_cast<Optimizer&>(*opt_).state()) m.optimizer += st.second.extent(0) * f;
   return m;
 }

@@ -1,0 +1,103 @@
+// The two homes of a ParamStore's gradients (parallel/grad_sink.hpp).
+#include "parallel/grad_sink.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace gpt2 {
+
+namespace {
+
+// ZeRO 0-1: the whole gradients accumulate over the step's microbatches; reduced after the last.
+class WholeGrads final : public GradSink {
+ public:
+  WholeGrads(const StoreParts& p, Buffer<float> whole, bool sharded_update)
+      : GradSink(p.layout.units().size()), p_(p), whole_(std::move(whole)), sharded_(sharded_update) {
+    p_.reducer.reserve(false);
+  }
+  float* grads(int u) override { return whole_.data() + p_.unit(u).range.begin; }
+  void done(int u) override {
+    if (!last_of_step(u)) return;
+    p_.reducer.reduce(u, grads(u), p_.shard.grads.data(), false,
+                      [this, u]() { p_.norm.unit_final(u, p_.shard_vec(p_.shard.grads)); });
+  }
+  void finish() override {
+    for (int u = 0; u < int(done_.size()); ++u) {
+      if (!incomplete(u)) continue;  // a unit no microbatch completed (none in GPT-2's stages)
+      done_[size_t(u)] = microbatches_;
+      p_.reducer.reduce(u, grads(u), p_.shard.grads.data(), false);
+    }
+  }
+  bool zeroed_by_update() const override { return !sharded_; }
+  size_t whole_size() const override { return whole_.extent(0); }
+
+ private:
+  // ZeRO-0's whole gradients are the shard, which the last update may have zeroed already.
+  void zero(bool zeroed) override {
+    if (!zeroed || sharded_) Kokkos::deep_copy(ExecSpace(), whole_, 0.0f);
+  }
+
+  const StoreParts& p_;
+  Buffer<float> whole_;
+  bool sharded_;
+};
+
+// ZeRO-2/3: a unit's gradient of one microbatch in a workspace, reduced into the shard at once.
+class WorkspaceGrads final : public GradSink {
+ public:
+  explicit WorkspaceGrads(const StoreParts& p);
+  float* grads(int u) override;
+  void done(int u) override;
+  void finish() override {
+    for (int u = 0; u < int(ws_.size()); ++u)
+      if (ws_[size_t(u)].extent(0)) done(u);
+  }
+  bool zeroed_by_update() const override { return true; }
+
+ private:
+  void zero(bool zeroed) override {
+    if (!zeroed) Kokkos::deep_copy(ExecSpace(), p_.shard.grads, 0.0f);
+  }
+
+  const StoreParts& p_;
+  std::vector<Buffer<float>> ws_;  // each unit's workspace this round
+};
+
+// Set-up: a workspace for the unit in backward and one whose reduction is still in flight, made now
+// (no step allocates); more in flight at once reclaim the oldest reduction's.
+WorkspaceGrads::WorkspaceGrads(const StoreParts& p) : GradSink(p.layout.units().size()), p_(p), ws_(done_.size()) {
+  p_.reducer.reserve(true);  // each microbatch's reduction adds into the shard
+  std::map<size_t, int> sizes;
+  for (size_t u = 0; u < ws_.size(); ++u) ++sizes[p.unit(int(u)).range.size()];
+  BufferPool<float>& pool = p.workspaces.pool<float>();
+  for (const auto& [n, count] : sizes) pool.reserve(n, pool.made(n) + std::min(count, 2));
+}
+
+float* WorkspaceGrads::grads(int u) {
+  Buffer<float>& ws = ws_[size_t(u)];
+  if (!ws.extent(0)) {
+    ws = p_.workspaces.take<float>(p_.unit(u).range.size());
+    Kokkos::deep_copy(ExecSpace(), ws, 0.0f);
+  }
+  return ws.data();
+}
+
+void WorkspaceGrads::done(int u) {
+  const bool last = last_of_step(u);
+  Buffer<float> ws = std::move(ws_[size_t(u)]);
+  ws_[size_t(u)] = Buffer<float>();
+  if (!ws.extent(0)) return;
+  p_.reducer.reduce(u, ws.data(), p_.shard.grads.data(), true, [this, ws, u, last]() {
+    p_.workspaces.give(ws);
+    if (last) p_.norm.unit_final(u, p_.shard_vec(p_.shard.grads));
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<GradSink> make_grad_sink(const ShardPolicy& policy, const StoreParts& parts, Buffer<float> whole) {
+  if (policy.grads) return std::make_unique<WorkspaceGrads>(parts);
+  return std::make_unique<WholeGrads>(parts, std::move(whole), policy.optimizer);
+}
+
+}  // namespace gpt2
