@@ -4,24 +4,22 @@
 
 namespace gpt2 {
 
-AdamW::AdamW(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg)
-    : spans_(tensors, n), cfg_(cfg), m_("adamw_m", n), v_("adamw_v", n) {}
+AdamW::AdamW(size_t n, const OptimizerConfig& cfg) : cfg_(cfg), m_("adamw_m", n), v_("adamw_v", n) {}
 
-void AdamW::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
-                 const WorkingCopy& copy) {
+void AdamW::step(const StepTensors& t, const StepSettings& st) {
   ++t_;
   AdamWStep s;
-  s.lr = lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;
-  s.grad_scale = grad_scale;
+  s.lr = st.lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;
+  s.grad_scale = st.grad_scale;
   s.step = int(t_);
-  s.zero_grads = zero_grads;
-  for (const DecaySpans::Span& sp : spans_.spans) {
-    s.weight_decay = sp.decay ? cfg_.weight_decay : 0.0;
-    const size_t b = sp.range.begin, n = sp.range.size();
-    adamw_update<float>(Vec<float>(params.data() + b, n), Vec<float>(grads.data() + b, n),
-                        Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s, copy.slice(b, n));
-  }
-  if (zero_grads) spans_.zero_gaps(grads);
+  s.zero_grads = st.zero_grads;
+  for_each_decay_run(t.shards, [&](Range r, bool decayed) {
+    s.weight_decay = decayed ? cfg_.weight_decay : 0.0;
+    const size_t b = r.begin, n = r.size();
+    adamw_update<float>(Vec<float>(t.params.data() + b, n), Vec<float>(t.grads.data() + b, n),
+                        Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s, t.copy.slice(b, n));
+  });
+  if (st.zero_grads) zero_uncovered(t.shards, t.grads);
 }
 
 std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {
@@ -31,10 +29,8 @@ std::vector<std::pair<std::string, Vec<float>>> AdamW::state() {
 namespace {
 [[maybe_unused]] const bool registered = OptimizerRegistry::add(
     {"adamw", "AdamW, decoupled weight decay on tensors of rank >= 2 (PyTorch semantics)", 0,
-     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg,
-        MatrixShards*) -> std::unique_ptr<Optimizer> {
-       return std::make_unique<AdamW>(tensors, n, cfg);
-     }});
+     [](const std::vector<TensorShard>&, size_t n, const OptimizerConfig& cfg,
+        MatrixShards*) -> std::unique_ptr<Optimizer> { return std::make_unique<AdamW>(n, cfg); }});
 }  // namespace
 
 }  // namespace gpt2

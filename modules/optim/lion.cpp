@@ -34,22 +34,21 @@ void lion_pass(Vec<float> p, Vec<float> g, Vec<float> m, const LionStep& st, Gra
 
 class Lion final : public Optimizer {
  public:
-  Lion(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg)
-      : spans_(tensors, n), cfg_(cfg), m_("lion_m", n) {}
+  Lion(size_t n, const OptimizerConfig& cfg) : cfg_(cfg), m_("lion_m", n) {}
   std::string name() const override { return "lion"; }
-  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
-            const WorkingCopy& copy) override {
+  void step(const StepTensors& t, const StepSettings& set) override {
     ++t_;
-    const GradScale s = grad_scale.on_host_if_possible();
-    for (const DecaySpans::Span& sp : spans_.spans) {
-      const size_t b = sp.range.begin, n = sp.range.size();
-      const Vec<float> p(params.data() + b, n), g(grads.data() + b, n), m(m_.data() + b, n);
-      const LionStep st{float(1 - lr * (sp.decay ? cfg_.weight_decay : 0.0)), float(lr), float(cfg_.beta1),
-                        float(cfg_.beta2), zero_grads};
-      count_traffic(bytes_of(p, g, m), bytes_of(p, m) + (zero_grads ? bytes_of(g) : 0));
-      detail::with_copy_writer(copy.slice(b, n), [&](auto write) { lion_pass(p, g, m, st, s, write); });
-    }
-    if (zero_grads) spans_.zero_gaps(grads);
+    const GradScale s = set.grad_scale.on_host_if_possible();
+    const double lr = set.lr;
+    for_each_decay_run(t.shards, [&](Range r, bool decayed) {
+      const size_t b = r.begin, n = r.size();
+      const Vec<float> p(t.params.data() + b, n), g(t.grads.data() + b, n), m(m_.data() + b, n);
+      const LionStep st{float(1 - lr * (decayed ? cfg_.weight_decay : 0.0)), float(lr), float(cfg_.beta1),
+                        float(cfg_.beta2), set.zero_grads};
+      count_traffic(bytes_of(p, g, m), bytes_of(p, m) + (set.zero_grads ? bytes_of(g) : 0));
+      detail::with_copy_writer(t.copy.slice(b, n), [&](auto write) { lion_pass(p, g, m, st, s, write); });
+    });
+    if (set.zero_grads) zero_uncovered(t.shards, t.grads);
   }
   int64_t steps_taken() const override { return t_; }
   void set_steps_taken(int64_t n) override { t_ = n; }
@@ -58,7 +57,6 @@ class Lion final : public Optimizer {
   }
 
  private:
-  DecaySpans spans_;
   OptimizerConfig cfg_;
   Buffer<float> m_;
   int64_t t_ = 0;
@@ -66,10 +64,8 @@ class Lion final : public Optimizer {
 
 [[maybe_unused]] const bool registered = OptimizerRegistry::add(
     {"lion", "Lion: the sign of interpolated momentum, decoupled weight decay on tensors of rank >= 2", 2,
-     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg,
-        MatrixShards*) -> std::unique_ptr<Optimizer> {
-       return std::make_unique<Lion>(tensors, n, cfg);
-     }});
+     [](const std::vector<TensorShard>&, size_t n, const OptimizerConfig& cfg,
+        MatrixShards*) -> std::unique_ptr<Optimizer> { return std::make_unique<Lion>(n, cfg); }});
 
 }  // namespace
 }  // namespace gpt2

@@ -8,23 +8,23 @@
 namespace gpt2 {
 
 namespace {
-std::vector<TensorInfo> adamw_tensors(const std::vector<TensorInfo>& tensors) {
-  std::vector<TensorInfo> out;
-  for (const TensorInfo& t : tensors)
-    if (!block_matrix(t)) out.push_back(t);
+std::vector<TensorShard> adamw_tensors(const std::vector<TensorShard>& tensors) {
+  std::vector<TensorShard> out;
+  for (const TensorShard& t : tensors)
+    if (t.group != ParamGroup::matrices) out.push_back(t);
   return out;
 }
 
 // Without shards every block matrix is whole in the buffer, and this rank owns it.
-std::vector<MatrixShards::Matrix> whole_matrices(const std::vector<TensorInfo>& tensors) {
+std::vector<MatrixShards::Matrix> whole_matrices(const std::vector<TensorShard>& tensors) {
   std::vector<MatrixShards::Matrix> out;
-  for (const TensorInfo& t : tensors) {
-    if (!block_matrix(t)) continue;
+  for (const TensorShard& t : tensors) {
+    if (t.group != ParamGroup::matrices) continue;
     const int rows = int(t.shape[0]), cols = int(t.shape[1]);
-    if (size_t(rows) * size_t(cols) != t.range.size())
-      fail("muon: ", t.name(), " is not whole on this rank (", t.range.size(), " of ", rows, " x ", cols,
+    if (!t.whole())
+      fail("muon: ", t.name, " is not whole on this rank (", t.run.size(), " of ", rows, " x ", cols,
            " values) and no shard plan says where its parts are");
-    out.push_back({rows, cols, t.range, true, 0});
+    out.push_back({rows, cols, t.run, true, 0});
   }
   return out;
 }
@@ -32,10 +32,11 @@ std::vector<MatrixShards::Matrix> whole_matrices(const std::vector<TensorInfo>& 
 Vec<float> slice(float* p, Range r) { return Vec<float>(p + r.begin, r.size()); }
 }  // namespace
 
-Muon::Muon(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg, MatrixShards* shards)
+Muon::Muon(const std::vector<TensorShard>& tensors, size_t n, const OptimizerConfig& cfg, MatrixShards* shards)
     : shards_(shards),
       matrices_(shards ? shards->matrices() : whole_matrices(tensors)),
-      adamw_(std::make_unique<AdamW>(adamw_tensors(tensors), n, cfg)),
+      others_(adamw_tensors(tensors)),
+      adamw_(std::make_unique<AdamW>(n, cfg)),
       cfg_(cfg),
       momentum_("muon_momentum", n),
       sumsq_("muon_sumsq", 1) {
@@ -75,13 +76,14 @@ void Muon::apply(Vec<float> params, const float* o, const Matrix& w, double lr, 
                     shape_scale, copy.slice(w.run.begin, w.run.size()));
 }
 
-void Muon::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
-                const WorkingCopy& copy) {
+void Muon::step(const StepTensors& t, const StepSettings& s) {
   // The schedule's fraction of train.lr, applied to Muon's own peak rate.
-  const double muon_lr = cfg_.lr > 0 ? cfg_.muon_lr * lr / cfg_.lr : 0;
+  const double muon_lr = cfg_.lr > 0 ? cfg_.muon_lr * s.lr / cfg_.lr : 0;
+  const Vec<float> params = t.params;
+  const WorkingCopy& copy = t.copy;
   auto momentum = [&](const Matrix& w, float* u) {
-    muon_momentum<float>(slice(grads.data(), w.run), slice(momentum_.data(), w.run),
-                         Vec<float>(u, w.run.size()), cfg_.muon_momentum, grad_scale);
+    muon_momentum<float>(slice(t.grads.data(), w.run), slice(momentum_.data(), w.run),
+                         Vec<float>(u, w.run.size()), cfg_.muon_momentum, s.grad_scale);
   };
   if (!shards_) {  // one matrix at a time, in one workspace
     for (const Matrix& w : matrices_) {
@@ -97,7 +99,7 @@ void Muon::step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_s
     shards_->scatter(owned_.data(), updates_.data());
     for (const Matrix& w : matrices_) apply(params, updates_.data() + w.run.begin, w, muon_lr, copy);
   }
-  adamw_->step(params, grads, lr, grad_scale, zero_grads, copy);  // (after: it zeroes the matrices' gradients)
+  adamw_->step({others_, t.params, t.grads, t.copy}, s);  // (after: it zeroes the matrices' gradients)
 }
 
 std::vector<std::pair<std::string, Vec<float>>> Muon::state() {
@@ -109,7 +111,7 @@ std::vector<std::pair<std::string, Vec<float>>> Muon::state() {
 namespace {
 [[maybe_unused]] const bool registered = OptimizerRegistry::add(
     {"muon", "Muon (Newton-Schulz orthogonalised momentum) on the blocks' matrices, AdamW on the rest", 1,
-     [](const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg,
+     [](const std::vector<TensorShard>& tensors, size_t n, const OptimizerConfig& cfg,
         MatrixShards* shards) -> std::unique_ptr<Optimizer> { return std::make_unique<Muon>(tensors, n, cfg, shards); },
      true});
 }  // namespace

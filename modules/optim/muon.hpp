@@ -17,10 +17,9 @@ namespace gpt2 {
 class Muon final : public Optimizer {
  public:
   // shards: where the ranks hold parts of the matrices (null: each matrix is whole in the buffer).
-  Muon(const std::vector<TensorInfo>& tensors, size_t n, const OptimizerConfig& cfg, MatrixShards* shards);
+  Muon(const std::vector<TensorShard>& tensors, size_t n, const OptimizerConfig& cfg, MatrixShards* shards);
   std::string name() const override { return "muon"; }
-  void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
-            const WorkingCopy& copy) override;
+  void step(const StepTensors& tensors, const StepSettings& s) override;
   int64_t steps_taken() const override { return adamw_->steps_taken(); }
   void set_steps_taken(int64_t n) override { adamw_->set_steps_taken(n); }
   std::vector<std::pair<std::string, Vec<float>>> state() override;
@@ -32,7 +31,8 @@ class Muon final : public Optimizer {
 
   MatrixShards* shards_;
   std::vector<Matrix> matrices_;
-  std::unique_ptr<AdamW> adamw_;  // the other tensors (it also zeroes the matrices' gradients)
+  std::vector<TensorShard> others_;  // AdamW's: every group but the matrices
+  std::unique_ptr<AdamW> adamw_;     // (it also zeroes the matrices' gradients: it covers none of them)
   OptimizerConfig cfg_;
   Buffer<float> momentum_;        // the parameter layout (0 outside the matrices)
   Buffer<float> updates_;         // with shards: the updates' runs (the parameter layout), then the results

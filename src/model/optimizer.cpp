@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/error.hpp"
+
 namespace gpt2 {
 
 double newton_schulz_flops(double rows, double cols, int steps) {
@@ -24,28 +26,24 @@ std::vector<int> deal_by_cost(const std::vector<double>& cost, int ranks) {
   return owner;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorInfo>& tensors,
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorShard>& shards,
                                           size_t n, const OptimizerConfig& cfg, MatrixShards* matrices) {
-  return OptimizerRegistry::get(name, "train.optimizer").make(tensors, n, cfg, matrices);
+  for (size_t i = 0; i < shards.size(); ++i)
+    if (shards[i].run.end > n || (i && shards[i].run.begin < shards[i - 1].run.end))
+      fail("make_optimizer: tensor ", shards[i].name, "'s run is out of order or past the buffer of ", n);
+  return OptimizerRegistry::get(name, "train.optimizer").make(shards, n, cfg, matrices);
 }
 
-DecaySpans::DecaySpans(const std::vector<TensorInfo>& tensors, size_t n) {
-  for (const TensorInfo& t : tensors) {
-    if (!spans.empty() && spans.back().decay == t.decay && spans.back().range.end == t.range.begin)
-      spans.back().range.end = t.range.end;
-    else
-      spans.push_back({t.range, t.decay});
-  }
+void zero_uncovered(const std::vector<TensorShard>& shards, Vec<float> grads) {
+  auto zero = [&](size_t b, size_t e) {
+    if (e > b) Kokkos::deep_copy(ExecSpace(), Vec<float>(grads.data() + b, e - b), 0.0f);
+  };
   size_t at = 0;
-  for (const Span& sp : spans) {
-    if (sp.range.begin > at) gaps.push_back({at, sp.range.begin});
-    at = sp.range.end;
+  for (const TensorShard& t : shards) {
+    zero(at, t.run.begin);
+    at = t.run.end;
   }
-  if (at < n) gaps.push_back({at, n});
-}
-
-void DecaySpans::zero_gaps(Vec<float> grads) const {
-  for (const Range& r : gaps) Kokkos::deep_copy(ExecSpace(), Vec<float>(grads.data() + r.begin, r.size()), 0.0f);
+  zero(at, grads.extent(0));
 }
 
 double learning_rate(const LrSchedule& s, int step) {

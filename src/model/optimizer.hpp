@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/param_layout.hpp"
+#include "model/tensor_shard.hpp"
 #include "core/registry.hpp"
 #include "tensor/adamw_update.hpp"
 #include "tensor/views.hpp"
@@ -52,42 +52,58 @@ double newton_schulz_flops(double rows, double cols, int steps);
 // lowest of equals). The same on every rank (MatrixShards deals the matrices so; the planner prices it).
 std::vector<int> deal_by_cost(const std::vector<double>& cost, int ranks);
 
-// Updates a rank's local flat parameter buffer from its gradient buffer.
+// One update's tensors: the rank's tensor shards (in the order of their runs) over its buffers.
+// copy, when not empty: the parameters' 16-bit working copy (the buffers' layout), written with the
+// new values in the same pass (tensor/working_copy.hpp).
+struct StepTensors {
+  const std::vector<TensorShard>& shards;
+  Vec<float> params, grads;
+  const WorkingCopy& copy;
+  Vec<float> param(const TensorShard& t) const { return Vec<float>(params.data() + t.run.begin, t.run.size()); }
+  Vec<float> grad(const TensorShard& t) const { return Vec<float>(grads.data() + t.run.begin, t.run.size()); }
+};
+
+struct StepSettings {
+  double lr = 0;          // the schedule's rate (train.lr's scale)
+  GradScale grad_scale;   // multiplies the gradients on the fly (the clipping factor, maybe on the device)
+  bool zero_grads = false;  // leave every gradient 0 in the same pass (the next step accumulates)
+};
+
+// Steps a rank's tensor shards. It is made with the same list it is then stepped over (its state
+// follows the shards' runs), and keeps nothing of the parameters but that state.
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // One update; gradients are multiplied by grad_scale (the clipping factor, possibly still on the
-  // device) on the fly. zero_grads: leaves every gradient 0 (the next step accumulates into them),
-  // in the same pass. copy, when not empty: the parameters' 16-bit working copy (the same layout),
-  // written with the new values in the same pass (tensor/working_copy.hpp).
-  virtual void step(Vec<float> params, Vec<float> grads, double lr, GradScale grad_scale, bool zero_grads,
-                    const WorkingCopy& copy) = 0;
+  virtual void step(const StepTensors& tensors, const StepSettings& s) = 0;
   virtual int64_t steps_taken() const = 0;
   virtual void set_steps_taken(int64_t n) = 0;
-  // Named state buffers in the parameter layout (AdamW: "m", "v"), for checkpoints.
+  // Named state buffers in the buffers' layout (AdamW: "m", "v"), for checkpoints.
   virtual std::vector<std::pair<std::string, Vec<float>>> state() = 0;
 };
 
-// An element-wise optimizer's walk over the buffer: maximal runs of tensors with the same decay
-// flag (fewer, longer kernels), and the parts no tensor covers (their gradients only zeroed).
-struct DecaySpans {
-  struct Span {
-    Range range;
-    bool decay;
-  };
-  std::vector<Span> spans;
-  std::vector<Range> gaps;
-  DecaySpans(const std::vector<TensorInfo>& tensors, size_t n);
-  void zero_gaps(Vec<float> grads) const;  // the gaps' gradients to 0 (no GEMM reads their copy)
-};
+// An element-wise optimizer's walk over its shards: f(range, decayed) for each maximal run of
+// neighbouring shards alike in weight decay (fewer, longer kernels).
+template <class F>
+void for_each_decay_run(const std::vector<TensorShard>& shards, F f) {
+  for (size_t i = 0; i < shards.size();) {
+    Range r = shards[i].run;
+    const bool d = shards[i].decayed();
+    size_t j = i + 1;
+    for (; j < shards.size() && shards[j].decayed() == d && shards[j].run.begin == r.end; ++j) r.end = shards[j].run.end;
+    f(r, d);
+    i = j;
+  }
+}
+// The gradients no shard covers to 0, in the buffer of n (no GEMM reads them).
+void zero_uncovered(const std::vector<TensorShard>& shards, Vec<float> grads);
 
 struct OptimizerEntry {
   std::string name, help;
   int order = 0;
-  // tensors: the local layout (which ranges get weight decay); n: local buffer size; matrices: the
-  // block matrices made whole (null: every tensor is whole in the buffer).
-  std::function<std::unique_ptr<Optimizer>(const std::vector<TensorInfo>& tensors, size_t n,
+  // shards: the tensors it will step (their runs in buffers of n values); matrices: the block
+  // matrices made whole (null: every tensor is whole in the buffer).
+  std::function<std::unique_ptr<Optimizer>(const std::vector<TensorShard>& shards, size_t n,
                                            const OptimizerConfig& cfg, MatrixShards* matrices)>
       make;
   bool whole_matrices = false;  // it needs `matrices` where the ranks hold parts of a matrix
@@ -95,7 +111,7 @@ struct OptimizerEntry {
 using OptimizerRegistry = Registry<OptimizerEntry>;
 
 // name: train.optimizer; InputError for an unknown one.
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorInfo>& tensors,
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorShard>& shards,
                                           size_t n, const OptimizerConfig& cfg, MatrixShards* matrices = nullptr);
 
 // Learning rate at a (0-based) step. Every schedule starts with a linear warm-up over warmup_steps.

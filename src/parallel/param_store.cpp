@@ -38,7 +38,7 @@ ParamStore::ParamStore(const StageLayout& layout, Communicator& dp, ShardPolicy 
       fail("ParamStore: ", optimizer, " needs the tensor-parallel group");
     matrices_ = std::make_unique<CommMatrixShards>(layout_, shards_, dp, *tp);
   }
-  opt_ = make_optimizer(optimizer, shards_.shard_tensors(), s, oc, matrices_.get());
+  opt_ = make_optimizer(optimizer, shards_.optimizer_shards(), s, oc, matrices_.get());
 }
 
 ParamStore::~ParamStore() = default;
@@ -95,8 +95,9 @@ void ParamStore::sync_replicated(Communicator& tp) {
 void ParamStore::optimizer_step(double lr, GradScale scale) {
   const bool zeroes = grads_->zeroed_by_update();
   // The update writes the working copy with the masters: ZeRO-0 the whole one, sharding the shard's.
-  opt_->step(shard_vec(shard_.params), shard_vec(shard_.grads), lr, scale, zeroes,
-             copies_.optimizer_target(policy_.optimizer));
+  opt_->step({shards_.optimizer_shards(), shard_vec(shard_.params), shard_vec(shard_.grads),
+              copies_.optimizer_target(policy_.optimizer)},
+             {lr, scale, zeroes});
   now_.grads_zeroed = zeroes;
   params_->updated();
 }

@@ -43,6 +43,7 @@ ShardLayout::ShardLayout(const StageLayout& layout, int D, int r, size_t bucket_
       shard_ += part;
     }
   }
+  optimizer_shards_ = tensor_shards(shard_tensors_);
 }
 
 Range ShardLayout::shard_range(int unit) const {

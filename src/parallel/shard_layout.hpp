@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/stage_layout.hpp"
+#include "model/tensor_shard.hpp"
 
 namespace gpt2 {
 
@@ -36,12 +37,15 @@ class ShardLayout {
   // parts in consecutive pieces sit one after another in the shard); kind, layer, decay and the
   // whole tensor's shape kept. Without sharding, the layout's tensors themselves.
   const std::vector<TensorInfo>& shard_tensors() const { return shard_tensors_; }
+  // The same as the optimizer's list: each tensor's run in the shard, its whole shape, its group.
+  const std::vector<TensorShard>& optimizer_shards() const { return optimizer_shards_; }
 
  private:
   int D_;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> by_unit_;
   std::vector<TensorInfo> shard_tensors_;
+  std::vector<TensorShard> optimizer_shards_;
   size_t shard_ = 0;
 };
 

@@ -180,7 +180,8 @@ TEST(Muon, TwoStepsEqualThePublishedAlgorithm) {
   const size_t n = 130;
   OptimizerConfig cfg;
   cfg.lr = 1e-3, cfg.muon_lr = 0.02, cfg.muon_momentum = 0.95, cfg.weight_decay = 0.1, cfg.ns_steps = 5;
-  std::unique_ptr<Optimizer> opt = make_optimizer("muon", ts, n, cfg);
+  const std::vector<TensorShard> shards = tensor_shards(ts);
+  std::unique_ptr<Optimizer> opt = make_optimizer("muon", shards, n, cfg);
   const std::vector<double> p0 = random_vector(n, 1, 0.1);
   std::vector<float> pf(p0.begin(), p0.end());
   auto params = from_host(pf);
@@ -191,7 +192,7 @@ TEST(Muon, TwoStepsEqualThePublishedAlgorithm) {
     std::vector<float> gf(g.begin(), g.end());
     auto grads = from_host(gf);
     const std::vector<double> before = p;
-    opt->step(params, grads, lrs[step], GradScale(scales[step]), true, {});
+    opt->step({shards, params, grads, {}}, {lrs[step], GradScale(scales[step]), true});
     for (const TensorInfo& t : ts) {
       const size_t b = t.range.begin, len = t.range.size();
       if (t.shape.size() == 2) {  // Muon
@@ -230,7 +231,7 @@ TEST(Muon, TwoStepsEqualThePublishedAlgorithm) {
 TEST(Muon, RefusesAMatrixThatIsNotWholeOnTheRank) {
   std::vector<TensorInfo> ts = {tensor(Param::fcw, {8, 4}, 0)};
   ts[0].range.end = 16;  // a ZeRO fragment: half the matrix
-  EXPECT_THROW(make_optimizer("muon", ts, 16, OptimizerConfig()), std::exception);
+  EXPECT_THROW(make_optimizer("muon", tensor_shards(ts), 16, OptimizerConfig()), std::exception);
 }
 
 TEST(Lion, TwoStepsEqualThePaper) {
@@ -238,7 +239,8 @@ TEST(Lion, TwoStepsEqualThePaper) {
   const size_t n = 26;  // (two values no tensor covers: their gradients are only zeroed)
   OptimizerConfig cfg;
   cfg.beta1 = 0.9, cfg.beta2 = 0.99, cfg.weight_decay = 0.5;
-  std::unique_ptr<Optimizer> opt = make_optimizer("lion", ts, n, cfg);
+  const std::vector<TensorShard> shards = tensor_shards(ts);
+  std::unique_ptr<Optimizer> opt = make_optimizer("lion", shards, n, cfg);
   const std::vector<double> p0 = random_vector(n, 3);
   auto params = from_host(std::vector<float>(p0.begin(), p0.end()));
   std::vector<double> p = p0, m(n, 0.0);
@@ -246,7 +248,7 @@ TEST(Lion, TwoStepsEqualThePaper) {
     const std::vector<double> g = random_vector(n, 30 + step);
     auto grads = from_host(std::vector<float>(g.begin(), g.end()));
     const double lr = 1e-2 / (step + 1), scale = step ? 0.25 : 1.0;
-    opt->step(params, grads, lr, GradScale(scale), true, {});
+    opt->step({shards, params, grads, {}}, {lr, GradScale(scale), true});
     for (size_t i = 0; i < 24; ++i) {
       const double gi = g[i] * scale, c = 0.9 * m[i] + 0.1 * gi, wd = i < 20 ? 0.5 : 0.0;
       p[i] = p[i] * (1 - lr * wd) - lr * ((c > 0) - (c < 0));
@@ -259,4 +261,59 @@ TEST(Lion, TwoStepsEqualThePaper) {
     }
   }
   EXPECT_EQ(opt->name(), "lion");
+}
+
+// AdamW on the tensor interface: shards of all three groups, a gap no shard covers, a matrix split
+// into two runs (a ZeRO rank's part of it), three steps with clipping factors. Against the fused
+// kernel run element-wise over each tensor with its own decay (the flat update AdamW was before the
+// interface): the same numbers to 1e-7; against AdamW in double to 1e-5 of the update.
+TEST(AdamW, TensorShardsStepEqualsTheFlatUpdateAndTheAlgorithm) {
+  const std::vector<TensorInfo> ts = {tensor(Param::wte, {6, 4}, 0), tensor(Param::ln1w, {4}, 24),
+                                      tensor(Param::qkvw, {12, 4}, 30), tensor(Param::qkvb, {12}, 78)};
+  std::vector<TensorShard> shards = tensor_shards(ts);  // the gap: [28, 30)
+  TensorShard tail = shards[2];                         // qkvw in two runs
+  shards[2].run.end = 54, tail.run.begin = 54;
+  shards.insert(shards.begin() + 3, tail);
+  ASSERT_EQ(shards[2].group, ParamGroup::matrices);
+  ASSERT_EQ(shards[1].group, ParamGroup::plain);
+  const size_t n = 90;
+  OptimizerConfig cfg;
+  cfg.beta1 = 0.9, cfg.beta2 = 0.95, cfg.eps = 1e-8, cfg.weight_decay = 0.1;
+  std::unique_ptr<Optimizer> opt = make_optimizer("adamw", shards, n, cfg);
+  const std::vector<double> p0 = random_vector(n, 5, 0.1);
+  auto params = from_host(std::vector<float>(p0.begin(), p0.end()));
+  auto flat = from_host(std::vector<float>(p0.begin(), p0.end()));
+  Buffer<float> fm("fm", n), fv("fv", n);
+  std::vector<double> p = p0, m(n, 0.0), v(n, 0.0);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<double> g = random_vector(n, 40 + step);
+    auto grads = from_host(std::vector<float>(g.begin(), g.end()));
+    auto flat_grads = from_host(std::vector<float>(g.begin(), g.end()));
+    const double lr = 1e-2 / (step + 1), scale = step == 1 ? 0.5 : 1.0;
+    opt->step({shards, params, grads, {}}, {lr, GradScale(scale), true});
+    AdamWStep a;
+    a.lr = lr, a.beta1 = 0.9, a.beta2 = 0.95, a.eps = 1e-8, a.grad_scale = GradScale(scale), a.step = step + 1;
+    for (const TensorInfo& t : ts) {
+      const size_t b = t.range.begin, len = t.range.size();
+      a.weight_decay = t.decay ? 0.1 : 0.0;
+      adamw_update<float>(Vec<float>(flat.data() + b, len), Vec<float>(flat_grads.data() + b, len),
+                          Vec<float>(fm.data() + b, len), Vec<float>(fv.data() + b, len), a, {});
+      for (size_t i = b; i < b + len; ++i) {
+        const double gi = g[i] * scale;
+        m[i] = 0.9 * m[i] + 0.1 * gi, v[i] = 0.95 * v[i] + 0.05 * gi * gi;
+        const double mh = m[i] / (1 - std::pow(0.9, step + 1)), vh = v[i] / (1 - std::pow(0.95, step + 1));
+        p[i] = p[i] * (1 - lr * a.weight_decay) - lr * mh / (std::sqrt(vh) + 1e-8);
+      }
+    }
+    const std::vector<float> ours = to_host(params), theirs = to_host(flat), left = to_host(grads);
+    for (size_t i = 0; i < n; ++i) {
+      const bool covered = i < 28 || i >= 30;
+      EXPECT_NEAR(ours[i], theirs[i], 1e-7) << "step " << step + 1 << " value " << i;
+      if (covered) {
+        EXPECT_NEAR(ours[i], p[i], 1e-5 * lr) << "step " << step + 1 << " value " << i;
+      }
+      EXPECT_EQ(left[i], 0.0f) << "gradient " << i << " left after the step";
+    }
+    for (size_t i = 0; i < n; ++i) p[i] = ours[i];  // (the next step from our values)
+  }
 }

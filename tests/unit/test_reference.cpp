@@ -94,7 +94,8 @@ TEST(PyTorchReference, AdamWTrajectoryWithClipping) {
   const auto& hp = ref.t.at("adamw").values;  // lr, beta1, beta2, eps, weight_decay, grad_clip
   OptimizerConfig oc;
   oc.beta1 = hp[1], oc.beta2 = hp[2], oc.eps = hp[3], oc.weight_decay = hp[4];
-  auto opt = make_optimizer("adamw", sl.tensors(), sl.local_size(), oc);
+  const std::vector<TensorShard> shards = tensor_shards(sl.tensors());
+  auto opt = make_optimizer("adamw", shards, sl.local_size(), oc);
   auto a = stage.make_activations(ref.B);
   const size_t N = size_t(ref.B) * ref.T;
   const auto& loss_ref = ref.t.at("traj.loss").values;
@@ -109,8 +110,9 @@ TEST(PyTorchReference, AdamWTrajectoryWithClipping) {
     EXPECT_NEAR(loss, loss_ref[step], 1e-5 * loss_ref[step]) << "step " << step;
     EXPECT_NEAR(norm, norm_ref[step], 1e-4 * norm_ref[step]) << "step " << step;
     clipped += norm > hp[5];
-    opt->step(Vec<float>(stage.params.data(), stage.params.extent(0)),
-              Vec<float>(stage.grads.data(), stage.grads.extent(0)), hp[0], GradScale::clip(sumsq.data(), hp[5]), false, {});
+    opt->step({shards, Vec<float>(stage.params.data(), stage.params.extent(0)),
+               Vec<float>(stage.grads.data(), stage.grads.extent(0)), {}},
+              {hp[0], GradScale::clip(sumsq.data(), hp[5]), false});
   }
   EXPECT_GT(clipped, 0) << "the fixture should exercise clipping";
   const auto p = to_host(stage.params);

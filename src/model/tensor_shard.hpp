@@ -1,0 +1,32 @@
+#pragma once
+// A tensor as an optimizer sees it on one rank: where this rank's values of it sit in the buffers the
+// optimizer steps, the whole tensor's shape and its parameter group. The list of them is what the
+// optimizer interface speaks (model/optimizer.hpp); the shard layout makes it (parallel/shard_layout).
+#include <string>
+#include <vector>
+
+#include "model/param_layout.hpp"
+
+namespace gpt2 {
+
+// The groups the optimizers step with settings of their own.
+enum class ParamGroup {
+  matrices,  // the blocks' 2-D weights (qkv, the projections, fc): Muon's; weight decay
+  decayed,   // the other tensors of rank >= 2 (the embeddings and the tied head): weight decay
+  plain,     // biases and LayerNorms: no weight decay
+};
+
+struct TensorShard {
+  std::string name;           // "h.3.qkvw"
+  std::vector<size_t> shape;  // the whole tensor's, rows first
+  Range run;                  // this rank's values, in the optimizer's buffers
+  ParamGroup group;
+  bool decayed() const { return group != ParamGroup::plain; }
+  size_t size() const;       // the whole tensor's values
+  bool whole() const { return run.size() == size(); }
+};
+
+// A layout's tensors (their ranges in the optimizer's buffers) as the optimizer's list.
+std::vector<TensorShard> tensor_shards(const std::vector<TensorInfo>& tensors);
+
+}  // namespace gpt2
