@@ -10,13 +10,11 @@
 // Several processes may write runs of one file at once: a block is written either whole through
 // O_DIRECT by the one run that covers it, or in parts through the page cache by the runs that share
 // it, never both.
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <string>
-#include <thread>
 
 namespace gpt2 {
 
@@ -39,24 +37,11 @@ class DirectWriter {
   size_t bytes() const { return bytes_; }          // written so far
 
  private:
-  static std::string pwrite_all(int fd, const char* data, size_t n, uint64_t at);  // "" or the failure
-  void writer_loop();
-  char* next_buffer();  // a free buffer (waits for the writer to give one back)
+  class Pipe;  // the two aligned buffers and the thread that writes them (direct_writer.cpp)
 
   int fd_ = -1, direct_fd_ = -1;
   size_t buffer_bytes_;
-  char* buffers_[2] = {nullptr, nullptr};
-  int next_ = 0;
-  // The buffer handed to the writer thread: its bytes and where they go.
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool busy_[2] = {false, false};
-  int queued_ = -1;  // buffer index waiting for the writer, or -1
-  size_t queued_bytes_ = 0;
-  uint64_t queued_at_ = 0;
-  bool stop_ = false;
-  std::thread thread_;
-  std::string thread_error_;  // the writer thread's first failure (under m_)
+  std::unique_ptr<Pipe> pipe_;  // with O_DIRECT
   std::string error_;
   size_t bytes_ = 0;
 };
