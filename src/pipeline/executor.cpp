@@ -9,55 +9,10 @@ namespace gpt2 {
 PipelineExecutor::PipelineExecutor(std::vector<Stage<float>*> chunks, const Placement& placement, Communicator& pipe,
                                    Tracer& tracer, bool split)
     : chunks_(std::move(chunks)), placement_(placement), rank_(pipe.rank()), p2p_(pipe, placement), tracer_(tracer),
-      split_(split), messages_("pipeline_message", 2 * placement.ranks * placement.chunks) {
+      split_(split),
+      slots_(p2p_, [this](int chunk, int B) { return stage(chunk).make_activations(B, split_); }),
+      messages_("pipeline_message", 2 * placement.ranks * placement.chunks) {
   if (int(chunks_.size()) != placement_.chunks) fail("PipelineExecutor: ", chunks_.size(), " stages for ", placement_.chunks, " chunks");
-}
-
-PipelineExecutor::Slot& PipelineExecutor::acquire(int mb, int chunk, int B) {
-  auto it = live_.find({mb, chunk});
-  if (it != live_.end()) return it->second;
-  if (B != pool_B_) pool_.clear(), pool_B_ = B;
-  for (size_t i = 0; i < releasing_.size();) {  // reuse slots whose sends have completed
-    if (p2p_.test(releasing_[i].send)) {
-      reuse(releasing_[i]);
-      releasing_.erase(releasing_.begin() + long(i));
-    } else {
-      ++i;
-    }
-  }
-  Slot s;
-  s.chunk = chunk;
-  auto& free = pool_[chunk];
-  // None free: the oldest of this chunk whose activation is still being sent, once sent (a stream
-  // dependency), rather than a new one -- the slots a step makes do not depend on when sends end.
-  for (size_t i = 0; free.empty() && i < releasing_.size(); ++i)
-    if (releasing_[i].chunk == chunk && releasing_[i].act->B == pool_B_) {
-      p2p_.order_after(releasing_[i].send);
-      reuse(releasing_[i]);
-      releasing_.erase(releasing_.begin() + long(i));
-    }
-  if (!free.empty()) {
-    s.act = std::move(free.back());
-    free.pop_back();
-  } else {
-    s.act = std::make_unique<Activations<float>>(stage(chunk).make_activations(B, split_));
-    slot_bytes_ = std::max(slot_bytes_, s.act->bytes());
-  }
-  Slot& out = live_[{mb, chunk}] = std::move(s);
-  peak_slots_ = std::max(peak_slots_, int(live_.size() + releasing_.size()));
-  return out;
-}
-
-void PipelineExecutor::reuse(Slot& s) {
-  if (s.act->B == pool_B_) pool_[s.chunk].push_back(std::move(s.act));
-}
-
-void PipelineExecutor::release(int mb, int chunk) {
-  auto it = live_.find({mb, chunk});
-  if (it == live_.end()) fail("pipeline: microbatch ", mb, " of chunk ", chunk, " released twice");
-  if (it->second.send.pending()) releasing_.push_back(std::move(it->second));
-  else reuse(it->second);
-  live_.erase(it);
 }
 
 Buffer<float> PipelineExecutor::buffer(size_t n) {
@@ -90,11 +45,7 @@ void PipelineExecutor::recycle() {
 }
 
 void PipelineExecutor::drain() {
-  for (Slot& s : releasing_) {
-    p2p_.order_after(s.send);
-    reuse(s);
-  }
-  releasing_.clear();
+  slots_.drain();
   for (Outgoing& o : outgoing_) {
     p2p_.order_after(o.send);
     messages_.give(std::move(o.buf));
@@ -179,12 +130,12 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
         // Sent from the slot itself: it is reused once the send completes. A send never waits here
         // (the proof assumes it): a rank waiting for its send to be matched while the receiver waits
         // for that rank's own message deadlocks (interleaved evaluation did).
-        Slot& s = live_.at({a.mb, a.chunk});
+        Slot& s = slots_.at(a.mb, a.chunk);
         if (!hand_over(false, a.mb, a.chunk, s.act->output().data(), elems)) {
           Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
           s.send = p2p_.send_forward(s.act->output().data(), elems, a.mb, a.chunk);
         }
-        if (!io.need_grad) release(a.mb, a.chunk);  // evaluation: nothing more to do with it
+        if (!io.need_grad) slots_.release(a.mb, a.chunk);  // evaluation: nothing more to do with it
         break;
       }
       case ActionKind::send_grad: {
@@ -197,7 +148,7 @@ void PipelineExecutor::communicate(const std::vector<Action>& actions, size_t fi
       }
       // The paired exchanges of a steady state: both messages with the same other rank.
       case ActionKind::send_activation_recv_grad: {
-        Slot& s = live_.at({a.mb, a.chunk});
+        Slot& s = slots_.at(a.mb, a.chunk);
         Incoming* in = expect(true, a.recv_mb, a.recv_chunk, elems, i);
         Tracer::Scope t(tracer_, EventKind::send, io.step, a.mb, bytes, a.chunk);
         auto pair = p2p_.exchange_with_next(s.act->output().data(), a.mb, a.chunk, in->buf.data(), a.recv_mb,
@@ -265,7 +216,7 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
     Stage<float>& st = stage(a.chunk);
     switch (a.kind) {
       case ActionKind::forward: {
-        Slot& s = acquire(a.mb, a.chunk, B);
+        Slot& s = slots_.acquire(a.mb, a.chunk, B);
         if (k > 0) take(false, a.mb, a.chunk, s.act->input.data(), elems, io);
         if (io.load && (st.has_embedding() || st.has_head() || st.document_masks())) {
           Tracer::Scope t(tracer_, EventKind::data, io.step, a.mb, 0, a.chunk);
@@ -278,17 +229,17 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
           Vec<float> losses = st.has_head() ? Vec<float>(io.losses.data() + a.mb * rows, rows) : Vec<float>();
           st.forward(*s.act, losses, io.need_grad, io.dloss);
         }
-        if (!io.need_grad && k == S - 1) release(a.mb, a.chunk);  // evaluation: nothing more to do with it
+        if (!io.need_grad && k == S - 1) slots_.release(a.mb, a.chunk);  // evaluation: nothing more to do with it
         break;
       }
       case ActionKind::backward:
       case ActionKind::backward_input: {
-        Slot& s = live_.at({a.mb, a.chunk});  // (its activation may still be on its way: backward does not touch it)
+        Slot& s = slots_.at(a.mb, a.chunk);  // (its activation may still be on its way: backward does not touch it)
         if (k < S - 1) take(true, a.mb, a.chunk, st.dres(B).data(), elems, io);
         Tracer::Scope t(tracer_, EventKind::backward, io.step, a.mb, 0, a.chunk, a.pair);
         if (a.kind == ActionKind::backward) {
           st.backward(*s.act);
-          release(a.mb, a.chunk);  // the input gradient it leaves in dres is all that is still needed
+          slots_.release(a.mb, a.chunk);  // the input gradient it leaves in dres is all that is still needed
         } else {
           st.backward_input(*s.act);  // the slot stays for the weight pass
         }
@@ -296,18 +247,18 @@ void PipelineExecutor::run(const std::vector<Action>& actions, const StepIO& io)
       }
       default: {  // the weight pass
         Tracer::Scope t(tracer_, EventKind::backward_weight, io.step, a.mb, 0, a.chunk);
-        st.backward_weight(*live_.at({a.mb, a.chunk}).act);
-        release(a.mb, a.chunk);
+        st.backward_weight(*slots_.at(a.mb, a.chunk).act);
+        slots_.release(a.mb, a.chunk);
         break;
       }
     }
   }
-  if (!releasing_.empty() || !outgoing_.empty()) {
+  if (slots_.sending() || !outgoing_.empty()) {
     const WaitContext context([] { return std::string("the pipeline's last sends to be received"); });
     Tracer::Scope t(tracer_, EventKind::send_wait, io.step, -1);
     drain();
   }
-  if (!live_.empty()) fail("pipeline: ", live_.size(), " microbatch-chunks still held at the end of a step");
+  if (slots_.held()) fail("pipeline: ", slots_.held(), " microbatch-chunks still held at the end of a step");
   if (!inbox_.empty() || !incoming_.empty())
     fail("pipeline: ", inbox_.size() + incoming_.size(), " received messages were never used");
 }

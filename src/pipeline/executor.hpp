@@ -1,10 +1,9 @@
 #pragma once
 // Runs one rank's pipeline actions for a step: forwards, backwards (whole, or split into B and W)
 // and their messages, for each chunk (virtual stage) the rank holds; messages go through the
-// pipeline's point-to-point layer (pipeline/p2p). Each (microbatch, chunk)'s saved activations live in a slot taken from a pool when
-// its forward starts and returned when its backward (W, when split) is done -- or, in evaluation,
-// once its output is sent -- so the pool's size is the schedule's peak in-flight count: m for GPipe,
-// p - stage for 1F1B. A received message (an activation for a forward, a gradient for a backward)
+// pipeline's point-to-point layer (pipeline/p2p). Each (microbatch, chunk)'s saved activations live in
+// a slot (pipeline/activation_slots.hpp) held from its forward to its backward, so the pool's size is
+// the schedule's peak in-flight count: m for GPipe, p - stage for 1F1B. A received message (an activation for a forward, a gradient for a backward)
 // waits in an inbox buffer until the compute that needs it, so a schedule may receive a message
 // before its turn (as NCCL's in-order matching needs); a message to a chunk on the same rank (the
 // V's turn) goes straight to the inbox. With one stage this is plain gradient accumulation.
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "model/stage.hpp"
+#include "pipeline/activation_slots.hpp"
 #include "pipeline/p2p.hpp"
 #include "pipeline/schedule.hpp"
 #include "tensor/buffer_pool.hpp"
@@ -42,18 +42,13 @@ class PipelineExecutor {
   // with microbatches of B sequences needs, made now, so that no step allocates (executor_reserve.cpp).
   void reserve(const std::vector<Action>& train, const std::vector<Action>& eval, int B);
 
-  int peak_slots() const { return peak_slots_; }          // most microbatch-chunks held at once
-  size_t slot_bytes() const { return slot_bytes_; }        // saved activations per microbatch-chunk (largest)
-  void reset_peak() { peak_slots_ = 0; }
+  int peak_slots() const { return slots_.peak(); }          // most microbatch-chunks held at once
+  size_t slot_bytes() const { return slots_.slot_bytes(); }  // saved activations per microbatch-chunk (largest)
+  void reset_peak() { slots_.reset_peak(); }
 
  private:
-  using Key = std::pair<int, int>;              // (microbatch, chunk)
   using MessageKey = std::tuple<bool, int, int>;  // (gradient?, microbatch, chunk it is for)
-  struct Slot {
-    std::unique_ptr<Activations<float>> act;
-    PipelineP2P::Handle send;  // activation still on its way
-    int chunk = 0;
-  };
+  using Slot = ActivationSlots::Slot;
   struct Outgoing {  // a message on its way (its own buffer: the source is reused)
     Buffer<float> buf;
     PipelineP2P::Handle send;
@@ -64,8 +59,6 @@ class PipelineExecutor {
     size_t action;  // the action that posted it (for the watchdog)
   };
   Stage<float>& stage(int chunk) { return *chunks_[size_t(chunk)]; }
-  Slot& acquire(int mb, int chunk, int B);
-  void release(int mb, int chunk);  // back to the pool once its send completed
   Buffer<float> buffer(size_t n);   // a free message buffer (outside a group: it may reclaim one)
   Buffer<float> taken(size_t n);    // inside a group: one of those the run took before it began
   struct MessageBuffers {
@@ -88,7 +81,6 @@ class PipelineExecutor {
   void communicate(const std::vector<Action>& actions, size_t first, size_t last, const StepIO& io, size_t elems);
   // The message for (grad?, mb, chunk) from the inbox into dst.
   void take(bool grad, int mb, int chunk, float* dst, size_t elems, const StepIO& io);
-  void reuse(Slot& s);  // a released slot's activations back to its chunk's pool
   std::string describe(const Action& a, size_t index, size_t count, const StepIO& io) const;
 
   std::vector<Stage<float>*> chunks_;
@@ -97,9 +89,7 @@ class PipelineExecutor {
   PipelineP2P p2p_;
   Tracer& tracer_;
   bool split_;
-  std::map<Key, Slot> live_;
-  std::vector<Slot> releasing_;  // done, its activation's send still pending
-  std::map<int, std::vector<std::unique_ptr<Activations<float>>>> pool_;  // by chunk
+  ActivationSlots slots_;
   std::map<MessageKey, Buffer<float>> inbox_;
   std::map<MessageKey, Incoming> incoming_;  // posted receives, waited for by the compute that needs them
   const std::vector<Action>* io_actions_ = nullptr;  // the list run() runs (for the watchdog)
@@ -108,8 +98,6 @@ class PipelineExecutor {
   std::vector<Buffer<float>> ready_;  // taken before the group began, for its messages
   size_t sealed_ = 0;  // outgoing_'s first messages, issued in earlier groups (buffer() may wait for them)
   BufferPool<float> messages_;  // messages' own buffers (sent copies, received ones)
-  int peak_slots_ = 0, pool_B_ = -1;
-  size_t slot_bytes_ = 0;
 };
 
 }  // namespace gpt2

@@ -70,14 +70,7 @@ void PipelineExecutor::reserve(const std::vector<Action>& train, const std::vect
   // Slack beyond the minimum: a few sends may still be on their way without the stream waiting.
   messages_.reserve(size_t(chunks_.front()->stream_rows(B)) * size_t(chunks_.front()->config().n_embd),
                     messages + 2 * placement_.chunks);
-  if (B != pool_B_) pool_.clear(), pool_B_ = B;
-  for (int c = 0; c < placement_.chunks; ++c) {
-    auto& free = pool_[c];
-    while (int(free.size()) < slots[size_t(c)]) {
-      free.push_back(std::make_unique<Activations<float>>(stage(c).make_activations(B, split_)));
-      slot_bytes_ = std::max(slot_bytes_, free.back()->bytes());
-    }
-  }
+  for (int c = 0; c < placement_.chunks; ++c) slots_.reserve(c, slots[size_t(c)], B);
 }
 
 }  // namespace gpt2
