@@ -38,8 +38,8 @@ Muon::Muon(const std::vector<TensorShard>& tensors, size_t n, const OptimizerCon
       others_(adamw_tensors(tensors)),
       adamw_(std::make_unique<AdamW>(n, cfg)),
       cfg_(cfg),
-      momentum_("muon_momentum", n),
-      sumsq_("muon_sumsq", 1) {
+      momentum_("muon_momentum", n) {
+  ns_.sumsq = Buffer<double>("muon_sumsq", 1);
   size_t wide = 0, square = 0;
   for (const Matrix& w : matrices_) {
     if (!w.owned) continue;
@@ -50,14 +50,14 @@ Muon::Muon(const std::vector<TensorShard>& tensors, size_t n, const OptimizerCon
     updates_ = Buffer<float>("muon_updates", n);
     owned_ = Buffer<float>("muon_owned", shards_->owned_size());
   } else {
-    x_ = Buffer<float>("muon_x", wide);
+    ns_.x = Buffer<float>("muon_x", wide);
   }
-  y_ = Buffer<float>("muon_y", wide);
-  a_ = Buffer<float>("muon_a", square), b_ = Buffer<float>("muon_b", square);
+  ns_.y = Buffer<float>("muon_y", wide);
+  ns_.a = Buffer<float>("muon_a", square), ns_.b = Buffer<float>("muon_b", square);
   if (cfg.ns_bf16) {
-    x16_ = Buffer<bf16>("muon_x16", wide), a16_ = Buffer<bf16>("muon_a16", square);
-    b16_ = Buffer<bf16>("muon_b16", square);
-    low_ = {Vec<bf16>(x16_.data(), wide), Vec<bf16>(a16_.data(), square), Vec<bf16>(b16_.data(), square)};
+    ns_.x16 = Buffer<bf16>("muon_x16", wide), ns_.a16 = Buffer<bf16>("muon_a16", square);
+    ns_.b16 = Buffer<bf16>("muon_b16", square);
+    ns_.low = {Vec<bf16>(ns_.x16.data(), wide), Vec<bf16>(ns_.a16.data(), square), Vec<bf16>(ns_.b16.data(), square)};
     gemm_lowp_reserve(true, wide);  // (where bf16 products convert: their copies made now)
   }
 }
@@ -66,7 +66,7 @@ void Muon::orthogonalise(float* x, const Matrix& w) {
   const size_t n = size_t(w.rows) * size_t(w.cols);
   const Vec<float> xv(x, n);
   const Vec<float> o =
-      newton_schulz5<float>(xv, y_, a_, b_, w.rows, w.cols, cfg_.ns_steps, DeviceScalar(sumsq_.data()), low_);
+      newton_schulz5<float>(xv, ns_.y, ns_.a, ns_.b, w.rows, w.cols, cfg_.ns_steps, DeviceScalar(ns_.sumsq.data()), ns_.low);
   if (o.data() != x) Kokkos::deep_copy(ExecSpace(), xv, Vec<float>(o.data(), n));
 }
 
@@ -87,9 +87,9 @@ void Muon::step(const StepTensors& t, const StepSettings& s) {
   };
   if (!shards_) {  // one matrix at a time, in one workspace
     for (const Matrix& w : matrices_) {
-      momentum(w, x_.data());
-      orthogonalise(x_.data(), w);
-      apply(params, x_.data(), w, muon_lr, copy);
+      momentum(w, ns_.x.data());
+      orthogonalise(ns_.x.data(), w);
+      apply(params, ns_.x.data(), w, muon_lr, copy);
     }
   } else {  // every update to its owner, the owners' results back, all at once
     for (const Matrix& w : matrices_) momentum(w, updates_.data() + w.run.begin);

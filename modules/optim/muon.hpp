@@ -37,10 +37,12 @@ class Muon final : public Optimizer {
   Buffer<float> momentum_;        // the parameter layout (0 outside the matrices)
   Buffer<float> updates_;         // with shards: the updates' runs (the parameter layout), then the results
   Buffer<float> owned_;           // with shards: the owned matrices, whole
-  Buffer<float> x_, y_, a_, b_;   // Newton-Schulz workspaces, sized for the largest matrix
-  Buffer<bf16> x16_, a16_, b16_;  // train.ns_dtype = "bf16": the products' inputs
-  NewtonSchulzLowp low_;
-  Buffer<double> sumsq_;
+  struct Workspaces {       // Newton-Schulz's, sized for the largest matrix
+    Buffer<float> x, y, a, b;
+    Buffer<bf16> x16, a16, b16;  // train.ns_dtype = "bf16": the products' inputs
+    NewtonSchulzLowp low;
+    Buffer<double> sumsq;
+  } ns_;
 };
 
 }  // namespace gpt2
