@@ -22,6 +22,12 @@
 namespace gpt2 {
 
 namespace {
+int comm_size(MPI_Comm c) {
+  int n = 1;
+  MPI_Comm_size(c, &n);
+  return n;
+}
+
 void check(bool ok, const std::string& path, const std::string& what) {
   if (!ok) fail_write(path, "HDF5 ", what, " failed", hdf5_error_reason());
 }
@@ -78,53 +84,37 @@ uint64_t checksum_on_host_threads(const float* values, uint64_t first, size_t n)
 H5CheckpointWriter::H5CheckpointWriter(const std::string& path, const std::string& tmp, MPI_Comm world,
                                        const CheckpointMeta& meta, const StageLayout& layout, bool replica_0,
                                        const std::vector<std::string>& sections, MPI_Comm tp, size_t buffer_bytes)
-    : path_(path), tmp_(tmp), world_(world), tp_(tp), buffer_bytes_(buffer_bytes), replica_0_(replica_0), sections_(sections), global_(ParamLayout(meta.model).tensors()) {
+    : path_(path),
+      tmp_(tmp),
+      world_(world),
+      tp_(tp),
+      tp_size_(comm_size(tp)),
+      buffer_bytes_(buffer_bytes),
+      sections_(sections),
+      map_(meta.model, layout, replica_0, tp_size_) {
   MPI_Comm_rank(world, &rank_);
-  MPI_Comm_size(tp, &tp_size_);
-  // The local tensors this rank may write, by global index.
-  local_.assign(global_.size(), nullptr);
-  for (const TensorInfo& t : layout.tensors()) {
-    if (t.range.begin < layout.tied_size()) continue;      // the tied copy of wte: stage 0 writes wte
-    if (t.replicated && layout.tp().rank != 0) continue;  // tp rank 0 writes those
-    for (size_t i = 0; i < global_.size(); ++i)
-      if (global_[i].name() == t.name()) local_[i] = &t;
-  }
-  for (const TensorInfo& t : global_) {
-    size_t n = 1;
-    for (size_t d : stored_shape(t, meta.model)) n *= d;
-    stored_.push_back(n);
-  }
-  // A tensor split into runs (a column slice: count > 1) has its slice on every rank of the group;
-  // each is joined on the rank of the group with the fewest values to join so far (the same
-  // choice on every rank: the sizes are the global ones).
-  joinable_.assign(global_.size(), 0);
-  joiner_.assign(global_.size(), 0);
-  std::vector<size_t> load(size_t(tp_size_), 0);
-  for (size_t i = 0; i < global_.size(); ++i) {
-    joinable_[i] = tp_size_ > 1 && local_[i] && local_[i]->global.count > 1;
-    if (!joinable_[i]) continue;
-    joiner_[i] = int(std::min_element(load.begin(), load.end()) - load.begin());
-    load[size_t(joiner_[i])] += stored_[i];
-  }
-  sums_.assign(sections.size() * global_.size(), 0);
+  tally_.sums.assign(map_.datasets(sections.size()), 0);
   const double t0 = MPI_Wtime();
+  std::vector<uint64_t> offsets;
   try {
     collective_phase(world_, [&] {
       if (rank_ != 0) return;
-      reserve(path_, tmp_, file_bound(stored_, sections_.size()));
-      create(meta);
+      reserve(path_, tmp_, file_bound(map_.stored(), sections_.size()));
+      offsets = create(meta);
     });
   } catch (...) {
     if (rank_ == 0) std::remove(tmp.c_str());
     throw;
   }
-  offsets_.resize(sections.size() * global_.size());
-  MPI_Bcast(offsets_.data(), int(offsets_.size()), MPI_UINT64_T, 0, world_);
+  offsets.resize(map_.datasets(sections.size()));
+  MPI_Bcast(offsets.data(), int(offsets.size()), MPI_UINT64_T, 0, world_);
+  map_.set_offsets(std::move(offsets));
   phases_.create = MPI_Wtime() - t0;
 }
 
-void H5CheckpointWriter::create(const CheckpointMeta& meta) {
+std::vector<uint64_t> H5CheckpointWriter::create(const CheckpointMeta& meta) {
   const std::string& path = path_;
+  std::vector<uint64_t> offsets;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   // The metadata in one block at the start of the file, every dataset of a block or more starting on
@@ -147,7 +137,7 @@ void H5CheckpointWriter::create(const CheckpointMeta& meta) {
     for (const std::string& section : sections_) {
       const hid_t g = H5Gcreate2(file, section.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
       if (g < 0) fail_write(path, "cannot create the group ", section, hdf5_error_reason());
-      for (const TensorInfo& t : global_) {
+      for (const TensorInfo& t : map_.tensors()) {
         const std::vector<size_t> shape = stored_shape(t, meta.model);
         std::vector<hsize_t> dims(shape.begin(), shape.end());
         const hid_t fs = H5Screate_simple(int(dims.size()), dims.data(), nullptr);
@@ -157,7 +147,7 @@ void H5CheckpointWriter::create(const CheckpointMeta& meta) {
         const haddr_t at = H5Dget_offset(ds);
         H5Dclose(ds);
         if (at == HADDR_UNDEF) fail_write(path, "the dataset ", section, "/", t.name(), " has no place in the file");
-        offsets_.push_back(uint64_t(at));
+        offsets.push_back(uint64_t(at));
       }
       H5Gclose(g);
     }
@@ -167,43 +157,7 @@ void H5CheckpointWriter::create(const CheckpointMeta& meta) {
   }
   H5Pclose(dcpl);
   if (H5Fclose(file) < 0) fail_write(path, "HDF5 close failed", hdf5_error_reason());
-}
-
-// The parts of each local tensor this rank holds (its ranges, in local order), each mapped through
-// the tensor's GlobalMap (count runs of len, stride apart) to flat ranges of the global tensor, which
-// is a contiguous row-major dataset: a flat range is a run of bytes in the file.
-std::vector<H5CheckpointWriter::Piece> H5CheckpointWriter::pieces(size_t section, const ParamStore::Owned& mine,
-                                                                  bool joinable) const {
-  std::vector<Piece> out;
-  if (!mine.sharded && !replica_0_) return out;  // another dp replica writes whole state
-  for (size_t ti = 0; ti < global_.size(); ++ti) {
-    const TensorInfo* part = local_[ti];
-    if (!part || bool(joinable_[ti]) != joinable) continue;
-    const GlobalMap& gm = part->global;
-    const size_t dataset = section * global_.size() + ti;
-    size_t held = 0;  // where the range starts in mine.values
-    for (const Range& r : mine.ranges) {
-      const size_t lo = std::max(r.begin, part->range.begin), hi = std::min(r.end, part->range.end);
-      for (size_t i = lo; i < hi;) {  // local element index i - part->range.begin
-        const size_t e = i - part->range.begin, run = e / gm.len, in_run = e % gm.len;
-        const size_t value = held + (i - r.begin);
-        const size_t n = std::min(gm.len - in_run, hi - i);
-        const uint64_t element = gm.begin + run * gm.stride + in_run - global_[ti].range.begin;
-        i += n;
-        if (element >= stored_[ti]) continue;  // wte's padded rows (zero) are not stored
-        Piece p{offsets_[dataset] + element * 4, value, std::min<size_t>(n, stored_[ti] - element), dataset, element};
-        Piece* last = out.empty() ? nullptr : &out.back();
-        if (last && last->dataset == dataset && last->offset + last->count * 4 == p.offset &&
-            last->value + last->count == value)
-          last->count += p.count;
-        else
-          out.push_back(p);
-      }
-      held += r.size();
-    }
-  }
-  sort_by_offset(out);
-  return out;
+  return offsets;
 }
 
 H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const ParamStore::Owned& mine,
@@ -223,8 +177,8 @@ H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const Par
     for (size_t d = 0; d < span_n; d += chunk) fetch(span_from + d, std::min(chunk, span_n - d), dst + d);
     span_n = 0;
   };
-  for (const Piece& p : pieces(section, mine, /*joinable=*/true)) {
-    const size_t to = size_t(joiner_[p.dataset % global_.size()]);
+  for (const Piece& p : map_.pieces(section, mine, /*joinable=*/true)) {
+    const size_t to = size_t(map_.joiner(p.dataset));
     if (span_n && (to != span_to || p.value != span_from + span_n)) fetch_span();
     if (!span_n) span_from = p.value, span_to = to;
     span_n += p.count;
@@ -260,9 +214,9 @@ H5CheckpointWriter::Joined H5CheckpointWriter::join_tp(size_t section, const Par
 
 void H5CheckpointWriter::write_pieces(const std::vector<Piece>& ps, const Fetch& fetch, bool host_threads) {
   if (!out_) out_ = std::make_unique<DirectWriter>(tmp_, buffer_bytes_);
-  pieces_ += ps.size();
+  tally_.pieces += ps.size();
   for (const Piece& p : ps) {
-    uint64_t sum = uint64_t(sums_[p.dataset]);
+    uint64_t sum = uint64_t(tally_.sums[p.dataset]);
     out_->write(p.offset, p.count * 4, [&](char* dst, size_t from, size_t n) {
       const double t0 = MPI_Wtime();
       float* values = reinterpret_cast<float*>(dst);
@@ -274,8 +228,8 @@ void H5CheckpointWriter::write_pieces(const std::vector<Piece>& ps, const Fetch&
                           : run_checksum(values, p.element + from / 4, n / 4);  // (while the values are in cache)
       phases_.fill += MPI_Wtime() - t0;
     });
-    sums_[p.dataset] = int64_t(sum & kChecksumMask);
-    bytes_ += p.count * 4;
+    tally_.sums[p.dataset] = int64_t(sum & kChecksumMask);
+    tally_.bytes += p.count * 4;
   }
 }
 
@@ -292,7 +246,7 @@ void H5CheckpointWriter::write_section(const std::string& section, const ParamSt
   if (si == sections_.size()) fail("H5CheckpointWriter: unknown section ", section);
   const double t0 = MPI_Wtime(), fill0 = phases_.fill;
   const Joined joined = join_tp(si, mine, fetch);
-  std::vector<Piece> ps = pieces(si, mine);
+  std::vector<Piece> ps = map_.pieces(si, mine);
   ps.insert(ps.end(), joined.pieces.begin(), joined.pieces.end());
   sort_by_offset(ps);
   write_pieces(ps, fetch, /*host_threads=*/true);
@@ -304,7 +258,7 @@ void H5CheckpointWriter::write_local(const std::vector<ParamStore::Owned>& stage
   const double t0 = MPI_Wtime();
   for (size_t si = 0; si < staged.size(); ++si) {
     const std::vector<float>& values = staged[si].values;
-    write_pieces(pieces(si, staged[si]),
+    write_pieces(map_.pieces(si, staged[si]),
                  [&](size_t begin, size_t n, float* dst) { std::memcpy(dst, values.data() + begin, n * 4); },
                  /*host_threads=*/false);
   }
@@ -323,18 +277,19 @@ void H5CheckpointWriter::finish() {
   collective_phase(world_, [&] {
     if (!error_.empty()) fail_write(path_, error_);
   });
-  MPI_Allreduce(MPI_IN_PLACE, sums_.data(), int(sums_.size()), MPI_INT64_T, MPI_SUM, world_);
+  MPI_Allreduce(MPI_IN_PLACE, tally_.sums.data(), int(tally_.sums.size()), MPI_INT64_T, MPI_SUM, world_);
   // (each rank's part is below 2^48: the totals stay exact in 64 bits)
   collective_phase(world_, [&] {
     if (rank_ != 0) return;
     const hid_t file = H5Fopen(tmp_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     if (file < 0) fail_write(path_, "cannot open it to write the checksums", hdf5_error_reason());
     bool ok = true;
+    const std::vector<TensorInfo>& tensors = map_.tensors();
     for (size_t si = 0; si < sections_.size() && ok; ++si)
-      for (size_t ti = 0; ti < global_.size() && ok; ++ti) {
-        const std::string name = sections_[si] + "/" + global_[ti].name();
+      for (size_t ti = 0; ti < tensors.size() && ok; ++ti) {
+        const std::string name = sections_[si] + "/" + tensors[ti].name();
         const hid_t ds = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
-        ok = ds >= 0 && h5_attr_uints(ds, "checksum", {uint64_t(sums_[si * global_.size() + ti]) & kChecksumMask});
+        ok = ds >= 0 && h5_attr_uints(ds, "checksum", {uint64_t(tally_.sums[si * tensors.size() + ti]) & kChecksumMask});
         if (ds >= 0) H5Dclose(ds);
         if (!ok) fail_write(path_, "HDF5 write of ", name, "'s checksum failed", hdf5_error_reason());
       }

@@ -20,7 +20,8 @@
 //      message naming the file and the reason), sum each dataset's checksum over the ranks, rank 0
 //      writes them as attributes and gives the file its name.
 // The file is written under a temporary name until then; a writer that does not finish removes it.
-// Each rank's time in each phase is kept (phases()) for the trace.
+// Each rank's time in each phase is kept (phases()) for the trace. Where each value goes in the file:
+// parallel/checkpoint_file_map.hpp.
 #include <mpi.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include "core/direct_writer.hpp"
 #include "model/checkpoint.hpp"
 #include "model/stage_layout.hpp"
+#include "parallel/checkpoint_file_map.hpp"
 #include "parallel/param_store.hpp"
 
 namespace gpt2 {
@@ -70,9 +72,8 @@ class H5CheckpointWriter {
   void finish();
 
   const std::string& path() const { return path_; }
-  size_t bytes_written() const { return bytes_; }  // by this rank
-
-  size_t pieces_written() const { return pieces_; }  // runs of the file this rank wrote
+  size_t bytes_written() const { return tally_.bytes; }    // by this rank
+  size_t pieces_written() const { return tally_.pieces; }  // runs of the file this rank wrote
   // Seconds this rank spent in each phase of the write (for the trace and the benchmark): making
   // the file's metadata (rank 0; the others wait), copying values into the write buffers (staging
   // or fetching, joining tp's slices, the checksum in the same pass), waiting for the disk (the
@@ -83,21 +84,8 @@ class H5CheckpointWriter {
   const Phases& phases() const { return phases_; }
 
  private:
-  struct Piece {       // a run of values that lies contiguous in the file
-    uint64_t offset;   // bytes from the start of the file
-    size_t value;      // index in the section's owned values
-    size_t count;      // floats
-    size_t dataset;    // index in datasets_ (section-major)
-    uint64_t element;  // the first value's index in its tensor (for the checksum)
-    const float* joined = nullptr;  // the values, where the tp join holds them (else fetched)
-  };
-  void create(const CheckpointMeta& meta);  // world rank 0: the file, its attributes and datasets
-  // In the file's order: the disk sees one sequential stream per rank.
-  static void sort_by_offset(std::vector<Piece>& ps) {
-    std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
-  }
-  // This rank's pieces of a section: of the tensors the tp join takes (joinable) or of the others.
-  std::vector<Piece> pieces(size_t section, const ParamStore::Owned& mine, bool joinable = false) const;
+  using Piece = CheckpointFileMap::Piece;
+  std::vector<uint64_t> create(const CheckpointMeta& meta);  // world rank 0: the file; its datasets' offsets
   struct Joined {               // the runs a rank writes for its tp group
     std::vector<Piece> pieces;  // (joined: into values)
     std::vector<float> values;
@@ -112,22 +100,17 @@ class H5CheckpointWriter {
 
   std::string path_, tmp_;
   MPI_Comm world_, tp_;
-  int tp_size_ = 1;
+  int rank_ = 0, tp_size_ = 1;
   size_t buffer_bytes_;
-  std::unique_ptr<DirectWriter> out_;  // this rank's writes (made at the first)
-  Phases phases_;
-  int rank_ = 0;
-  bool replica_0_;
   std::vector<std::string> sections_;
-  std::vector<TensorInfo> global_;        // the global layout's tensors, in order
-  std::vector<const TensorInfo*> local_;  // per global tensor: the local one this rank may write, or null
-  std::vector<size_t> stored_;            // per global tensor: the elements the file stores
-  std::vector<uint64_t> offsets_;         // per dataset (section-major): its data's offset in the file
-  std::vector<char> joinable_;            // per global tensor: tp splits it into runs; joined on one rank
-  std::vector<int> joiner_;               // per joinable tensor: the tp rank that joins it
-  std::vector<int64_t> sums_;             // per dataset: this rank's part of its checksum
-  std::string error_;                     // this rank's first failed write
-  size_t bytes_ = 0, pieces_ = 0;
+  CheckpointFileMap map_;
+  std::unique_ptr<DirectWriter> out_;  // this rank's writes (made at the first)
+  struct Tally {                       // what this rank wrote
+    std::vector<int64_t> sums;         // per dataset: its part of the checksum
+    size_t bytes = 0, pieces = 0;
+  } tally_;
+  Phases phases_;
+  std::string error_;  // this rank's first failed write
   bool finished_ = false;
 };
 
