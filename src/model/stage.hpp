@@ -64,12 +64,12 @@ struct Activations {
   TokenGroups position_groups;
   DocStarts docs() const { return doc_starts; }  // empty without document masks
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
+  using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
   // The microbatch's tokens and targets (N each; either may be null) from page-locked host memory,
   // copied on the execution space's stream, and the tokens' groups built in `group_staging`
   // (page-locked, TokenGroups::table_size(N) ints; first stage). None of the three is written again
   // before the step's whole-device wait: the host does not wait for these copies.
   void load(const int* host_tokens, const int* host_targets, int* group_staging) {
-    using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
     const size_t N = size_t(rows());
     if (host_tokens) {
       Kokkos::deep_copy(ExecSpace(), tokens, PinnedInts(host_tokens, N));
@@ -80,7 +80,6 @@ struct Activations {
   // Document masks: the rows' document starts and positions (N each, page-locked as above), the
   // positions' groups built in `group_staging` (TokenGroups::table_size(N) ints; first stage).
   void load_documents(const int* host_starts, const int* host_positions, int* group_staging) {
-    using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
     const size_t N = size_t(rows());
     Kokkos::deep_copy(ExecSpace(), doc_starts, PinnedInts(host_starts, N));
     if (doc_positions.extent(0)) {
