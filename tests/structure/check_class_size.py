@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""No class of the trainer (src/train/*.hpp), nor the parameter store (src/parallel/param_store.hpp),
-holds more than LIMIT data members: a part with more has more than one job. Counts the data members declared at the top level of each class or struct
-body (`a_, b_;` is two; methods, types, `using` and static members are not members). Exit 1 naming
-each class over the limit."""
+"""No class with behaviour in src/ or modules/ holds more than LIMIT data members: a part with more
+has more than one job. Counts the data members declared at the top level of each class or struct
+body (`a_, b_;` is two; methods, types, `using` and static members are not members). Plain records
+(no member functions) and deck sections (`*Config`, and `*Keys`: a file's keys as read) are excepted; so, until their split, are the
+classes PENDING names, which are listed on every run. Exit 1 naming each class over the limit."""
 import os
 import re
 import sys
@@ -11,7 +12,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_function_length import strip  # noqa: E402  (comments and literals blanked)
 
 LIMIT = 15
-ALSO = ["src/parallel/param_store.hpp"]  # beyond src/train
+# Not split yet: the model's Stage and what it carries (its activations, the decoder's copy of the
+# forward), the planner's hardware and calibration tables, the flash-attention plan, and the
+# pipeline simulator.
+PENDING = {"Stage", "Activations", "KvDecoder", "Calibration", "Hardware", "Layout", "Plan", "Simulator"}
+FOLDERS = ["src", "modules"]
 HEAD = re.compile(r"\b(class|struct)\s+(\w+)\s*(final\s*)?(:[^;{]*)?\{")
 
 
@@ -69,25 +74,50 @@ def members(stmt):
     return names
 
 
+NAMESPACE = re.compile(r"\bnamespace\s*\w*\s*\{")
+
+
+def without_namespaces(code):
+    """The code with each namespace's braces blanked: a class in one is at the top level."""
+    chars = list(code)
+    for m in NAMESPACE.finditer(code):
+        chars[m.end() - 1] = " "
+        chars[body_end(code, m.end() - 1)] = " "
+    return "".join(chars)
+
+
+def sources(root):
+    for folder in FOLDERS:
+        for path, _, names in sorted(os.walk(os.path.join(root, folder))):
+            for n in sorted(names):
+                if n.endswith((".hpp", ".cpp")):
+                    yield os.path.relpath(os.path.join(path, n), root)
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../.."))
-    folder = os.path.join(root, "src", "train")
-    files = [os.path.join("src", "train", f) for f in sorted(os.listdir(folder)) if f.endswith(".hpp")] + ALSO
-    big, seen = [], 0
-    for f in files:
-        code = strip(open(os.path.join(root, f), encoding="utf-8").read())
+    big, pending, seen = [], [], 0
+    for f in sources(root):
+        code = without_namespaces(strip(open(os.path.join(root, f), encoding="utf-8").read()))
         for m in HEAD.finditer(code):
-            if code[:m.start()].count("{") - code[:m.start()].count("}") > 1 or m.group(2).endswith("Config"):
+            if code[:m.start()].count("{") - code[:m.start()].count("}") > 0 or m.group(2).endswith(("Config", "Keys")):
                 continue  # nested in another class (counted there), or a deck section
             end = body_end(code, m.end() - 1)
-            n = sum(members(s) for s in statements(code[m.end():end]))
+            body = statements(code[m.end():end])
+            n = sum(members(s) for s in body)
+            if not any("(" in s and members(s) == 0 for s in body):
+                continue  # a plain record
             seen += 1
-            if n > LIMIT:
-                big.append(f"{f}: {m.group(2)} holds {n} data members (limit {LIMIT})")
+            if n <= LIMIT:
+                continue
+            line = f"{f}: {m.group(2)} holds {n} data members (limit {LIMIT})"
+            (pending if m.group(2) in PENDING else big).append(line)
+    for p in pending:
+        print(p + " -- pending its split")
     for b in big:
         print(b)
     print(f"check_class_size: {len(big)} class(es) over {LIMIT} members" if big else
-          f"check_class_size: ok ({seen} classes of src/train and ParamStore within {LIMIT} members)")
+          f"check_class_size: ok ({seen} classes with behaviour within {LIMIT} members, {len(pending)} pending)")
     return 1 if big else 0
 
 
