@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "parallel/index_table.hpp"
 #include "tensor/indexed_copy.hpp"
 
 namespace gpt2 {
@@ -60,6 +61,32 @@ CommMatrixShards::CommMatrixShards(const StageLayout& layout, const ShardLayout&
   }
   slices_ = Buffer<float>("matrix_slices", slices);
   stacked_ = Buffer<float>("matrix_stacked", stacked);
+  if (D_ > 1) plan_staging();
+}
+
+size_t CommMatrixShards::slice_at(size_t i) const { return tp_.size() == 1 ? matrices_[i].at : parts_[i].local_at; }
+
+// For each owned matrix, the other replica ranks' runs of it, rank by rank, and where each of their
+// values goes in the owned slices.
+void CommMatrixShards::plan_staging() {
+  std::vector<int32_t> to;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    Parts& p = parts_[i];
+    p.staged_at.assign(size_t(D_), 0);
+    if (p.owner != me_) continue;
+    for (int q = 0; q < D_; ++q) {
+      if (q == me_) continue;
+      p.staged_at[size_t(q)] = to.size();
+      for (const Range& r : p.held[size_t(q)])
+        for (size_t j = r.begin; j < r.end; ++j) {
+          const size_t at = slice_at(i) + j;
+          if (at > size_t(INT32_MAX)) fail("CommMatrixShards: owned slices of over 2^31 values");
+          to.push_back(int32_t(at));
+        }
+    }
+  }
+  staged_ = Buffer<float>("matrix_staged", to.size());
+  staged_to_ = index_table("matrix_staged_to", to);
 }
 
 void CommMatrixShards::deal_out(const std::vector<double>& cost) {
@@ -73,42 +100,47 @@ float* CommMatrixShards::slice_of(size_t i, float* owned, float* runs) {
   return runs + matrices_[i].run.begin;  // the rank holds its whole slice
 }
 
-void CommMatrixShards::exchange(bool gather, const std::vector<float*>& slices, float* runs) {
+Vec<float> CommMatrixShards::base(float* owned) const {
+  return tp_.size() == 1 ? vec(owned, owned_size_) : vec(slices_.data(), slices_.extent(0));
+}
+
+void CommMatrixShards::exchange(bool gather, Vec<float> all, float* runs) {
   const DType f = DType::f32;
+  const size_t staged = staged_.extent(0);
+  float* base = all.data();
+  if (!gather && staged) pack_at<float>(vec(staged_.data(), staged), all, staged_to_);
   std::vector<Request> pending;
   replicas_.group_start();
   for (size_t i = 0; i < parts_.size(); ++i) {
     const Parts& p = parts_[i];
     if (p.owner == me_) {
-      for (int q = 0; q < D_; ++q)
-        for (const Range& r : p.held[size_t(q)]) {
-          if (q == me_) continue;
-          float* s = slices[i] + r.begin;
-          pending.push_back(gather ? replicas_.irecv(s, r.size(), f, q, kTag)
-                                   : replicas_.isend(s, r.size(), f, q, kTag));
-        }
+      for (int q = 0; q < D_; ++q) {
+        size_t n = 0;
+        for (const Range& r : p.held[size_t(q)]) n += r.size();
+        if (q == me_ || n == 0) continue;
+        float* s = staged_.data() + p.staged_at[size_t(q)];
+        pending.push_back(gather ? replicas_.irecv(s, n, f, q, kTag) : replicas_.isend(s, n, f, q, kTag));
+      }
       continue;
     }
-    size_t at = matrices_[i].run.begin;
-    for (const Range& r : p.held[size_t(me_)]) {
-      float* run = runs + at;
-      pending.push_back(gather ? replicas_.isend(run, r.size(), f, p.owner, kTag)
-                               : replicas_.irecv(run, r.size(), f, p.owner, kTag));
-      at += r.size();
-    }
+    const Range run = matrices_[i].run;  // the rank's ranges of the matrix, one after another
+    if (run.size())
+      pending.push_back(gather ? replicas_.isend(runs + run.begin, run.size(), f, p.owner, kTag)
+                               : replicas_.irecv(runs + run.begin, run.size(), f, p.owner, kTag));
   }
   replicas_.group_end();
   for (size_t i = 0; i < parts_.size(); ++i) {  // the owner's own parts
     if (parts_[i].owner != me_) continue;
     size_t at = matrices_[i].run.begin;
     for (const Range& r : parts_[i].held[size_t(me_)]) {
-      const Vec<float> slice = vec(slices[i] + r.begin, r.size()), run = vec(runs + at, r.size());
+      const Vec<float> slice = vec(base + slice_at(i) + r.begin, r.size()), run = vec(runs + at, r.size());
       if (gather) Kokkos::deep_copy(ExecSpace(), slice, run);
       else Kokkos::deep_copy(ExecSpace(), run, slice);
       at += r.size();
     }
   }
   for (Request& r : pending) replicas_.order_after(r);
+  if (gather && staged) unpack_to<float>(all, vec(staged_.data(), staged), staged_to_);
 }
 
 void CommMatrixShards::gather(const float* runs_in, float* owned) {
@@ -116,7 +148,7 @@ void CommMatrixShards::gather(const float* runs_in, float* owned) {
   std::vector<float*> slices(parts_.size(), nullptr);
   for (size_t i = 0; i < parts_.size(); ++i)
     if (matrices_[i].owned) slices[i] = slice_of(i, owned, runs);
-  if (D_ > 1) exchange(true, slices, runs);
+  if (D_ > 1) exchange(true, base(owned), runs);
   const int T = tp_.size();
   if (T == 1) return;
   // The owners' tp peers own the same matrices: each all-gathers its slices.
@@ -140,23 +172,15 @@ void CommMatrixShards::gather(const float* runs_in, float* owned) {
 void CommMatrixShards::scatter(const float* owned_in, float* runs) {
   float* owned = const_cast<float*>(owned_in);  // (read only)
   const int T = tp_.size();
-  std::vector<float*> slices(parts_.size(), nullptr);
-  for (size_t i = 0; i < parts_.size(); ++i) {
+  for (size_t i = 0; i < parts_.size() && T > 1; ++i) {  // this tp rank's slice into its place
     const Matrix& m = matrices_[i];
     if (!m.owned) continue;
     const size_t local = parts_[i].local, n = size_t(m.rows) * size_t(m.cols);
-    float* whole = owned + m.at;
-    if (T == 1) {
-      slices[i] = whole;
-    } else if (parts_[i].columns) {  // this tp rank's columns, into the slice's place
-      slices[i] = slice_of(i, owned, runs);
-      take_column_block<float>(vec(slices[i], local), vec(whole, n), m.rows, m.cols / T, T, tp_.rank());
-    } else {  // its rows: a block of the stacked matrix
-      slices[i] = whole + size_t(tp_.rank()) * local;
-      if (D_ == 1) Kokkos::deep_copy(ExecSpace(), vec(runs + m.run.begin, local), vec(slices[i], local));
-    }
+    const Vec<float> whole = vec(owned + m.at, n), slice = vec(slice_of(i, owned, runs), local);
+    if (parts_[i].columns) take_column_block<float>(slice, whole, m.rows, m.cols / T, T, tp_.rank());
+    else Kokkos::deep_copy(ExecSpace(), slice, vec(whole.data() + size_t(tp_.rank()) * local, local));  // a block of rows
   }
-  if (D_ > 1) exchange(false, slices, runs);
+  if (D_ > 1) exchange(false, base(owned), runs);
 }
 
 }  // namespace gpt2

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "runtime/device_sync.hpp"
+#include "parallel/index_table.hpp"
 #include "tensor/indexed_copy.hpp"
 
 namespace gpt2 {
@@ -19,12 +19,6 @@ bool gemm_only(const TensorInfo& t, UnitKind unit) {
   }
 }
 
-Buffer<int32_t> to_device(const char* name, const std::vector<int32_t>& v) {
-  Buffer<int32_t> out(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)), v.size());
-  Kokkos::deep_copy(ExecSpace(), out, Kokkos::View<const int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(v.data(), v.size()));
-  device_sync("the gather's index tables to the device");  // (`v` goes next; built once, before the first step)
-  return out;
-}
 }  // namespace
 
 MixedGather::MixedGather(const StageLayout& layout, const ShardLayout& shards) : ranks_(shards.ranks()) {
@@ -57,8 +51,8 @@ MixedGather::MixedGather(const StageLayout& layout, const ShardLayout& shards) :
     for (const auto& r : of)
       for (size_t j = 0; j < p.count; ++j) unpack.push_back(j < r.size() ? r[j] : -1);
   }
-  pack_at_ = to_device("gather_pack_at", pack);
-  unpack_to_ = to_device("gather_unpack_to", unpack);
+  pack_at_ = index_table("gather_pack_at", pack);
+  unpack_to_ = index_table("gather_unpack_to", unpack);
   send_ = Buffer<float>("gather_send", pack.size());
   recv_ = Buffer<float>("gather_recv", unpack.size());
 }
