@@ -31,15 +31,14 @@ struct Progress {
 class Simulator {
  public:
   Simulator(const std::vector<std::vector<Action>>& ranks, int m, const SimCosts& costs, const Placement& pl)
-      : ranks_(ranks), costs_(costs), pl_(pl), p_(int(ranks.size())), S_(pl.stages()), m_(m), pc_(p_, 0),
-        clock_(p_, 0), busy_(p_, 0), in_flight_(p_, 0), sent_(p_, false), done_(S_, m),
-        mailbox_(size_t(S_) * 2 * size_t(m), std::numeric_limits<double>::quiet_NaN()), trains_(p_) {
+      : ranks_(ranks), costs_(costs), pl_(pl), p_(int(ranks.size())), S_(pl.stages()), m_(m), at_(p_), done_(S_, m),
+        mailbox_(size_t(S_) * 2 * size_t(m), std::numeric_limits<double>::quiet_NaN()) {
     sim_.peak_in_flight.assign(p_, 0);
-    if (costs.start.size() == size_t(p_)) clock_ = costs.start;
+    if (costs.start.size() == size_t(p_)) at_.clock = costs.start;
     // A rank whose list has no backward evaluates: a microbatch-chunk is let go once its output is
     // sent (at the last virtual stage, once computed), as the executor does.
     for (int r = 0; r < p_; ++r)
-      trains_[r] = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
+      at_.trains[r] = std::any_of(ranks[r].begin(), ranks[r].end(), [](const Action& a) {
         return a.kind == ActionKind::backward || a.kind == ActionKind::backward_input;
       });
   }
@@ -72,10 +71,15 @@ class Simulator {
   const Placement& pl_;
   const int p_, S_, m_;
   Simulation sim_;
-  std::vector<size_t> pc_;
-  std::vector<double> clock_, busy_;
-  std::vector<int> in_flight_;
-  std::vector<bool> sent_;  // the current paired action's send is out
+  struct Ranks {  // each rank's place in its list, clock, time busy and microbatch-chunks held
+    std::vector<size_t> pc;
+    std::vector<double> clock, busy;
+    std::vector<int> in_flight;
+    std::vector<bool> sent;    // the current paired action's send is out
+    std::vector<bool> trains;  // its list has backwards (else it evaluates)
+    explicit Ranks(int p) : pc(size_t(p), 0), clock(size_t(p), 0), busy(size_t(p), 0), in_flight(size_t(p), 0),
+                            sent(size_t(p), false), trains(size_t(p), false) {}
+  } at_;
   Progress done_;
   // The messages in flight by (destination stage, gradient?, microbatch). Flat: the planner
   // simulates thousands of layouts.
@@ -83,17 +87,16 @@ class Simulator {
   size_t in_mailbox_ = 0;
   // Per (from, to) rank pair, in program order: every pair must receive in sending order.
   std::unordered_map<int64_t, std::vector<PassMessage>> sends_, receives_;
-  std::vector<bool> trains_;
 };
 
 // Runs rank r's list as far as it can go (a compute waits for its message); true when it moved.
 bool Simulator::advance(int r) {
   bool progressed = false;
-  while (pc_[r] < ranks_[r].size()) {
-    const Action a = ranks_[r][pc_[r]];
+  while (at_.pc[r] < ranks_[r].size()) {
+    const Action a = ranks_[r][at_.pc[r]];
     if (!valid(a.mb, a.chunk)) {
       complain(r, "microbatch or chunk out of range");
-      pc_[r] = ranks_[r].size();
+      at_.pc[r] = ranks_[r].size();
       break;
     }
     const int k = pl_.stage(r, a.chunk);
@@ -101,14 +104,14 @@ bool Simulator::advance(int r) {
     const bool paired = a.kind == ActionKind::send_activation_recv_grad || a.kind == ActionKind::send_grad_recv_activation;
     const bool sends_now = paired || a.kind == ActionKind::send_activation || a.kind == ActionKind::send_grad;
     const bool receives_now = paired || a.kind == ActionKind::recv_activation || a.kind == ActionKind::recv_grad;
-    if (sends_now && !sent_[r]) {
+    if (sends_now && !at_.sent[r]) {
       send(r, a, k);
       progressed = true;
     }
     if (receives_now && !receive(r, a, paired)) break;
-    if (sends_now || receives_now) sent_[r] = false;
+    if (sends_now || receives_now) at_.sent[r] = false;
     else if (!compute(r, a, k)) break;  // blocked
-    ++pc_[r];
+    ++at_.pc[r];
     progressed = true;
   }
   return progressed;
@@ -125,10 +128,10 @@ void Simulator::send(int r, const Action& a, int k) {
   const int to = std::get<0>(msg);
   double& arrives = slot(std::clamp(to_stage, 0, S_ - 1), activation ? 0 : 1, a.mb);
   if (std::isnan(arrives)) ++in_mailbox_;
-  arrives = clock_[r] + (costs_.transfer && to != r ? costs_.transfer(r, to) : 0.0);
+  arrives = at_.clock[r] + (costs_.transfer && to != r ? costs_.transfer(r, to) : 0.0);
   if (to != r && !costs_.timing_only) sends_[pair_key(r, to)].push_back(msg);
-  if (activation && !trains_[r]) --in_flight_[r];
-  sent_[r] = true;
+  if (activation && !at_.trains[r]) --at_.in_flight[r];
+  at_.sent[r] = true;
 }
 
 // Rank r posts a receive (the compute that needs it waits for it); false when it names no
@@ -138,7 +141,7 @@ bool Simulator::receive(int r, const Action& a, bool paired) {
   const int mb = paired ? a.recv_mb : a.mb, chunk = paired ? a.recv_chunk : a.chunk;
   if (!valid(mb, chunk)) {
     complain(r, "receives a microbatch or chunk out of range");
-    pc_[r] = ranks_[r].size();
+    at_.pc[r] = ranks_[r].size();
     return false;
   }
   const int at = pl_.stage(r, chunk);
@@ -157,14 +160,14 @@ bool Simulator::compute(int r, const Action& a, int k) {
   if ((needs_input && done_.input[k][a.mb]) || (needs_grad && done_.grad[k][a.mb])) {
     double& arrives = slot(k, needs_grad ? 1 : 0, a.mb);
     if (std::isnan(arrives)) return false;
-    clock_[r] = std::max(clock_[r], arrives);
+    at_.clock[r] = std::max(at_.clock[r], arrives);
     arrives = std::numeric_limits<double>::quiet_NaN();
     --in_mailbox_;
   }
   double cost = record_pass(r, a, k);
   if (costs_.compute) cost = costs_.compute(r, a);
-  sim_.computes.push_back({a.kind, a.mb, r, clock_[r], a.chunk, clock_[r] + cost});
-  clock_[r] += cost, busy_[r] += cost;
+  sim_.computes.push_back({a.kind, a.mb, r, at_.clock[r], a.chunk, at_.clock[r] + cost});
+  at_.clock[r] += cost, at_.busy[r] += cost;
   return true;
 }
 
@@ -174,8 +177,8 @@ double Simulator::record_pass(int r, const Action& a, int k) {
   if (a.kind == ActionKind::forward) {
     if (k > 0 && !done_.input[k][a.mb]) complain(r, "forward without its input");
     done_.fwd[k][a.mb] = true;
-    sim_.peak_in_flight[r] = std::max(sim_.peak_in_flight[r], ++in_flight_[r]);
-    if (!trains_[r] && k == S_ - 1) --in_flight_[r];
+    sim_.peak_in_flight[r] = std::max(sim_.peak_in_flight[r], ++at_.in_flight[r]);
+    if (!at_.trains[r] && k == S_ - 1) --at_.in_flight[r];
     return costs_.forward;
   }
   if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_input) {
@@ -184,13 +187,13 @@ double Simulator::record_pass(int r, const Action& a, int k) {
     done_.bwd[k][a.mb] = true;
     if (a.kind == ActionKind::backward_input) return costs_.backward_input;
     done_.wgt[k][a.mb] = true;
-    --in_flight_[r];
+    --at_.in_flight[r];
     return costs_.backward;
   }
   // weight pass
   if (!done_.bwd[k][a.mb]) complain(r, "weight pass before its input pass");
   done_.wgt[k][a.mb] = true;
-  --in_flight_[r];
+  --at_.in_flight[r];
   return costs_.backward_weight;
 }
 
@@ -198,8 +201,8 @@ double Simulator::record_pass(int r, const Action& a, int k) {
 void Simulator::name_stuck_ranks() {
   std::ostringstream stuck;
   for (int r = 0; r < p_; ++r) {
-    if (pc_[r] >= ranks_[r].size()) continue;
-    const Action& a = ranks_[r][pc_[r]];
+    if (at_.pc[r] >= ranks_[r].size()) continue;
+    const Action& a = ranks_[r][at_.pc[r]];
     const bool grad = a.kind != ActionKind::forward;
     const int k = pl_.stage(r, a.chunk);
     stuck << (sim_.deadlock ? "; " : "") << "rank " << r << " waits for the " << (grad ? "gradient" : "activation")
@@ -215,17 +218,17 @@ Simulation Simulator::finish() {
   for (int k = 0; k < S_; ++k) {
     const int r = pl_.rank_of(k);
     for (int i = 0; i < m_; ++i)
-      if (!done_.fwd[k][i] || (trains_[r] && (!done_.bwd[k][i] || !done_.wgt[k][i])))
+      if (!done_.fwd[k][i] || (at_.trains[r] && (!done_.bwd[k][i] || !done_.wgt[k][i])))
         complain(r, "does not run every microbatch through stage " + std::to_string(k));
   }
   if (in_mailbox_ > 0) complain(0, "a message was sent but never received");
   for (const auto& [pair, s] : sends_) sim_.fifo_consistent = sim_.fifo_consistent && receives_[pair] == s;
-  sim_.makespan = *std::max_element(clock_.begin(), clock_.end());
+  sim_.makespan = *std::max_element(at_.clock.begin(), at_.clock.end());
   double total_busy = 0;
-  for (double b : busy_) total_busy += b;
+  for (double b : at_.busy) total_busy += b;
   sim_.bubble_fraction = sim_.makespan > 0 ? 1.0 - total_busy / (p_ * sim_.makespan) : 0;
-  sim_.finish = clock_;
-  sim_.busy = busy_;
+  sim_.finish = at_.clock;
+  sim_.busy = at_.busy;
   return std::move(sim_);
 }
 }  // namespace
