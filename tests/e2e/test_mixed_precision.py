@@ -9,7 +9,8 @@
 - Every metrics line carries "loss_scale" and "skipped".
 - Checkpoints hold the fp32 master weights (not bf16-rounded values) and the precision may change
   across a resume: bf16 -> fp32 and fp32 -> fp16 continue within 5e-2 of the run that never stopped.
-- parallel.grad_reduce_dtype = "bf16" on dp = 2 stays within 1e-2 of the fp32 reduction.
+- parallel.grad_reduce_dtype = "bf16" on dp = 2 stays within 1e-2 of the fp32 reduction, and no step
+  allocates (the reducer's 16-bit buffers are made at set-up).
 - ZeRO-1 and ZeRO-3 at bf16 gathering 16-bit weight matrices (param_gather_dtype auto) give fp32
   gathers' losses bit for bit on the bytes the trace's param_gather_bytes gives; volume = theory.
 """
@@ -29,10 +30,13 @@ STEPS = 20
 
 
 def reduction_bytes(path):
-    """Bytes of the data-parallel gradient reductions over all ranks and steps of a trace."""
+    """Bytes of the data-parallel gradient reductions over all ranks and steps of a trace, and each
+    rank's allocations in a step (None where this Kokkos reports no fences: its counters are off)."""
     t = tracelib.Trace(path)
     kinds = [k for k in ("allreduce_issue", "reduce_scatter_issue") if k in t.comm_kinds]
-    return int(np.sum(t.events[t.mask(kinds)]["bytes"]))
+    counted = all(tracelib.as_list(t.meta.get("fences_reported", [0])))
+    allocations = tracelib.as_list(t.meta["allocations_per_step"]) if counted else None
+    return int(np.sum(t.events[t.mask(kinds)]["bytes"])), allocations
 
 
 def main():
@@ -116,7 +120,10 @@ def main():
             trace = os.path.join(w, name + ".h5")
             _, vol[dtype + "_m"] = run(name, 2, parallel__dp=2, parallel__zero=zero, parallel__grad_reduce_dtype=dtype,
                                        trace__file=trace)
-            vol[dtype] = reduction_bytes(trace)
+            vol[dtype], allocations = reduction_bytes(trace)
+            # (the reducer's 16-bit wire buffers are made at set-up: no step allocates them)
+            checks.check(allocations is None or not any(allocations),
+                         f"{name}: allocations in a step, by rank: {allocations}")
         close(f"grad_reduce_dtype bf16 vs fp32 (dp 2, ZeRO-{zero})", vol["bf16_m"], vol["fp32_m"], 1e-2)
         checks.check(any(a["loss"] != b["loss"] for a, b in zip(vol["bf16_m"], vol["fp32_m"])),
                      f"ZeRO-{zero}: the bf16 reduction changed nothing")

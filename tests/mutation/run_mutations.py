@@ -126,6 +126,8 @@ MUTATIONS = [
              "src/parallel/matrix_shards.cpp", "const size_t at = slice_at(i) + j;",
              "const size_t at = slice_at(i) + j - r.begin;",
              "^muon_layouts$"),
+    Mutation("no-reducer-reserve-whole", "the all-reduce's 16-bit wire buffers left to the first step to make (ZeRO 0-1)",
+             "src/parallel/grad_sink.cpp", "    p_.reducer.reserve(false);\n", "", "^mixed_precision$"),
     Mutation("microbatch-load", "every pair of microbatches loads the same sequences",
              "src/train/trainer.cpp", "data_->load_microbatch(data_->train(), step, mb, *e.topo, a); };",
              "data_->load_microbatch(data_->train(), step, mb / 2, *e.topo, a); };",
