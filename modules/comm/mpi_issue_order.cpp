@@ -46,6 +46,17 @@ uint64_t MpiCommunicator::device_lag() {
   return lag;
 }
 
+namespace {
+// A waiting rank first spins, then yields (its peer may need this core: ranks share the host's
+// cores), and sleeps only once the wait is long.
+void back_off(int spins) {
+  if (spins > 4096)
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  else if (spins > 200)
+    std::this_thread::yield();
+}
+}  // namespace
+
 void MpiCommunicator::refuse_in_group(const char* what) const {
   if (depth() > 0)
     fail("mpi-ordered: ", what, " inside an open communication group: NCCL launches a group at its end, so "
@@ -57,7 +68,7 @@ void MpiCommunicator::await_retired(int id) {
   for (int spins = 0; !ops_[size_t(id)].retired; ++spins) {
     advance();
     if (ops_[size_t(id)].retired) return;
-    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    back_off(spins);
     if ((spins & 1023) != 0) continue;
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited > timeout_seconds()) hang(waited, ops_[size_t(id)]);
@@ -120,7 +131,7 @@ void MpiCommunicator::drain() {
   for (int spins = 0;; ++spins) {
     advance();
     if (queue().empty()) break;
-    if (spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    back_off(spins);
     if ((spins & 1023) != 0) continue;
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited > timeout_seconds()) {
