@@ -212,11 +212,15 @@ MUTATIONS = [
              "^mpi_tests_np2$"),
     Mutation("ungrouped-exchange", "the pipeline's runs of messages issued ungrouped (each its own operation)",
              "src/pipeline/p2p.hpp", "  void begin_group() { pipe_.group_start(); }\n  void end_group() { pipe_.group_end(); }",
-             "  void begin_group() {}\n  void end_group() {}", "^gpu_semantics_pipeline_np2$"),
+             "  void begin_group() {}\n  void end_group() {}", "^gpu_semantics_layouts_np2$"),
     Mutation("tp-host-wait", "tensor parallelism's all-gather waits on the host instead of a stream dependency",
              "src/parallel/tp_comm.hpp", "    Request r = tp_.iall_gather(send, recv, n, DType::f32);\n    tp_.order_after(r);",
              "    Request r = tp_.iall_gather(send, recv, n, DType::f32);\n    tp_.wait(r);", "^mpi_tests_np2$"),
     # ---- src/pipeline/
+    Mutation("pass-lists-keep-files", "a schedule file's pass lists kept by name like a built-in's",
+             "src/pipeline/pass_lists.cpp",
+             '  if (!ScheduleRegistry::get(shape.schedule, "parallel.schedule").file.empty()) return build_and_prove(shape);',
+             "  if (false) return build_and_prove(shape);", "^ScheduleFile.PassListsKeptForBuiltInsNeverForAFileRegisteredAgain$"),
     Mutation("executor-buffer-in-group", "the run's buffers taken inside its open group (reclaiming one waits on a send)",
              "src/pipeline/executor.cpp",
              "  for (int k = 0; k < need; ++k) ready_.push_back(buffer(elems));\n"
