@@ -16,6 +16,7 @@
 #include "runtime/comm_groups.hpp"
 #include "runtime/environment.hpp"
 #include "pipeline/schedule_file.hpp"
+#include "pipeline/schedule_lists.hpp"
 #include "runtime/topology.hpp"
 #include "tensor/views.hpp"
 #include "train/run_config.hpp"

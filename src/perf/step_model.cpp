@@ -12,6 +12,7 @@
 #include "perf/rank_plan.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/schedule_lists.hpp"
 #include "parallel/zero.hpp"
 
 namespace gpt2 {

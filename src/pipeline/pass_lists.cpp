@@ -1,12 +1,15 @@
 #include "pipeline/pass_lists.hpp"
 
 #include <deque>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <tuple>
 
 #include "core/error.hpp"
 #include "pipeline/nccl_order.hpp"
+#include "pipeline/schedule_lists.hpp"
 #include "pipeline/simulator.hpp"
 
 namespace gpt2 {
@@ -29,7 +32,8 @@ std::string prove_pass_lists(const std::vector<std::vector<Action>>& lists, cons
   return "";
 }
 
-PassLists build_pass_lists(const PipelineShape& shape) {
+namespace {
+PassLists build_and_prove(const PipelineShape& shape) {
   const ScheduleEntry& e = ScheduleRegistry::get(shape.schedule, "parallel.schedule");
   PassLists out;
   out.placement = schedule_placement(e, shape.ranks, shape.virtual_stages);
@@ -61,6 +65,34 @@ PassLists build_pass_lists(const PipelineShape& shape) {
   prove("training", out.train, train_bound, out.train_peak);
   prove("evaluation", out.eval, eval_bound, out.eval_peak);
   return out;
+}
+}  // namespace
+
+// A built-in schedule's lists depend on the shape alone, so they are built and proven once a process
+// (the deck's validation and the rank's engine ask for the same; `gpt2 info --accepts` asks for a
+// few shapes thousands of times); a file's entry can be registered again under its name: never kept.
+PassLists build_pass_lists(const PipelineShape& shape) {
+  if (!ScheduleRegistry::get(shape.schedule, "parallel.schedule").file.empty()) return build_and_prove(shape);
+  using Key = std::tuple<std::string, int, int, int, double, double, double>;
+  static std::mutex mutex;
+  static std::map<Key, std::pair<PassLists, std::exception_ptr>> built;
+  const PassCosts& c = shape.costs;
+  const Key key{shape.schedule, shape.ranks, shape.microbatches, shape.virtual_stages, c.forward, c.backward_input,
+                c.backward_weight};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = built.find(key);
+  if (it == built.end()) {
+    if (built.size() >= 256) built.clear();  // (a bound: a process asks about a handful)
+    std::pair<PassLists, std::exception_ptr> entry;
+    try {
+      entry.first = build_and_prove(shape);
+    } catch (const InputError&) {
+      entry.second = std::current_exception();
+    }
+    it = built.emplace(key, std::move(entry)).first;
+  }
+  if (it->second.second) std::rethrow_exception(it->second.second);
+  return it->second.first;
 }
 
 }  // namespace gpt2

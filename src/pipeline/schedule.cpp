@@ -4,7 +4,6 @@
 #include <tuple>
 
 #include "core/error.hpp"
-#include "pipeline/nccl_order.hpp"
 
 namespace gpt2 {
 
@@ -191,14 +190,6 @@ std::vector<Action> make_schedule(const std::string& name, int stages, int micro
     fail("make_schedule: bad arguments (stages ", stages, ", microbatches ", microbatches, ", stage ", stage,
          ", chunks ", chunks, ", pass costs ", costs.forward, "/", costs.backward_input, "/", costs.backward_weight, ")");
   return e.make({stages, microbatches, stage, schedule_chunks(e, chunks), costs});
-}
-
-std::vector<std::vector<Action>> make_schedules(const std::string& name, int stages, int microbatches, int chunks,
-                                                const PassCosts& costs) {
-  std::vector<std::vector<Action>> ranks;
-  for (int r = 0; r < stages; ++r) ranks.push_back(make_schedule(name, stages, microbatches, r, chunks, costs));
-  const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
-  return runnable_in_order(std::move(ranks), schedule_placement(e, stages, chunks), microbatches, costs);
 }
 
 std::vector<Action> forward_only_schedule(const Placement& pl, int microbatches, int rank) {

@@ -108,10 +108,7 @@ Placement schedule_placement(const ScheduleEntry& e, int ranks, int virtual_stag
 // name: a registered schedule (parallel.schedule); InputError for an unknown name.
 std::vector<Action> make_schedule(const std::string& name, int stages, int microbatches, int stage, int chunks = 1,
                                   const PassCosts& costs = {});
-// Every rank's list, as the trainer runs them: each rank's make_schedule, with the messages placed
-// in lockstep where they would hang under NCCL's ordering as they are (pipeline/simulator).
-std::vector<std::vector<Action>> make_schedules(const std::string& name, int stages, int microbatches, int chunks = 1,
-                                                const PassCosts& costs = {});
+// (Every rank's list at once, runnable under NCCL's ordering: pipeline/schedule_lists.hpp.)
 // Forward passes only (evaluation): every microbatch flows through every chunk in order.
 std::vector<Action> forward_only_schedule(const Placement& placement, int microbatches, int rank);
 std::vector<Action> forward_only_schedule(int stages, int microbatches, int stage);

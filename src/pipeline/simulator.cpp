@@ -258,11 +258,4 @@ Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int m, dou
   return simulate(per_rank, m, c, pl);
 }
 
-Simulation simulate_schedule(const std::string& name, int p, int m, int v, const SimCosts& costs,
-                             const PassCosts& order) {
-  const ScheduleEntry& e = ScheduleRegistry::get(name, "parallel.schedule");
-  const Placement pl = schedule_placement(e, p, v);
-  return simulate(make_schedules(name, p, m, pl.chunks, order), m, costs, pl);
-}
-
 }  // namespace gpt2

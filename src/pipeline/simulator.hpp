@@ -61,11 +61,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microb
 // One chunk per rank; backward_cost: a whole backward relative to a forward (1: textbook clock cycles).
 Simulation simulate(const std::vector<std::vector<Action>>& per_rank, int microbatches, double backward_cost = 1.0);
 
-// Every rank's list of schedule `name` (registered) for p ranks, m microbatches and the chunks it
-// runs with parallel.virtual_stages = v, simulated with `costs`.
-// order: the pass costs the schedule orders by (zb-v), as the trainer gives them.
-Simulation simulate_schedule(const std::string& name, int p, int m, int v = 1, const SimCosts& costs = {},
-                             const PassCosts& order = {});
+// (A registered schedule's lists simulated: simulate_schedule, pipeline/schedule_lists.hpp.)
 
 // Textbook forward clock cycles (torchgpipe's): at clock k, the (microbatch, stage) pairs
 // (k - j, j) for the stages j that have one.

@@ -5,6 +5,7 @@
 
 #include "core/json.hpp"
 #include "pipeline/simulator.hpp"
+#include "pipeline/schedule_lists.hpp"
 #include "runtime/process_memory.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "train/sampler.hpp"

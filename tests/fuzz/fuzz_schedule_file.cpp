@@ -10,6 +10,7 @@
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_file.hpp"
+#include "pipeline/schedule_lists.hpp"
 
 using namespace gpt2;
 

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "pipeline/pass_lists.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/schedule_lists.hpp"
 #include "runtime/topology.hpp"
 #include "train/run_config.hpp"
 

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <fstream>
 
+#include "pipeline/pass_lists.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/schedule_file.hpp"
+#include "pipeline/schedule_lists.hpp"
 #include "train/run_config.hpp"
 
 using namespace gpt2;
@@ -170,4 +172,32 @@ TEST(ScheduleFile, DeckRunsTheFileAndRefusesOneThatCannotRun) {
   refused({"parallel.schedule_file=" + hangs}, "deadlock: rank 0 waits for the gradient of microbatch 0 from virtual stage 1; "
           "rank 1 waits for the activation of microbatch 1 from virtual stage 0");
   refused({"parallel.schedule_file=" + dir + "missing.sched"}, "missing.sched (no such file)");
+}
+
+// The pass lists of a shape are built once a process for a built-in schedule (validation and the
+// engine ask for the same): asked again, the same lists, or the same refusal; a file registered again
+// under its name gives its new lists, not the ones kept from before.
+TEST(ScheduleFile, PassListsKeptForBuiltInsNeverForAFileRegisteredAgain) {
+  const PassCosts costs = pass_costs(64, 16);
+  const PassLists a = build_pass_lists({"1f1b", 2, 4, 1, costs}), b = build_pass_lists({"1f1b", 2, 4, 1, costs});
+  EXPECT_EQ(a.train, b.train);
+  EXPECT_EQ(a.eval, b.eval);
+  EXPECT_NE(a.train, build_pass_lists({"gpipe", 2, 4, 1, costs}).train);
+  auto refusal = [&] {
+    try {
+      build_pass_lists({"1f1b", 5000, 1, 1, costs});  // past the stages the proof allows
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string first = refusal();
+  EXPECT_FALSE(first.empty());
+  EXPECT_EQ(refusal(), first);
+  const char* orders[] = {"rank 0: F0 F1 B0 B1\nrank 1: F0 F1 B0 B1\n", "rank 0: F0 B0 F1 B1\nrank 1: F0 B0 F1 B1\n"};
+  for (const char* order : orders) {
+    const std::string name = register_schedule_file(parse_schedule_file("again.sched", order));
+    const PassLists l = build_pass_lists({name, 2, 2, 1, costs});
+    EXPECT_EQ(compute_only(l.train[0]), parse_schedule_file("again.sched", order).compute[0]) << order;
+  }
 }
