@@ -268,12 +268,21 @@ log "  $(echo "$loaded" | grep -c "^$BUNDLE/") libraries loaded from the bundle,
   echo "device must provide: NVIDIA driver (libcuda.so.1), libcublas.so.13, libcublasLt.so.13, libnccl.so.2, glibc >= 2.34, libstdc++ with GLIBCXX_3.4.30 (GCC 12+)"
   echo
   echo "files:"
+  declare -A pkg_of=()  # a library's Debian package and version, from one dpkg call for all of them
+  mapfile -t libs < <(cd "$BUNDLE" && find lib -type f -printf '%f\n' | sort -u)
+  if ((${#libs[@]})); then
+    while IFS= read -r line; do
+      name=$(basename "${line#*: }") src=${line%%: *}
+      src=${src%%,*} && src=${src%%:*}
+      [[ -n ${pkg_of[$name]:-} ]] || pkg_of[$name]=$src
+    done < <(dpkg -S "${libs[@]}" 2>/dev/null || true)
+    for name in "${!pkg_of[@]}"; do
+      pkg_of[$name]="${pkg_of[$name]} $(dpkg-query -W -f='${Version}' "${pkg_of[$name]}" 2>/dev/null || true)"
+    done
+  fi
   (cd "$BUNDLE" && find . -type f ! -name MANIFEST.txt -printf '%P\t%s\n' | sort | while IFS=$'\t' read -r f s; do
     pkg=""
-    if [[ $f == lib/* ]]; then
-      src=$(dpkg -S "$(basename "$f")" 2>/dev/null | head -n1 | cut -d: -f1 || true)
-      [[ -n $src ]] && pkg=" [$src $(dpkg-query -W -f='${Version}' "$src" 2>/dev/null || true)]"
-    fi
+    [[ $f == lib/* && -n ${pkg_of[$(basename "$f")]:-} ]] && pkg=" [${pkg_of[$(basename "$f")]}]"
     printf '  %-44s %10s%s\n' "$f" "$s" "$pkg"
   done)
 } >"$BUNDLE/MANIFEST.txt"
