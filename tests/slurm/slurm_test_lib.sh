@@ -127,11 +127,19 @@ submit() { # submit EXPORTS SBATCH_ARGS... -> prints the job id; output files go
   shift
   sl sbatch --parsable --export="$exp" -o "$D/out/%x-%j.out" "$@" | cut -d';' -f1
 }
+FINAL_STATES=" COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE "
 job_done() { # the job has ended (any final state)
-  case $(job_field "$1" JobState) in
-    COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED | BOOT_FAIL | DEADLINE) return 0 ;;
-  esac
-  return 1
+  [[ $FINAL_STATES == *" $(job_field "$1" JobState) "* ]]
+}
+# jobs_pending JOB...: how many of the jobs have not ended, from one scontrol call for all of them
+# (a call a job at every poll cost the 2-core box more CPU than the jobs' own start-up).
+jobs_pending() {
+  local -A state=()
+  local id st j n=0
+  while read -r id st; do state[$id]=$st; done < <(sl scontrol show job --oneliner 2>/dev/null |
+    sed -n 's/^JobId=\([0-9]*\) .* JobState=\([A-Z_]*\) .*/\1 \2/p')
+  for j in "$@"; do [[ $FINAL_STATES == *" ${state[$j]:-unknown} "* ]] || n=$((n + 1)); done
+  echo "$n"
 }
 out_file() { ls "$D"/out/*-"$1".out 2>/dev/null | head -n1; }
 run_dir() { ls -d "$D/runs/"*-"$1" 2>/dev/null | head -n1; }

@@ -156,8 +156,7 @@ wait_jobs() { # wait_jobs SECONDS JOB...
   shift
   local deadline=$((SECONDS + limit))
   while :; do
-    pending=0
-    for j in "$@"; do job_done "$j" || pending=1; done
+    pending=$(jobs_pending "$@")
     ((pending)) || return 0
     if ((SECONDS > deadline)); then
       sl squeue

@@ -190,13 +190,7 @@ logged_steps() { grep -c '"loss"' "$1" 2>/dev/null || true; }
 deadline=$((SECONDS + TIMEOUT))
 ((deadline > T_START + 360)) && deadline=$((T_START + 360))
 while :; do
-  pending=0
-  for j in "${ALL_JOBS[@]}"; do
-    case $(job_field "$j" JobState) in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | PREEMPTED | BOOT_FAIL | DEADLINE) ;;
-      *) pending=1 ;;
-    esac
-  done
+  pending=$(jobs_pending "${ALL_JOBS[@]}")
   # A stop job that has logged STOP_AFTER steps gets its signal (scancel --signal: to the job's
   # steps, i.e. the ranks, not the batch shell; a plain scancel: SIGTERM to all, then the job ends).
   for js in "${STOP_JOBS[@]}"; do
