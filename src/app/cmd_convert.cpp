@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "app/commands.hpp"
-#include "model/llmc_io.hpp"
-#include "model/model_file.hpp"
+#include "formats/llmc_io.hpp"
+#include "formats/model_file.hpp"
 
 namespace gpt2::app {
 

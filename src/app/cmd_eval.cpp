@@ -9,7 +9,7 @@
 #include "app/whole_model.hpp"
 #include "core/error.hpp"
 #include "core/fs.hpp"
-#include "model/model_file.hpp"
+#include "formats/model_file.hpp"
 #include "runtime/environment.hpp"
 #include "train/bleu.hpp"
 #include "train/sampler.hpp"

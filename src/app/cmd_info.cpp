@@ -9,7 +9,7 @@
 
 #include "app/commands.hpp"
 #include "core/json.hpp"
-#include "model/model_file.hpp"
+#include "formats/model_file.hpp"
 #include "model/param_layout.hpp"
 #include "parallel/stage_partition.hpp"
 #include "runtime/build_info.hpp"

@@ -6,7 +6,7 @@
 #include "app/commands.hpp"
 #include "app/whole_model.hpp"
 #include "core/error.hpp"
-#include "model/model_file.hpp"
+#include "formats/model_file.hpp"
 #include "runtime/environment.hpp"
 #include "train/sampler.hpp"
 

@@ -3,7 +3,7 @@
 // and copied in, with room for seq_len positions (<= 0 or past block_size: block_size).
 #include <memory>
 
-#include "model/model_file.hpp"
+#include "formats/model_file.hpp"
 #include "model/stage.hpp"
 
 namespace gpt2::app {

@@ -3,7 +3,7 @@
 // 0's twelve tensors, block 1's, ..., then the final LayerNorm. A block, a pipeline stage, a gradient
 // bucket and a checkpoint shard are therefore plain contiguous ranges. Gradients and optimizer moments
 // use the same layout. (llm.c's file order, each tensor holding all layers, is only an interchange
-// format: see model/llmc_io.)
+// format: see formats/llmc_io.)
 #include <cstddef>
 #include <string>
 #include <vector>

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "model/checkpoint_h5.hpp"
+#include "formats/checkpoint_h5.hpp"
 
 namespace gpt2 {
 

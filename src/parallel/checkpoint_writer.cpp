@@ -15,8 +15,8 @@
 #include <Kokkos_Core.hpp>
 
 #include "core/error.hpp"
-#include "model/checkpoint_h5.hpp"
-#include "model/hdf5_attributes.hpp"
+#include "formats/checkpoint_h5.hpp"
+#include "hdf5/hdf5_attributes.hpp"
 #include "runtime/collective.hpp"
 
 namespace gpt2 {

@@ -1,5 +1,5 @@
 #pragma once
-// Writes an HDF5 checkpoint (model/checkpoint_h5.hpp) with every rank writing its own part; nothing
+// Writes an HDF5 checkpoint (formats/checkpoint_h5.hpp) with every rank writing its own part; nothing
 // is gathered. Three steps:
 //   1. create (collective): world rank 0 makes the file -- the run's attributes and every dataset
 //      allocated at its global shape, contiguous, unfilled, 4 KiB-aligned: the metadata, once -- and
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "core/direct_writer.hpp"
-#include "model/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/stage_layout.hpp"
 #include "parallel/checkpoint_file_map.hpp"
 #include "parallel/param_store.hpp"

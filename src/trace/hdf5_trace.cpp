@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "model/hdf5_attributes.hpp"
+#include "hdf5/hdf5_attributes.hpp"
 #include "runtime/build_info.hpp"
 #include "runtime/communicator.hpp"
 #include "trace/hdf5_event.hpp"

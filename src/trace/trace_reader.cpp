@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "model/hdf5_attributes.hpp"
+#include "hdf5/hdf5_attributes.hpp"
 #include "trace/hdf5_event.hpp"
 #include "trace/hdf5_trace.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
-#include "model/model_file.hpp"
+#include "formats/model_file.hpp"
 #include "runtime/collective.hpp"
 
 namespace gpt2 {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.hpp"
-#include "model/checkpoint_dir.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/checkpoint_dir.hpp"
 #include "parallel/checkpoint_writer.hpp"
 #include "train/model_gather.hpp"
 #include "train/train_state.hpp"

@@ -117,7 +117,7 @@ struct CheckpointConfig {
   // true: continue from the newest checkpoint in dir that verifies (it must have one); "auto": the
   // same when dir holds a checkpoint, else start fresh; false: start fresh.
   BoolOrWord resume;
-  // h5: one HDF5 file that every rank writes its own part of (model/checkpoint_h5); bin: one file in
+  // h5: one HDF5 file that every rank writes its own part of (formats/checkpoint_h5); bin: one file in
   // our binary format, assembled on rank 0. Either resumes on any layout.
   std::string format = "h5";
   // h5: each rank copies its state to host memory (one copy) and a background thread writes it while

@@ -174,7 +174,7 @@ class Checks:
         print(f"{name}: all checks passed")
 
 
-# ---- our checkpoint format (model/checkpoint.hpp), for tests that look inside or craft one ----
+# ---- our checkpoint format (formats/checkpoint.hpp), for tests that look inside or craft one ----
 CKPT_MAGIC = b"GPT2KCKP"
 _M64 = (1 << 64) - 1
 

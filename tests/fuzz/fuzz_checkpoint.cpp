@@ -1,4 +1,4 @@
-// libFuzzer harness: our checkpoint reader (model/checkpoint.hpp). The input is a whole checkpoint
+// libFuzzer harness: our checkpoint reader (formats/checkpoint.hpp). The input is a whole checkpoint
 // file. It is opened, every section's checksum verified, and the float sections read the way
 // `gpt2 sample` / resume read them (whole, and in pieces), plus reads that must be refused (past
 // the end, absurd offsets, missing sections). Accepted outcomes: success or InputError.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_common.hpp"
-#include "model/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/param_layout.hpp"
 
 using namespace gpt2;

@@ -1,11 +1,11 @@
-// libFuzzer harness: the llm.c model file reader (model/llmc_io.hpp). The input is a whole model
+// libFuzzer harness: the llm.c model file reader (formats/llmc_io.hpp). The input is a whole model
 // file. Accepted outcomes: InputError, or a model whose parameters fill our layout exactly with
 // the padded vocabulary rows of wte zero; such a model must also write back and read back equal.
 #include <cstdint>
 #include <cstring>
 
 #include "fuzz_common.hpp"
-#include "model/llmc_io.hpp"
+#include "formats/llmc_io.hpp"
 #include "model/param_layout.hpp"
 
 using namespace gpt2;

@@ -13,8 +13,8 @@
 
 #include "core/fs.hpp"
 #include "data/token_shard.hpp"
-#include "model/checkpoint.hpp"
-#include "model/llmc_io.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/llmc_io.hpp"
 #include "model/param_layout.hpp"
 
 using namespace gpt2;

@@ -10,7 +10,7 @@
 #include <map>
 
 #include "../common/tiny_data.hpp"
-#include "model/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 #include "mpi_env.hpp"
 #include "train/trainer.hpp"
 

@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "equivalence.hpp"
-#include "model/checkpoint_h5.hpp"
+#include "formats/checkpoint_h5.hpp"
 #include "parallel/checkpoint_writer.hpp"
 
 using namespace gpt2;

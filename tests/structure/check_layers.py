@@ -9,12 +9,14 @@ import sys
 
 # room -> rooms it may include (besides itself)
 ALLOWED = {
-    "app": {"train", "pipeline", "parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
-    "train": {"pipeline", "parallel", "perf", "runtime", "trace", "model", "data", "tensor", "core"},
+    "app": {"train", "pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "tensor", "core"},
+    "train": {"pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "tensor", "core"},
     "pipeline": {"runtime", "trace", "model", "tensor", "core"},
-    "parallel": {"runtime", "trace", "model", "tensor", "core"},
+    "parallel": {"runtime", "trace", "formats", "hdf5", "model", "tensor", "core"},
     "perf": {"pipeline", "parallel", "runtime", "trace", "model", "core"},
-    "trace": {"runtime", "model", "core"},
+    "trace": {"runtime", "model", "hdf5", "core"},
+    "formats": {"model", "hdf5", "core"},
+    "hdf5": {"core"},
     "runtime": {"tensor", "core"},
     "model": {"tensor", "core"},
     "data": {"core"},
@@ -22,7 +24,7 @@ ALLOWED = {
     "core": set(),
     "modules": {"pipeline", "runtime", "model", "tensor", "data", "core", "modules"},
 }
-NO_MPI = ("train", "model", "tensor", "data")
+NO_MPI = ("train", "formats", "hdf5", "model", "tensor", "data")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 MPI_CALL = re.compile(r"\bMPI_[A-Za-z0-9_]+\s*\(")
 

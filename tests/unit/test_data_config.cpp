@@ -7,7 +7,7 @@
 #include "../common/tiny_data.hpp"
 #include "core/error.hpp"
 #include "data/loader.hpp"
-#include "model/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 #include "train/run_config.hpp"
 
 using namespace gpt2;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 #include "model/param_layout.hpp"
 
 namespace gpt2 {

@@ -1,10 +1,10 @@
-#include "model/model_file.hpp"
+#include "formats/model_file.hpp"
 
 #include <algorithm>
 
 #include "core/error.hpp"
 #include "core/fs.hpp"
-#include "model/checkpoint_dir.hpp"
+#include "formats/checkpoint_dir.hpp"
 #include "model/param_layout.hpp"
 
 namespace gpt2 {

@@ -1,4 +1,4 @@
-#include "model/hdf5_attributes.hpp"
+#include "hdf5/hdf5_attributes.hpp"
 
 #include <hdf5.h>
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.hpp"
-#include "model/checkpoint_h5.hpp"
-#include "model/llmc_io.hpp"
+#include "formats/checkpoint.hpp"
+#include "formats/checkpoint_h5.hpp"
+#include "formats/llmc_io.hpp"
 
 namespace gpt2 {
 

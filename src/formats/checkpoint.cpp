@@ -1,4 +1,4 @@
-#include "model/checkpoint.hpp"
+#include "formats/checkpoint.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "model/checkpoint_dir.hpp"
+#include "formats/checkpoint_dir.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

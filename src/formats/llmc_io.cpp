@@ -1,4 +1,4 @@
-#include "model/llmc_io.hpp"
+#include "formats/llmc_io.hpp"
 
 #include <algorithm>
 #include <cstdio>

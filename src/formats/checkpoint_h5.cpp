@@ -1,4 +1,4 @@
-#include "model/checkpoint_h5.hpp"
+#include "formats/checkpoint_h5.hpp"
 
 #include <hdf5.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
-#include "model/hdf5_attributes.hpp"
+#include "hdf5/hdf5_attributes.hpp"
 
 namespace gpt2 {
 
