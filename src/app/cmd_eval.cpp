@@ -45,13 +45,11 @@ Run add_eval(CLI::App& app) {
   c->add_option("--seq-len", a->seq_len, "Context window for source and translation (default: block_size)")
       ->check(CLI::Range(1, 1 << 20));
   c->add_option("--limit", a->limit, "Translate only the first N pairs (0: all)")->check(CLI::Range(0, 1 << 30));
-  c->add_option("--smooth", a->opts.smooth, "BLEU smoothing: exp | floor | add-k | none")
-      ->check(CLI::IsMember({"exp", "floor", "add-k", "none"}))
-      ->capture_default_str();
+  c->add_option("--smooth", a->opts.smooth, "BLEU smoothing: exp (default) | floor | add-k | none")
+      ->transform(word_choices({BleuSmooth::exp, BleuSmooth::floor, BleuSmooth::add_k, BleuSmooth::none}));
   c->add_option("--smooth-value", a->opts.smooth_value, "floor's or add-k's value (default: 0.1, 1)");
-  c->add_option("--tokenize", a->opts.tokenize, "BLEU tokenization: 13a | none")
-      ->check(CLI::IsMember({"13a", "none"}))
-      ->capture_default_str();
+  c->add_option("--tokenize", a->opts.tokenize, "BLEU tokenization: 13a (default) | none")
+      ->transform(word_choices({BleuTokenize::mteval_13a, BleuTokenize::none}));
   c->add_flag("--lowercase", a->opts.lowercase, "Lowercase hypotheses and references (ASCII letters)");
   c->add_option("--hypotheses", a->hypotheses, "Also write the translations here, one a line");
   return [a]() -> int {

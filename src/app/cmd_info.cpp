@@ -71,9 +71,10 @@ void json_field(Json& j, const DeckField& f) {
   std::visit(
       [&](auto* p) {
         using D = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<D, BoolOrWord>) {
-          if (p->is("true") || p->is("false")) j.value(p->is("true"));
-          else j.value(p->text);
+        if constexpr (std::is_same_v<D, Word>) {
+          const std::string w = p->text();
+          if (w == "true" || w == "false") j.value(w == "true");
+          else j.value(w);
         } else {
           j.value(*p);
         }

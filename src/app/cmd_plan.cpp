@@ -29,9 +29,9 @@ void json_prediction(Json& j, const StepPrediction& p, int fits = -1) {
   if (fits >= 0) j.key("fits").value(fits == 1);
   j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("cp").value(l.cp).key("zero").value(l.zero);
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
-  j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
+  j.key("microbatches").value(l.microbatches).key("precision").value(word(l.precision));
   j.key("sequence_parallel").value(l.sequence_parallel).key("stage_layers").values(p.stage_layers);
-  j.key("recompute").value(l.recompute).key("recompute_every").value(l.recompute_every);
+  j.key("recompute").value(word(l.recompute)).key("recompute_every").value(l.recompute_every);
   j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s).key("mfu").value(p.mfu);
   j.key("bubble").value(p.bubble).key("exposed_comm_ms").value(p.exposed_comm_s * 1e3);
   j.key("exposed_comm_known").value(p.exposed_comm_known);
@@ -58,7 +58,7 @@ void explain(Plan& plan, const CostModel& cm) {
   const Layout& l = b.layout;
   std::printf("\nbest: %s\n", l.describe().c_str());
   std::printf("  %.0f tokens/s, step %.2f ms, MFU %.1f%% of %.0f TFLOP/s %s per device\n", b.tokens_per_s, b.step_s * 1e3,
-              100 * b.mfu, hw.peak(l.precision) * 1e-12, l.precision.c_str());
+              100 * b.mfu, hw.peak(l.precision) * 1e-12, word(l.precision));
   std::printf("  compute %.2f ms on the busiest stage; bubble %.3f%s; exposed communication %.2f ms (%.1f%% of the step)\n",
               b.compute_s * 1e3, b.bubble, l.pp > 1 ? "" : " (no pipeline)", b.exposed_comm_s * 1e3,
               100 * b.exposed_comm_s / b.step_s);

@@ -27,7 +27,8 @@ std::string default_hardware() { return Hardware::directory() + "/devbox.toml"; 
 
 namespace {
 struct SimulateArgs {
-  std::string config, calibrate, hardware, precision = "fp32", batch;
+  std::string config, calibrate, hardware, batch;
+  Precision precision = Precision::fp32;
   std::vector<std::string> sets;
   long long ranks = 0;
   bool json = false, measure = false, print_schedule = false;
@@ -164,9 +165,9 @@ void print_json(const StepPrediction& p, const CostModel& cm, const Calibration*
   j.key("layout").begin_object();
   j.key("dp").value(l.dp).key("tp").value(l.tp).key("pp").value(l.pp).key("cp").value(l.cp).key("zero").value(l.zero);
   j.key("schedule").value(l.schedule).key("virtual_stages").value(l.virtual_stages);
-  j.key("microbatches").value(l.microbatches).key("precision").value(l.precision);
+  j.key("microbatches").value(l.microbatches).key("precision").value(word(l.precision));
   j.key("sequence_parallel").value(l.sequence_parallel).key("world_size").value(l.world());
-  j.key("recompute").value(l.recompute).key("recompute_every").value(l.recompute_every);
+  j.key("recompute").value(word(l.recompute)).key("recompute_every").value(l.recompute_every);
   j.key("stage_layers").values(p.stage_layers);
   j.end();
   j.key("step_ms").value(p.step_s * 1e3).key("tokens_per_s").value(p.tokens_per_s);
@@ -209,7 +210,7 @@ Run add_simulate(CLI::App& app) {
   c->add_option("--precision", a->precision,
                 "fp32 (the trainer's; TF32 tensor cores where the hardware has them) or bf16 (2-byte activations and "
                 "communication at the hardware's bf16 peak)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+      ->transform(word_choices({Precision::fp32, Precision::bf16}));
   c->add_flag("--json", a->json, "Print one JSON object (step_ms, tokens_per_s, bubble, memory_bytes per rank, ...)");
   c->add_flag("--measure-comm", a->measure,
               "Measure this machine's point-to-point and collective times (run under mpiexec -n 2) and print "
@@ -249,7 +250,7 @@ Run add_simulate(CLI::App& app) {
     const Workload w = cfg.workload();
     Layout l = cfg.layout();
     l.precision = a->precision;
-    if (!hw.supports(l.precision)) fail_input("--precision", hw.file, " gives no peak for ", l.precision);
+    if (!hw.supports(l.precision)) fail_input("--precision", hw.file, " gives no peak for ", word(l.precision));
     const CostModel cm(w, hw, cal.get());
     const StepPrediction p = predict_step(cm, l);
     if (!p.valid()) fail_input(a->config, "this layout cannot run: ", p.problem);

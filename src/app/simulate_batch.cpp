@@ -45,7 +45,8 @@ namespace gpt2::app {
 
 namespace {
 struct Row {
-  std::string id, hardware, precision;
+  std::string id, hardware;
+  Precision precision = Precision::fp32;
   long long ranks = 0;
   std::vector<double> gemm;  // M, N, K[, batch]: price this GEMM instead of a step
   std::vector<std::pair<bool Layout::*, bool>> perf;
@@ -66,7 +67,7 @@ const std::vector<PerfKey> kPerfKeys = {{"perf.reduce_after_backward", &Layout::
                                         {"perf.grad_all_reduce", &Layout::grad_all_reduce},
                                         {"perf.fp32_loss", &Layout::fp32_loss}};
 
-Row parse_row(const std::string& line, const std::string& hardware, const std::string& precision) {
+Row parse_row(const std::string& line, const std::string& hardware, Precision precision) {
   Row r;
   r.hardware = hardware, r.precision = precision;
   std::istringstream in(line);
@@ -76,7 +77,10 @@ Row parse_row(const std::string& line, const std::string& hardware, const std::s
     const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
     if (key == "id") r.id = value;
     else if (key == "hardware") r.hardware = value;
-    else if (key == "precision") r.precision = value;
+    else if (key == "precision") {
+      if (!parse_word(value, r.precision) || r.precision == Precision::fp16)
+        fail_input("--batch", "precision: expected fp32 or bf16, got \"", value, "\"");
+    }
     else if (key == "ranks") {
       char* end = nullptr;
       r.ranks = std::strtoll(value.c_str(), &end, 10);
@@ -114,7 +118,7 @@ const Hardware& loaded_hardware(const Row& row, std::map<std::string, Hardware>&
 
 std::string price_gemm(const std::string& config, const Row& row, std::map<std::string, Hardware>& hardware) {
   const Hardware& hw = loaded_hardware(row, hardware);
-  if (!hw.supports(row.precision)) fail_input("precision", hw.file, " gives no peak for ", row.precision);
+  if (!hw.supports(row.precision)) fail_input("precision", hw.file, " gives no peak for ", word(row.precision));
   const CostModel cm(RunConfig::load(config, {}).workload(), hw);
   const Gemm g{row.gemm[0], row.gemm[1], row.gemm[2], row.gemm.size() > 3 ? row.gemm[3] : 1.0};
   Json j;
@@ -141,7 +145,7 @@ std::string predict_row(const std::string& config, const Row& row, std::map<std:
   Layout l = cfg.layout();
   l.precision = row.precision;
   for (const auto& [member, value] : row.perf) l.*member = value;
-  if (!hw.supports(l.precision)) fail_input("precision", hw.file, " gives no peak for ", l.precision);
+  if (!hw.supports(l.precision)) fail_input("precision", hw.file, " gives no peak for ", word(l.precision));
   const Workload w = cfg.workload();
   const CostModel cm(w, hw);
   const StepPrediction p = predict_step(cm, l);
@@ -159,7 +163,7 @@ std::string predict_row(const std::string& config, const Row& row, std::map<std:
 }  // namespace
 
 int simulate_batch(const std::string& config, const std::string& file, const std::string& hardware,
-                   const std::string& precision) {
+                   Precision precision) {
   std::ifstream f;
   if (file != "-") {
     f.open(file);

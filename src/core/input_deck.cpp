@@ -49,6 +49,28 @@ std::string type_name(const toml::node& n) {
   }
 }
 
+bool is_bool_word(const std::string& w) { return w == "true" || w == "false"; }
+
+// "fp32, bf16 or fp16"; a list that a boolean reads into quotes its other words: true, false or "auto".
+std::string word_list(const Word& w) {
+  const bool booleans = w.has_word("true") || w.has_word("false");
+  std::string out;
+  for (size_t i = 0; i < w.words().size(); ++i) {
+    const std::string x = w.words()[i];
+    out += (i == 0 ? "" : i + 1 == w.words().size() ? " or " : ", ") + (booleans && !is_bool_word(x) ? '"' + x + '"' : x);
+  }
+  return out;
+}
+
+// A choice's value: one of its words (a TOML boolean is the word "true" or "false").
+void bind_word(Word& dst, const std::string& key, const toml::node& v) {
+  std::string text;
+  if (v.is_string()) text = *v.value<std::string>();
+  else if (v.is_boolean() && dst.has_word("true")) text = *v.value<bool>() ? "true" : "false";
+  else fail_input(key, "expected ", word_list(dst), ", got ", type_name(v));
+  if (!dst.assign(text)) fail_input(key, "expected ", word_list(dst), ", got \"", text, "\"");
+}
+
 // A TOML basic string: quotes, backslashes and control characters (which TOML forbids raw) escaped.
 std::string quoted(const std::string& s) {
   std::string out = "\"";
@@ -235,10 +257,8 @@ void InputDeck::bind(const std::vector<DeckField>& fields, bool ignore_unknown) 
             } else if constexpr (std::is_same_v<D, std::string>) {
               if (!v.is_string()) wrong("a string");
               *dst = *v.value<std::string>();
-            } else if constexpr (std::is_same_v<D, BoolOrWord>) {
-              if (v.is_boolean()) dst->text = *v.value<bool>() ? "true" : "false";
-              else if (v.is_string()) dst->text = *v.value<std::string>();
-              else wrong("true, false or a string");
+            } else if constexpr (std::is_same_v<D, Word>) {
+              bind_word(*dst, key, v);
             } else {
               const toml::array* arr = v.as_array();
               if (!arr) wrong("an array of integers");
@@ -268,8 +288,8 @@ std::string InputDeck::to_toml(const std::vector<DeckField>& fields) {
           using D = std::remove_pointer_t<decltype(v)>;
           if constexpr (std::is_same_v<D, bool>) os << (*v ? "true" : "false");
           else if constexpr (std::is_same_v<D, std::string>) os << quoted(*v);
-          else if constexpr (std::is_same_v<D, BoolOrWord>)
-            os << (v->is("true") || v->is("false") ? v->text : quoted(v->text));
+          else if constexpr (std::is_same_v<D, Word>)
+            os << (is_bool_word(v->text()) ? std::string(v->text()) : quoted(v->text()));
           else if constexpr (std::is_same_v<D, double>) {
             std::string s;
             for (int prec = 6; prec <= 17; ++prec) {  // shortest text that reads back exactly

@@ -8,18 +8,13 @@
 #include <variant>
 #include <vector>
 
-namespace gpt2 {
+#include "core/choice.hpp"
 
-// A switch that also takes words, e.g. checkpoint.resume = true | false | "auto": held as text
-// ("true", "false" or the word as written); the owner checks which words it allows.
-struct BoolOrWord {
-  std::string text = "false";
-  bool is(const char* s) const { return text == s; }
-};
+namespace gpt2 {
 
 struct DeckField {
   std::string key;  // "section.name"
-  std::variant<int*, int64_t*, double*, bool*, std::string*, std::vector<int>*, BoolOrWord*> dst;
+  std::variant<int*, int64_t*, double*, bool*, std::string*, std::vector<int>*, Word*> dst;  // Word: a Choice<E>
   std::string help;
 };
 

@@ -32,9 +32,9 @@ void publish_checkpoint(const std::string& dir, const std::string& name) {
   latest.commit();
 }
 
-std::string checkpoint_name(long long step, const std::string& format) {
+std::string checkpoint_name(long long step, CheckpointFormat format) {
   char name[64];
-  std::snprintf(name, sizeof(name), "ckpt_%08lld.%s", step, format == "h5" ? "h5" : "bin");
+  std::snprintf(name, sizeof(name), "ckpt_%08lld.%s", step, word(format));
   return name;
 }
 

@@ -7,14 +7,24 @@
 #include <utility>
 #include <vector>
 
+#include "core/choice.hpp"
+
 namespace gpt2 {
 
 // The path `dir/latest` names, or "" when there is no `latest`.
 std::string latest_checkpoint(const std::string& dir);
 // Makes `dir/name` the newest (rewrites dir/latest atomically).
 void publish_checkpoint(const std::string& dir, const std::string& name);
-// "ckpt_00000042.h5" for step 42 in format "h5" ("ckpt_00000042.bin" in "bin").
-std::string checkpoint_name(long long step, const std::string& format);
+// checkpoint.format: h5, one HDF5 file every rank writes its part of (formats/checkpoint_h5); bin,
+// our binary format, assembled on rank 0.
+enum class CheckpointFormat { h5, bin };
+template <>
+struct Words<CheckpointFormat> {
+  static inline const WordList list{"h5", "bin"};
+};
+
+// "ckpt_00000042.h5" for step 42 in format h5 ("ckpt_00000042.bin" in bin).
+std::string checkpoint_name(long long step, CheckpointFormat format);
 
 // The checkpoints in dir (files named ckpt_<digits>.bin or .h5) as (step, path), oldest first.
 std::vector<std::pair<long long, std::string>> list_checkpoints(const std::string& dir);

@@ -8,19 +8,6 @@
 
 namespace gpt2 {
 
-const char* recompute_name(Recompute r) {
-  return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
-}
-
-bool parse_recompute(const std::string& name, Recompute& out) {
-  for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-    if (name == recompute_name(r)) {
-      out = r;
-      return true;
-    }
-  return false;
-}
-
 int recomputed_blocks(Recompute r, int every, int first, int end) {
   int n = 0;
   for (int l = first; l < end; ++l) n += is_recomputed(r, every, l);

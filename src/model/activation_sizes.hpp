@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <string>
 
+#include "core/choice.hpp"
+
 namespace gpt2 {
 
 // Activation recomputation (train.recompute): none keeps every block's activations; selective drops
@@ -15,8 +17,11 @@ namespace gpt2 {
 // too and recomputes q, k, v, attention and fc once, in the input pass. Recomputed blocks share one set of the dropped tensors (the
 // stage's scratch). Which blocks: every `every`-th, block l when l % every == 0.
 enum class Recompute { none, selective, full };
-const char* recompute_name(Recompute r);
-bool parse_recompute(const std::string& name, Recompute& out);  // false: not a mode
+template <>
+struct Words<Recompute> {
+  static inline const WordList list{"none", "selective", "full"};
+};
+inline const char* recompute_name(Recompute r) { return word(r); }
 inline bool is_recomputed(Recompute r, int every, int layer) { return r != Recompute::none && layer % every == 0; }
 int recomputed_blocks(Recompute r, int every, int first, int end);  // among blocks [first, end)
 

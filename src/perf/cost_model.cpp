@@ -22,8 +22,8 @@ CostModel::CostModel(const Workload& w, const Hardware& hw, const Calibration* c
   const UnitTimes* measured[2] = {&cal_->forward, &cal_->backward};
   for (int k = 0; k < 3; ++k) {
     const UnitWork uw = unit_work(units[k], cal_->microbatch, at);
-    const double model_f = modelled(uw.forward, "fp32");
-    const double model_b = modelled(uw.backward_input, "fp32") + modelled(uw.backward_weight, "fp32");
+    const double model_f = modelled(uw.forward, Precision::fp32);
+    const double model_b = modelled(uw.backward_input, Precision::fp32) + modelled(uw.backward_weight, Precision::fp32);
     // The measured time less its launches: the rest is the work the scale carries.
     const double launch[2] = {uw.forward.kernels * hw_.kernel_overhead,
                               (uw.backward_input.kernels + uw.backward_weight.kernels) * hw_.kernel_overhead};
@@ -118,7 +118,7 @@ void CostModel::add_ring_work(UnitWork& w, int b, const Layout& l) const {
   w.forward.kernels += int(3 * tiles) + 6, w.backward_input.kernels += int(6 * tiles) + 6;
 }
 
-double CostModel::gemm_seconds(const Gemm& g, const std::string& precision) const {
+double CostModel::gemm_seconds(const Gemm& g, Precision precision) const {
   const double peak = hw_.peak(precision);
   if (peak <= 0 || g.flops() <= 0) return 0;
   if (hw_.multiprocessors <= 0) return g.flops() / (peak * hw_.gemm_efficiency);
@@ -135,12 +135,12 @@ double CostModel::gemm_seconds(const Gemm& g, const std::string& precision) cons
     best = std::min(best, std::ceil(tiles / sms) * 2 * tm * tn * g.k / rate);
   }
   // Bytes at the GEMM's input precision (fp32 GEMMs read and write fp32).
-  const double value = precision == "fp32" ? 4 : 2;
+  const double value = precision == Precision::fp32 ? 4 : 2;
   const double traffic = value * (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch;
   return std::max(best, traffic / (hw_.memory_bandwidth * hw_.memory_efficiency));
 }
 
-double CostModel::modelled(const Work& work, const std::string& precision, bool fused_attention) const {
+double CostModel::modelled(const Work& work, Precision precision, bool fused_attention) const {
   const double peak = hw_.peak(precision);
   const double bw = hw_.memory_bandwidth * hw_.memory_efficiency;
   double gemm = 0;
@@ -251,8 +251,8 @@ double CostModel::optimizer(double params) const {
   return params * 28.0 / (hw_.memory_bandwidth * hw_.memory_efficiency) + hw_.kernel_overhead;
 }
 
-double CostModel::newton_schulz(double flops, int launches, const std::string& dtype) const {
-  const double rate = hw_.peak(dtype) * hw_.gemm_efficiency;
+double CostModel::newton_schulz(double flops, int launches, ValueType dtype) const {
+  const double rate = hw_.peak(dtype == ValueType::bf16 ? Precision::bf16 : Precision::fp32) * hw_.gemm_efficiency;
   if (flops <= 0 || rate <= 0) return 0;
   return flops / rate + launches * hw_.kernel_overhead;
 }

@@ -98,7 +98,7 @@ class CostModel {
   // every traced event), split in two equal passes.
   double gradient_pass(double params) const;
   // Muon's Newton-Schulz products (fp32 GEMMs), `matrices` x steps of them launched.
-  double newton_schulz(double flops, int launches, const std::string& dtype = "fp32") const;
+  double newton_schulz(double flops, int launches, ValueType dtype = ValueType::fp32) const;
 
   // Collectives over n ranks of a group whose members are `stride` world ranks apart.
   double all_reduce(double bytes, int n, int stride) const;
@@ -125,14 +125,14 @@ class CostModel {
   // Seconds of `work` at this hardware's modelled rates at a precision (fused: attention as one
   // fused kernel at the hardware's flash_attention_efficiency, where it gives one), without its
   // launches (work.kernels x kernel_overhead, which unit_time adds outside the calibration's scale).
-  double modelled(const Work& work, const std::string& precision, bool fused_attention = false) const;
+  double modelled(const Work& work, Precision precision, bool fused_attention = false) const;
   // Seconds of one GEMM (or strided batch) on this hardware at a precision: without multiprocessors in
   // the hardware file, its FLOPs at peak x gemm_efficiency; with them, the fastest of the library's
   // tiles (the largest, its transpose, and halves and quarters of it, each at gemm_efficiency x the
   // square root of its arithmetic intensity against the largest's): ceil(m/tm) ceil(n/tn) batch tiles
   // run in waves of `multiprocessors`, each at (K / (K + gemm_k_overhead)) of its rate; and never
   // faster than reading A and B and writing C at the memory's rate.
-  double gemm_seconds(const Gemm& g, const std::string& precision) const;
+  double gemm_seconds(const Gemm& g, Precision precision) const;
 
  private:
   double scale(int u, int phase) const;  // calibration factor of a unit kind's phase (0 fwd, 1 bwd)

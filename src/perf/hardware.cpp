@@ -8,9 +8,12 @@
 
 namespace gpt2 {
 
-double Hardware::peak(const std::string& precision) const {
-  if (precision == "fp32") return std::max(peak_fp32, peak_tf32);
-  if (precision == "bf16") return peak_bf16;
+double Hardware::peak(Precision precision) const {
+  switch (precision) {
+    case Precision::fp32: return std::max(peak_fp32, peak_tf32);
+    case Precision::bf16: return peak_bf16;
+    case Precision::fp16: return 0;  // (no table gives it yet)
+  }
   return 0;
 }
 

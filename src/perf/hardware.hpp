@@ -23,6 +23,8 @@
 //   [node]     collective_latency_us (a collective's fixed cost beyond its ring or tree steps)
 #include <string>
 
+#include "tensor/precision.hpp"
+
 namespace gpt2 {
 
 struct Link {
@@ -48,10 +50,10 @@ struct Hardware {
   double flash_attention_efficiency = 0;  // 0: not given (fused attention priced as its GEMMs)
   double collective_latency = 0;          // s per collective
 
-  // Peak FLOP/s of the GEMMs at a precision ("fp32": TF32 tensor cores where the device has them,
-  // as train.tf32 does; "bf16"); 0 when the device lacks the precision.
-  double peak(const std::string& precision) const;
-  bool supports(const std::string& precision) const { return peak(precision) > 0; }
+  // Peak FLOP/s of the GEMMs at a precision (fp32: TF32 tensor cores where the device has them, as
+  // train.tf32 does; bf16); 0 when the device lacks the precision.
+  double peak(Precision precision) const;
+  bool supports(Precision precision) const { return peak(precision) > 0; }
   // The link a group of `size` ranks whose members are `stride` world ranks apart uses: inside one
   // node when it spans no more than a node (ranks are placed on nodes in order).
   const Link& link(int size, int stride) const;

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "model/activation_sizes.hpp"
 #include "model/model_config.hpp"
+#include "tensor/precision.hpp"
 
 namespace gpt2 {
 
@@ -16,22 +18,47 @@ struct Workload {
   int64_t batch = 8;  // GLOBAL sequences per optimizer step
 };
 
-struct Layout {
-  int dp = 1, tp = 1, pp = 1, zero = 0, microbatches = 1;
-  int cp = 1;                      // context parallelism: ranks a sequence's tokens are split over
-  std::string schedule = "1f1b";
-  int virtual_stages = 1;          // interleaved: chunks of blocks per rank
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (16-bit GEMM inputs and communication)
-  bool sequence_parallel = false;
-  std::vector<int> stage_layers;   // blocks per stage; empty: the cost-balanced split
-  double bucket_mb = 0;            // gradient bucket MiB; 0: 1 without overlap (MPI), else 25 (NCCL)
-  std::string recompute = "none";  // activation recomputation: none | selective | full
-  std::string optimizer = "adamw";  // muon: each rank's block matrices through ns_steps Newton-Schulz steps
+// The deck's [parallel] keys that shape the step (train/run_config.hpp's ParallelConfig adds those
+// that do not: the backend, threads, a schedule file), as the deck reads them.
+struct GridKeys {
+  int dp = 1;                     // data-parallel replicas
+  int pp = 1;                     // pipeline stages
+  int tp = 1;                     // tensor-parallel ranks per layer
+  int cp = 1;                     // context parallelism: ranks each sequence's tokens are split over
+  int zero = 0;                   // ZeRO level over the dp group: 0 (replicated) .. 3 (FSDP)
+  bool sequence_parallel = false; // with tp: LayerNorms and residuals on 1/tp of the rows
+  int microbatches = 1;           // per dp rank and step
+  std::string schedule = "1f1b";  // a registered pipeline schedule
+  int virtual_stages = 1;         // interleaved: chunks of blocks per rank
+  std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
+  double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
+  Choice<ValueType> grad_reduce_dtype = ValueType::fp32;          // gradients on the wire between dp ranks
+  Choice<GatherType> param_gather_dtype = GatherType::automatic;  // ZeRO's parameter all-gather
+};
+
+// The deck's [train] keys that shape the step's arithmetic and memory (TrainConfig adds the rest).
+struct NumericsKeys {
+  // Mixed precision (README, Mixed precision): fp32 | bf16 | fp16, fp32 master weights throughout.
+  Choice<Precision> precision = Precision::fp32;
+  // Activation recomputation (model/activation_sizes.hpp): none | selective | full, for every
+  // recompute_every-th block (block l when l % recompute_every == 0).
+  Choice<Recompute> recompute = Recompute::none;
+  int recompute_every = 1;
+  // The head's logits, loss and their gradients a block of this many rows at a time (0: as many as
+  // keep a block's logits within 2^24 values): the whole (N, V) logits never exist.
+  int loss_chunk_rows = 0;
+  // train.optimizer = "muon" (modules/optim/muon): Newton-Schulz steps, and their products' inputs:
+  // fp32 | bf16 (fp32 accumulation).
   int ns_steps = 5;
-  std::string ns_dtype = "fp32";    // the Newton-Schulz products' inputs: fp32 | bf16
-  std::string grad_reduce_dtype = "fp32";   // gradients on the wire between replicas: fp32 | bf16
-  std::string param_gather_dtype = "auto";  // ZeRO's gathers: auto (16-bit matrices when mixed) | fp32
-  int recompute_every = 1;         // of every this many blocks, the first recomputes
+  Choice<ValueType> ns_dtype = ValueType::fp32;
+};
+
+// A layout as the planner prices it: the deck's keys (RunConfig::layout() takes them whole), what
+// the run resolves, and how other trainers run what the trainer runs its own way.
+struct Layout : GridKeys, NumericsKeys {
+  // The optimizer takes whole matrices (train.optimizer = "muon"): each rank's block matrices
+  // through ns_steps Newton-Schulz steps.
+  bool whole_matrices = false;
   // Priced as other trainers run it (gpt2 simulate --batch's perf.* keys; the trainer itself refuses):
   // ZeRO 1/2: the parameters' all-gather after the update overlapped with the next step's first
   // forward (Megatron-LM's --overlap-param-gather) instead of ending the step.
@@ -56,21 +83,19 @@ struct Layout {
   // then their maximum, the shift, exp, the sum and the division each a pass over them, the backward a
   // scale and a cast back -- 52 bytes a logit, where the trainer's fused kernel moves 3 values.
   bool fp32_loss = false;
-  // The head's logits a block of rows at a time (train.loss_chunk_rows; 0: automatic): memory only.
-  int loss_chunk_rows = 0;
 
   long long world() const { return (long long)dp * tp * pp * cp; }
   // What a pipeline's passes cost depends on (every field but the ZeRO level and how the data-parallel
   // communication runs): a key for caches of the performance model.
   std::string pass_key() const {
-    std::string k = schedule + '|' + precision + '|' + recompute + '|';
+    std::string k = schedule + '|' + word(precision) + '|' + word(recompute) + '|';
     for (int v : {dp, tp, pp, cp, microbatches, virtual_stages, recompute_every, int(sequence_parallel), int(fused_attention),
                   int(tp_comm_overlap), int(fp32_loss)})
       k += std::to_string(v) + ',';
     for (int n : stage_layers) k += std::to_string(n) + ';';
     return k;
   }
-  int bytes_per_value() const { return precision == "fp32" ? 4 : 2; }
+  int bytes_per_value() const { return precision == Precision::fp32 ? 4 : 2; }
   // "dp 2 x tp 1 x pp 2, zero 0, 1f1b, m 4, fp32"
   std::string describe() const {
     std::ostringstream os;
@@ -78,8 +103,8 @@ struct Layout {
     if (cp > 1) os << " x cp " << cp;
     os << ", zero " << zero;
     if (pp > 1) os << ", " << schedule << (virtual_stages > 1 ? " v" + std::to_string(virtual_stages) : "");
-    os << ", m " << microbatches << ", " << precision;
-    if (recompute != "none") os << ", recompute " << recompute << (recompute_every > 1 ? "/" + std::to_string(recompute_every) : "");
+    os << ", m " << microbatches << ", " << word(precision);
+    if (recompute != Recompute::none) os << ", recompute " << word(recompute) << (recompute_every > 1 ? "/" + std::to_string(recompute_every) : "");
     return os.str();
   }
 };

@@ -83,8 +83,6 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
   const ModelConfig& m = w.model;
   if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.cp < 1 || l.microbatches < 1)
     return problem("parallel", "dp, tp, pp, cp and microbatches must be >= 1");
-  if (l.precision != "fp32" && l.precision != "bf16" && l.precision != "fp16")
-    return problem("train.precision", "expected fp32, bf16 or fp16, got \"", l.precision, "\"");
   if (!is_zero_level(l.zero)) return problem("parallel.zero", "expected ", zero_level_choices(), ", got ", l.zero);
   const ScheduleEntry* sched = ScheduleRegistry::find(l.schedule);
   if (!sched) return problem("parallel.schedule", "expected ", ScheduleRegistry::choices(), ", got ", l.schedule);
@@ -120,7 +118,7 @@ LayoutProblem layout_problem(const Workload& w, const Layout& l) {
       return problem("parallel.cp", "cuts each sequence into 2 * parallel.cp = ", 2 * l.cp,
                      " chunks (rank i holds chunks i and 2cp-1-i): data.seq_len (", w.seq_len, ") must be divisible by ",
                      2 * l.cp);
-    if (l.recompute == "selective")
+    if (l.recompute == Recompute::selective)
       return problem("train.recompute", "selective drops attention's probabilities, which ring attention (parallel.cp > 1) ",
                      "never keeps: use none or full");
   }

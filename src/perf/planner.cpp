@@ -21,9 +21,9 @@ std::vector<long long> divisors(long long n) {
 }  // namespace
 
 std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, const PlanOptions& o) {
-  std::vector<std::string> precisions = o.precisions;
+  std::vector<Precision> precisions = o.precisions;
   if (precisions.empty())
-    for (const char* p : {"fp32", "bf16"})
+    for (Precision p : {Precision::fp32, Precision::bf16})
       if (hw.supports(p)) precisions.push_back(p);
   std::vector<int> levels;
   for (const ZeroLevel& z : zero_levels()) levels.push_back(z.level);
@@ -43,9 +43,9 @@ std::vector<Layout> enumerate_layouts(const Workload& w, const Hardware& hw, con
         for (const std::string& sched : pp == 1 ? std::vector<std::string>{single} : schedules)
           // interleaved: 2 and 4 chunks a rank; the others run their own
           for (int v : ScheduleRegistry::find(sched)->chunks == 0 ? std::vector<int>{2, 4} : std::vector<int>{1})
-            for (const std::string& prec : precisions)
+            for (Precision prec : precisions)
               for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
-                for (const std::string& rc : o.recompute)
+                for (Recompute rc : o.recompute)
                   for (int zero : levels) {  // innermost: levels 0-2 often share one pipeline simulation
                     if (zero > 0 && dp == 1) continue;
                     Layout l;

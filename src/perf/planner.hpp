@@ -14,9 +14,9 @@ struct PlanOptions {
   long long devices = 8;
   int max_microbatches = 64;      // per dp rank
   double usable_memory = 0.9;     // share of device memory a run may fill (allocator, context, buffers)
-  std::vector<std::string> precisions;  // empty: every precision the hardware has
+  std::vector<Precision> precisions;  // empty: every precision the hardware has
   size_t detailed = 50;           // the fastest layouts whose exposed communication is computed
-  std::vector<std::string> recompute = {"none", "selective", "full"};  // train.recompute modes to consider
+  std::vector<Recompute> recompute = {Recompute::none, Recompute::selective, Recompute::full};  // modes to consider
   int max_cp = 8;                 // context-parallel ranks per sequence to consider (those dividing T / 2)
   bool predict_too_big = false;   // also predict the layouts that do not fit (Plan::too_big_layouts)
 };

@@ -42,7 +42,7 @@ struct RankPricing {
 
 RankPricing rank_pricing(const StepContext& s, const StageLayout& sl, UnitPrices& units, ReplicaCollectives& dp) {
   RankPricing pr{s, sl, units, dp};
-  parse_recompute(s.l.recompute, pr.recompute);
+  pr.recompute = s.l.recompute;
   const double C = s.w.model.n_embd, Tq = s.w.seq_len;
   pr.attention_share = 2 * Tq * C / (24 * C * C + 2 * Tq * C);
   pr.split_share = (14 * C * C + 2 * Tq * C) / (24 * C * C + 2 * Tq * C);
@@ -190,7 +190,7 @@ RankPlan plan_rank(const StepContext& s, const std::vector<BlockRange>& chunks, 
   if (s.policy.optimizer) rp.wte_elems /= s.replicas;
   for (const TensorInfo& t : sl.tensors())
     if (t.replicated && s.l.tp > 1) rp.replicated_elems += double(t.range.size());
-  if (s.l.optimizer == "muon") plan_matrices(s, sl, rp);
+  if (s.l.whole_matrices) plan_matrices(s, sl, rp);
   for (const Unit& u : sl.units()) rp.gather_bytes += dp.value_bytes(u.kind) * double(u.range.size());
   for (const BlockRange& c : chunks) rp.chunks.push_back(plan_chunk(pr, c));
   return rp;

@@ -113,7 +113,7 @@ class ReplicaCollectives {
   using Op = double (CostModel::*)(double, int, int) const;
   explicit ReplicaCollectives(const StepContext& s)
       : s_(s),
-        grad_bytes_(s.l.grad_reduce_dtype == "bf16" ? 2.0 : 4.0),  // parallel.grad_reduce_dtype
+        grad_bytes_(s.l.grad_reduce_dtype == ValueType::bf16 ? 2.0 : 4.0),  // parallel.grad_reduce_dtype
         bucket_((s.l.bucket_mb > 0 ? s.l.bucket_mb : s.ov < 0.5 ? 1.0 : 25.0) * 1048576.0) {}
   double bucketed(double bytes, Op op) {
     if (s_.replicas <= 1) return 0.0;
@@ -133,7 +133,7 @@ class ReplicaCollectives {
   // A gathered unit's bytes a value: under mixed precision a block's matrices and the LM head's tied
   // wte travel as 16-bit values, the rest in fp32 (parallel/mixed_gather).
   double value_bytes(UnitKind k) const {
-    return gathered_in_16_bits(k) && s_.l.param_gather_dtype != "fp32" ? s_.l.bytes_per_value() : 4.0;
+    return gathered_in_16_bits(k) && s_.l.param_gather_dtype != GatherType::fp32 ? s_.l.bytes_per_value() : 4.0;
   }
 
  private:

@@ -23,10 +23,10 @@ void activation_memory(const Workload& w, const Layout& l, const BlockRange& chu
   s.cp = l.cp, s.fused_attention = l.fused_attention;
   s.blocks = chunk.end - chunk.first;
   s.first = chunk.first == 0, s.last = chunk.end == w.model.n_layer;
-  s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != "fp32";
+  s.sequence_parallel = l.sequence_parallel, s.split = split, s.mixed = l.precision != Precision::fp32;
   s.local_vocab = local_vocab, s.loss_rows = l.loss_chunk_rows;
   s.first_block = chunk.first;
-  parse_recompute(l.recompute, s.recompute);
+  s.recompute = l.recompute;
   s.recompute_every = l.recompute_every;
   const ActivationSizes sizes = activation_sizes(s);
   s.recompute = Recompute::none;
@@ -101,7 +101,7 @@ std::vector<RankMemory> predict_memory(const Workload& w, const Layout& l, const
     // As ParamStore::memory() counts it: the trainer keeps fp32 masters and gradients in every
     // precision, and under bf16 / fp16 16-bit working copies: of the whole parameters where it keeps
     // them whole (ZeRO 0-2), and of the shard (ZeRO 1-3; the gather's small tables left out).
-    const bool mixed = l.precision != "fp32";
+    const bool mixed = l.precision != Precision::fp32;
     RankMemory m;
     m.params = 4 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) +
                (mixed ? 2 * ((policy.params ? 0 : psi) + (policy.optimizer ? shard : 0)) : 0);

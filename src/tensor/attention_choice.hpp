@@ -6,7 +6,16 @@
 // materialised there until it is.
 #include <Kokkos_Macros.hpp>
 
+#include "core/choice.hpp"
+
 namespace gpt2 {
+
+// model.attention: automatic (fused where faster, below), fused, materialized.
+enum class AttentionKernels { automatic, fused, materialized };
+template <>
+struct Words<AttentionKernels> {
+  static inline const WordList list{"auto", "fused", "materialized"};
+};
 
 inline bool fused_attention_faster(int seq_len) {
 #if defined(KOKKOS_ENABLE_CUDA)

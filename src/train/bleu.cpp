@@ -94,7 +94,7 @@ std::string rstrip(std::string s) {
 
 std::string preprocess(const std::string& line, const BleuOptions& o) {
   std::string s = rstrip(o.lowercase ? lower_ascii(line) : line);
-  if (o.tokenize == "13a") return tokenize_13a(s);
+  if (o.tokenize == BleuTokenize::mteval_13a) return tokenize_13a(s);
   return s;  // none: the words are split on whitespace below
 }
 
@@ -107,10 +107,6 @@ Ngrams ngrams_of(const std::vector<std::string>& w, int max_order) {
 }
 
 void check(const BleuOptions& o) {
-  if (o.tokenize != "13a" && o.tokenize != "none")
-    fail_input("BLEU tokenize", "expected 13a or none, got \"", o.tokenize, "\"");
-  if (o.smooth != "exp" && o.smooth != "floor" && o.smooth != "add-k" && o.smooth != "none")
-    fail_input("BLEU smooth", "expected exp, floor, add-k or none, got \"", o.smooth, "\"");
   if (o.max_order < 1) fail_input("BLEU max_order", "must be >= 1, got ", o.max_order);
 }
 }  // namespace
@@ -181,7 +177,7 @@ BleuStats bleu_segment_stats(const std::string& hyp, const std::vector<std::stri
 BleuScore bleu_from_stats(const BleuStats& stats, const BleuOptions& o) {
   check(o);
   const int N = o.max_order;
-  const double value = o.smooth_value >= 0 ? o.smooth_value : o.smooth == "floor" ? 0.1 : o.smooth == "add-k" ? 1.0 : 0.0;
+  const double value = o.smooth_value >= 0 ? o.smooth_value : o.smooth == BleuSmooth::floor ? 0.1 : o.smooth == BleuSmooth::add_k ? 1.0 : 0.0;
   BleuScore s;
   s.sys_len = stats.sys_len, s.ref_len = stats.ref_len;
   s.counts.assign(stats.correct.begin(), stats.correct.end());
@@ -195,15 +191,15 @@ BleuScore bleu_from_stats(const BleuStats& stats, const BleuOptions& o) {
   for (int n = 1; n <= N; ++n) {
     double& c = s.counts[size_t(n - 1)];
     double& t = s.totals[size_t(n - 1)];
-    if (o.smooth == "add-k" && n > 1) c += value, t += value;
+    if (o.smooth == BleuSmooth::add_k && n > 1) c += value, t += value;
     if (t == 0) break;
     if (o.effective_order) order = n;
     double& p = s.precisions[size_t(n - 1)];
     if (c == 0) {
-      if (o.smooth == "exp") {
+      if (o.smooth == BleuSmooth::exp) {
         mteval *= 2;
         p = 100.0 / (mteval * t);
-      } else if (o.smooth == "floor") {
+      } else if (o.smooth == BleuSmooth::floor) {
         p = 100.0 * value / t;
       }
     } else {

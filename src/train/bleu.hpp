@@ -14,12 +14,25 @@
 #include <string>
 #include <vector>
 
+#include "core/choice.hpp"
+
 namespace gpt2 {
 
+enum class BleuTokenize { mteval_13a, none };
+template <>
+struct Words<BleuTokenize> {
+  static inline const WordList list{"13a", "none"};
+};
+enum class BleuSmooth { exp, floor, add_k, none };
+template <>
+struct Words<BleuSmooth> {
+  static inline const WordList list{"exp", "floor", "add-k", "none"};
+};
+
 struct BleuOptions {
-  std::string tokenize = "13a";  // 13a | none
+  BleuTokenize tokenize = BleuTokenize::mteval_13a;
   bool lowercase = false;
-  std::string smooth = "exp";    // exp | floor | add-k | none
+  BleuSmooth smooth = BleuSmooth::exp;
   double smooth_value = -1;      // < 0: the method's default (floor 0.1, add-k 1)
   int max_order = 4;
   bool effective_order = false;

@@ -28,10 +28,10 @@ std::string broadcast_text(Communicator& world, std::string text) {
 
 std::string Checkpointer::pick_resume() {
   const auto& ck = cfg_.checkpoint;
-  if (ck.resume.is("false")) return "";
+  if (ck.resume == Toggle::off) return "";
   const std::vector<std::string> candidates = resume_candidates(ck.dir);
   if (candidates.empty()) {
-    if (ck.resume.is("true"))
+    if (ck.resume == Toggle::on)
       fail_input("checkpoint.resume", "is true but ", ck.dir, " holds no checkpoint (\"auto\" starts fresh then)");
     std::printf("checkpoint.resume = \"auto\": no checkpoint in %s yet, starting fresh\n", ck.dir.c_str());
     return "";
@@ -79,7 +79,7 @@ void Checkpointer::load_initial_state() {
   // checkpoint.async: the staging copy's memory is made (and its pages touched) now, so that the
   // first checkpoint's copy runs at memory speed as the later ones do (a fresh 1.5 GB took 6.7 s of
   // page faults on the first checkpoint of a VM; the reused buffers 0.16 s).
-  if (!ck.dir.empty() && ck.async && ck.format != "bin") {
+  if (!ck.dir.empty() && ck.async && ck.format != CheckpointFormat::bin) {
     const std::vector<std::string> sections = engine_.store->sections();
     staging_.resize(sections.size());
     for (size_t i = 0; i < sections.size(); ++i) engine_.store->owned_values(sections[i], staging_[i]);
@@ -144,7 +144,7 @@ void Checkpointer::save() {
   const std::string path = cfg_.checkpoint.dir + "/" + checkpoint_name(step, cfg_.checkpoint.format);
   const std::vector<std::string> sections = engine_.store->sections();
   saved_step_ = step;
-  if (cfg_.checkpoint.format == "bin") {
+  if (cfg_.checkpoint.format == CheckpointFormat::bin) {
     save_bin(path, meta(), sections);
     publish(path, step);
   } else {

@@ -4,10 +4,6 @@
 
 namespace gpt2 {
 
-NonFinitePolicy nonfinite_policy(const std::string& name) {
-  return name == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::stop;
-}
-
 std::string nonfinite_values(double loss, double grad_norm) {
   auto show = [](const char* what, double x) {
     return std::string(what) + " (" + (std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + ")";

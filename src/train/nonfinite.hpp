@@ -4,6 +4,8 @@
 // what the step does: stop the run before anything saves that state, or skip the step's update.
 #include <string>
 
+#include "core/choice.hpp"
+
 namespace gpt2 {
 
 enum class NonFinitePolicy {
@@ -11,8 +13,10 @@ enum class NonFinitePolicy {
   skip,  // no optimizer update for the step (moments untouched); step counter and lr move on
 };
 
-// train.nonfinite ("stop" | "skip", validated by RunConfig) as a policy.
-NonFinitePolicy nonfinite_policy(const std::string& name);
+template <>
+struct Words<NonFinitePolicy> {
+  static inline const WordList list{"stop", "skip"};
+};
 
 // What of a step is not finite, e.g. "loss (nan) and gradient norm (inf)"; empty when all is.
 std::string nonfinite_values(double loss, double grad_norm);

@@ -46,7 +46,7 @@ RunPrediction predict_run(const RunConfig& cfg, const std::string& device) {
     if (cal) cal->apply_node_size(hw);
     const Layout l = cfg.layout();
     if (!cal && !hw.supports(l.precision)) {
-      r.problem = file + " gives no " + l.precision + " peak";
+      r.problem = file + " gives no " + word(l.precision) + " peak";
       return r;
     }
     const CostModel cm(cfg.workload(), hw, cal.get());

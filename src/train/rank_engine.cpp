@@ -38,15 +38,13 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
   oc.beta1 = cfg.train.beta1, oc.beta2 = cfg.train.beta2, oc.eps = cfg.train.eps;
   oc.weight_decay = cfg.train.weight_decay, oc.lr = cfg.train.lr;
   oc.muon_lr = cfg.train.muon_lr, oc.muon_momentum = cfg.train.muon_momentum, oc.ns_steps = cfg.train.ns_steps;
-  oc.ns_bf16 = cfg.train.ns_dtype == "bf16";
+  oc.ns_bf16 = cfg.train.ns_dtype == ValueType::bf16;
   const double mb = p.bucket_mb > 0 ? p.bucket_mb : groups->bucket_mb;  // the backend's default
   const size_t bucket = size_t(mb * 1024 * 1024 / sizeof(float));
-  Precision precision = Precision::fp32;
-  parse_precision(cfg.train.precision, precision);
   store = std::make_unique<ParamStore>(stage_layout, groups->replicas(), zero_policy(p.zero), bucket,
                                        cfg.train.optimizer, oc, tracer,
-                                       p.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32, precision,
-                                       p.param_gather_dtype == "auto", groups->tp.get());
+                                       p.grad_reduce_dtype == ValueType::bf16 ? DType::bf16 : DType::f32, cfg.train.precision,
+                                       p.param_gather_dtype == GatherType::automatic, groups->tp.get());
   tp_group = std::make_unique<CommTpGroup>(*groups->tp, tracer);
   cp_ring = std::make_unique<CommCpRing>(*groups->cp, tracer);
   StageOptions<float> so = stage_options(cfg, tracer, step);
@@ -70,8 +68,7 @@ StageOptions<float> RankEngine::stage_options(const RunConfig& cfg, Tracer& trac
   so.tp = tp_group.get();
   so.cp = cp_ring.get();
   so.sequence_parallel = cfg.parallel.sequence_parallel && cfg.parallel.tp > 1;
-  parse_precision(cfg.train.precision, so.precision);
-  parse_recompute(cfg.train.recompute, so.recompute);
+  so.precision = cfg.train.precision, so.recompute = cfg.train.recompute;
   so.recompute_every = cfg.train.recompute_every;
   so.fused_attention = cfg.fused_attention();
   so.document_masks = cfg.document_masks();

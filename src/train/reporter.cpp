@@ -47,9 +47,9 @@ void Reporter::begin_run() {
   std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
               engine_.layout->total() / 1e6, (long long)cfg_.train.batch_size, cfg_.data.seq_len,
               cfg_.parallel.microbatches, engine_.mb_size, (long long)data_.train().batches_per_epoch());
-  if (cfg_.train.precision != "fp32")
-    std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", cfg_.train.precision.c_str(),
-                gemm_lowp_backend(cfg_.train.precision == "bf16").c_str(),
+  if (cfg_.train.precision != Precision::fp32)
+    std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", word(cfg_.train.precision),
+                gemm_lowp_backend(cfg_.train.precision == Precision::bf16).c_str(),
                 state_.loss_scale.dynamic() ? ", dynamic loss scaling" : "");
   std::printf("gpt2 train: %s\n", prediction_line(p).c_str());
   std::fflush(stdout);
@@ -224,7 +224,7 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
   meta.host = env_.host(), meta.local_rank = env_.local_rank();
   meta.microbatches = cfg_.parallel.microbatches;
   meta.schedule = cfg_.parallel.schedule;
-  meta.recompute = cfg_.train.recompute, meta.recompute_every = cfg_.train.recompute_every;
+  meta.recompute = word(cfg_.train.recompute), meta.recompute_every = cfg_.train.recompute_every;
   meta.attention = cfg_.fused_attention() ? "fused" : "materialized";
   meta.virtual_stages = engine_.placement.chunks;
   meta.placement = engine_.placement.kind == Placement::Kind::vee ? "vee" : "loop";

@@ -20,7 +20,7 @@ namespace gpt2 {
 
 namespace {
 // [model]: the GPT-2 shape.
-std::vector<DeckField> model_fields(ModelConfig& model, std::string& attention) {
+std::vector<DeckField> model_fields(ModelConfig& model, Choice<AttentionKernels>& attention) {
   return {
       {"model.n_layer", &model.n_layer, "transformer blocks"},
       {"model.n_head", &model.n_head, "attention heads"},
@@ -247,8 +247,6 @@ void check_optimizer(const RunConfig& c) {
     fail_input("train.muon_momentum", "must be in [0, 1), got ", c.train.muon_momentum);
   if (c.train.ns_steps < 1 || c.train.ns_steps > 20)
     fail_input("train.ns_steps", "must be in 1..20, got ", c.train.ns_steps);
-  if (c.train.ns_dtype != "fp32" && c.train.ns_dtype != "bf16")
-    fail_input("train.ns_dtype", "expected fp32 or bf16, got \"", c.train.ns_dtype, "\"");
 }
 
 // The strategies the deck names, and the ZeRO level.
@@ -282,38 +280,22 @@ void check_parallel(const RunConfig& c, int world_size) {
 
 // Checkpointing: how a run resumes, what it keeps, the format.
 void check_checkpoint(const RunConfig& c) {
-  if (!c.checkpoint.resume.is("true") && !c.checkpoint.resume.is("false") && !c.checkpoint.resume.is("auto"))
-    fail_input("checkpoint.resume", "expected true, false or \"auto\", got \"", c.checkpoint.resume.text, "\"");
-  if (!c.checkpoint.resume.is("false") && c.checkpoint.dir.empty())
+  if (c.checkpoint.resume != Toggle::off && c.checkpoint.dir.empty())
     fail_input("checkpoint.resume", "needs checkpoint.dir to be set");
   if (c.checkpoint.keep < 0) fail_input("checkpoint.keep", "must be >= 0 (0: keep all), got ", c.checkpoint.keep);
-  if (c.checkpoint.format != "bin" && c.checkpoint.format != "h5")
-    fail_input("checkpoint.format", "expected h5 or bin, got \"", c.checkpoint.format, "\"");
-  if (c.checkpoint.async && c.checkpoint.format != "h5")
+  if (c.checkpoint.async && c.checkpoint.format != CheckpointFormat::h5)
     fail_input("checkpoint.async", "needs checkpoint.format = \"h5\" (the binary format is assembled on rank 0)");
 }
 
 // Numerics: non-finite steps, precision, recomputation, the loss scale, the data-parallel wire types.
 void check_numerics(const RunConfig& c) {
-  if (c.train.nonfinite != "stop" && c.train.nonfinite != "skip")
-    fail_input("train.nonfinite", "expected stop or skip, got ", c.train.nonfinite);
-  Precision prec;
-  if (!parse_precision(c.train.precision, prec))
-    fail_input("train.precision", "expected fp32, bf16 or fp16, got \"", c.train.precision, "\"");
-  if (!c.train.tf32.is("auto") && !c.train.tf32.is("true") && !c.train.tf32.is("false"))
-    fail_input("train.tf32", "expected true, false or \"auto\", got \"", c.train.tf32.text, "\"");
-  if (c.attention != "auto" && c.attention != "fused" && c.attention != "materialized")
-    fail_input("model.attention", "expected auto, fused or materialized, got \"", c.attention, "\"");
-  if (c.attention == "materialized" && c.document_masks())
+  if (c.attention == AttentionKernels::materialized && c.document_masks())
     fail_input("model.attention", "materialized attention cannot keep to documents (",
                c.data.document_mask ? "data.document_mask = true" : "data.train's shards are packed translation examples",
                "): use fused or auto");
   if (c.data.document_mask && (c.data.eot_token < 0 || c.data.eot_token >= c.model.vocab_size))
     fail_input("data.eot_token", "must be a token of the vocabulary [0, ", c.model.vocab_size, "), got ",
                c.data.eot_token);
-  Recompute recompute;
-  if (!parse_recompute(c.train.recompute, recompute))
-    fail_input("train.recompute", "expected none, selective or full, got \"", c.train.recompute, "\"");
   if (c.train.recompute_every < 1)
     fail_input("train.recompute_every", "must be at least 1 (1: every block), got ", c.train.recompute_every);
   if (c.train.loss_chunk_rows < 0)
@@ -325,10 +307,6 @@ void check_numerics(const RunConfig& c) {
   if (c.train.loss_scale_window < 1)
     fail_input("train.loss_scale_window", "must be at least 1 (clean steps before the scale doubles), got ",
                c.train.loss_scale_window);
-  if (c.parallel.grad_reduce_dtype != "fp32" && c.parallel.grad_reduce_dtype != "bf16")
-    fail_input("parallel.grad_reduce_dtype", "expected fp32 or bf16, got \"", c.parallel.grad_reduce_dtype, "\"");
-  if (c.parallel.param_gather_dtype != "auto" && c.parallel.param_gather_dtype != "fp32")
-    fail_input("parallel.param_gather_dtype", "expected auto or fp32, got \"", c.parallel.param_gather_dtype, "\"");
 }
 }  // namespace
 
@@ -343,8 +321,8 @@ void RunConfig::validate(int world_size) const {
 }
 
 bool RunConfig::fused_attention() const {
-  return parallel.cp > 1 || document_masks() || attention == "fused" ||
-         (attention == "auto" && fused_attention_faster(data.seq_len));
+  return parallel.cp > 1 || document_masks() || attention == AttentionKernels::fused ||
+         (attention == AttentionKernels::automatic && fused_attention_faster(data.seq_len));
 }
 
 bool RunConfig::document_masks() const { return data.document_mask || has_loss_masks(data.train); }
@@ -353,17 +331,13 @@ Workload RunConfig::workload() const { return {model, data.seq_len, train.batch_
 
 Layout RunConfig::layout() const {
   Layout l;
-  l.dp = parallel.dp, l.tp = parallel.tp, l.pp = parallel.pp, l.cp = parallel.cp, l.zero = parallel.zero;
-  l.microbatches = parallel.microbatches, l.schedule = parallel.schedule;
-  l.virtual_stages = parallel.virtual_stages;
+  static_cast<GridKeys&>(l) = parallel;  // the deck's keys as read, whole
+  static_cast<NumericsKeys&>(l) = train;
+  // and what the run makes of them
   l.sequence_parallel = parallel.sequence_parallel && parallel.tp > 1;
-  l.stage_layers = parallel.stage_layers, l.bucket_mb = parallel.bucket_mb;
-  l.precision = train.precision;
   l.fused_attention = fused_attention();
-  l.loss_chunk_rows = train.loss_chunk_rows;
-  l.recompute = train.recompute, l.recompute_every = train.recompute_every;
-  l.optimizer = train.optimizer, l.ns_steps = train.ns_steps, l.ns_dtype = train.ns_dtype;
-  l.grad_reduce_dtype = parallel.grad_reduce_dtype, l.param_gather_dtype = parallel.param_gather_dtype;
+  const OptimizerEntry* optimizer = OptimizerRegistry::find(train.optimizer);
+  l.whole_matrices = optimizer && optimizer->whole_matrices;
   return l;
 }
 

@@ -6,10 +6,15 @@
 #include <vector>
 
 #include "core/input_deck.hpp"
+#include "formats/checkpoint_dir.hpp"
+#include "model/activation_sizes.hpp"
 #include "model/model_config.hpp"
 #include "perf/layout.hpp"
 #include "pipeline/pass_lists.hpp"
 #include "runtime/topology.hpp"
+#include "tensor/attention_choice.hpp"
+#include "tensor/precision.hpp"
+#include "train/nonfinite.hpp"
 
 namespace gpt2 {
 
@@ -28,7 +33,9 @@ struct DataConfig {
   int eot_token = 50256;  // GPT-2's <|endoftext|>
 };
 
-struct TrainConfig {
+// NumericsKeys (perf/layout.hpp): precision, recompute, recompute_every, loss_chunk_rows, ns_steps,
+// ns_dtype.
+struct TrainConfig : NumericsKeys {
   int64_t batch_size = 8;  // GLOBAL sequences per optimizer step
   int steps = 20;
   double lr = 3e-4;
@@ -39,11 +46,8 @@ struct TrainConfig {
   double weight_decay = 0.1;          // tensors of rank >= 2 only
   double grad_clip = 1.0;             // max global grad norm; <= 0 disables
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  // train.optimizer = "muon" (modules/optim/muon): the blocks' matrices' peak rate, momentum and
-  // Newton-Schulz steps.
+  // train.optimizer = "muon" (modules/optim/muon): the blocks' matrices' peak rate and momentum.
   double muon_lr = 0.02, muon_momentum = 0.95;
-  int ns_steps = 5;
-  std::string ns_dtype = "fp32";  // the Newton-Schulz products' inputs: fp32 | bf16 (fp32 accumulation)
   int64_t seed = 1337;
   int eval_every = 0;    // steps between validation passes (0: only at the end if data.val is set)
   int eval_batches = 4;  // validation batches per pass
@@ -58,20 +62,11 @@ struct TrainConfig {
   int log_every = 1;     // steps between progress lines
   // TF32 tensor cores (CUDA) for the matrix products left in fp32: auto -- under bf16 / fp16
   // (attention's products; PyTorch's autocast runs them in bf16), not in fp32 runs --, true, false.
-  BoolOrWord tf32{"auto"};
-  bool tf32_on() const { return tf32.is("true") || (tf32.is("auto") && precision != "fp32"); }
+  Choice<Toggle> tf32 = Toggle::automatic;
+  bool tf32_on() const { return tf32 == Toggle::on || (tf32 == Toggle::automatic && precision != Precision::fp32); }
   // A step whose loss or gradient norm is not finite: "stop" the run (no checkpoint from that
   // state) or "skip" its update (the step still counts: data position and lr schedule move on).
-  std::string nonfinite = "stop";
-  // Mixed precision (README, Mixed precision): fp32 | bf16 | fp16, fp32 master weights throughout.
-  std::string precision = "fp32";
-  // Activation recomputation (model/activation_sizes.hpp): none | selective | full, for every
-  // recompute_every-th block (block l when l % recompute_every == 0).
-  std::string recompute = "none";
-  int recompute_every = 1;
-  // The head's logits, loss and their gradients a block of this many rows at a time (0: as many as
-  // keep a block's logits within 2^24 values): the whole (N, V) logits never exist.
-  int loss_chunk_rows = 0;
+  Choice<NonFinitePolicy> nonfinite = NonFinitePolicy::stop;
   double initial_loss_scale = 65536;  // fp16: the dynamic loss scale's start
   int loss_scale_window = 1000;       // fp16: clean steps in a row before the scale doubles
   // The run's predicted step (train/prediction.hpp): the hardware file it is priced on ("": the one
@@ -89,24 +84,13 @@ struct TrainConfig {
   double memory_limit_mb = 0;
 };
 
-struct ParallelConfig {
-  int dp = 1;                     // data-parallel replicas
-  int pp = 1;                     // pipeline stages
-  int tp = 1;                     // tensor-parallel ranks per layer
-  int cp = 1;                     // context parallelism: ranks each sequence's tokens are split over
-  int zero = 0;                   // ZeRO level over the dp group: 0 (replicated) .. 3 (FSDP)
-  bool sequence_parallel = false; // with tp: LayerNorms and residuals on 1/tp of the rows
-  int microbatches = 1;           // per dp rank and step
-  std::string schedule = "1f1b";  // a registered pipeline schedule
-  int virtual_stages = 1;         // interleaved: chunks of blocks per rank
+// GridKeys (perf/layout.hpp): dp, pp, tp, cp, zero, sequence_parallel, microbatches, schedule,
+// virtual_stages, stage_layers, bucket_mb, grad_reduce_dtype, param_gather_dtype.
+struct ParallelConfig : GridKeys {
   std::string schedule_file;      // a hand-written schedule; when set, its name becomes `schedule`
-  std::vector<int> stage_layers;  // blocks per stage (overrides the cost-balanced split)
-  double bucket_mb = 0;           // gradient all-reduce bucket MiB; 0: 1 (MPI) or 25 (NCCL)
   std::string comm = "auto";      // auto | mpi | nccl
   int host_threads = 0;           // Kokkos host threads per rank; 0: cores on the node / ranks on it
   int blas_threads = 0;           // host BLAS threads per rank; 0: cores on the node / ranks on it
-  std::string grad_reduce_dtype = "fp32";  // gradients on the wire between dp ranks: fp32 | bf16
-  std::string param_gather_dtype = "auto";  // ZeRO's parameter all-gather: auto (16-bit matrices when mixed) | fp32
 };
 
 struct CheckpointConfig {
@@ -116,10 +100,10 @@ struct CheckpointConfig {
   int keep = 0;           // newest checkpoints kept in dir (0: all)
   // true: continue from the newest checkpoint in dir that verifies (it must have one); "auto": the
   // same when dir holds a checkpoint, else start fresh; false: start fresh.
-  BoolOrWord resume;
+  Choice<Toggle> resume = Toggle::off;
   // h5: one HDF5 file that every rank writes its own part of (formats/checkpoint_h5); bin: one file in
   // our binary format, assembled on rank 0. Either resumes on any layout.
-  std::string format = "h5";
+  Choice<CheckpointFormat> format = CheckpointFormat::h5;
   // h5: each rank copies its state to host memory (one copy) and a background thread writes it while
   // training goes on; the next checkpoint, a stop and the end of the run wait for it.
   bool async = false;
@@ -138,7 +122,7 @@ struct RunConfig {
   // (the probabilities kept for the backward). A choice of kernels, not of shape; with context
   // parallelism the ring is fused whatever this says. auto: fused where it was measured faster
   // (tensor/attention_choice.hpp).
-  std::string attention = "auto";
+  Choice<AttentionKernels> attention = AttentionKernels::automatic;
   bool fused_attention() const;  // what model.attention resolves to for this run
   // Whether attention keeps to documents: data.document_mask, or data.train's shards carry loss
   // masks (packed translation examples).

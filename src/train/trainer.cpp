@@ -54,9 +54,7 @@ Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm co
   collective_phase(comm, [&] { engine_->build_model(cfg_, env, tracer_, state_.step); });
   sums_ = std::make_unique<LossSums>(*engine_, cfg_, tracer_);
   gather_ = std::make_unique<ModelGather>(*engine_, cfg_);
-  Precision precision = Precision::fp32;
-  parse_precision(cfg_.train.precision, precision);
-  state_.loss_scale = LossScale(precision == Precision::fp16, cfg_.train.initial_loss_scale, cfg_.train.loss_scale_window);
+  state_.loss_scale = LossScale(cfg_.train.precision == Precision::fp16, cfg_.train.initial_loss_scale, cfg_.train.loss_scale_window);
   state_.sample_rng = Rng(uint64_t(cfg_.train.seed), 77);
   lr_.kind = cfg_.train.schedule;
   lr_.lr = cfg_.train.lr, lr_.min_lr = cfg_.train.min_lr;
@@ -131,7 +129,7 @@ StepMetrics Trainer::train_step() {
 void Trainer::update(StepMetrics& m, int64_t counted) {
   const int step = int(state_.step);
   const double scale = m.loss_scale;
-  const bool skip_mode = nonfinite_policy(cfg_.train.nonfinite) == NonFinitePolicy::skip;
+  const bool skip_mode = cfg_.train.nonfinite == NonFinitePolicy::skip;
   const bool scaled = state_.loss_scale.dynamic();
   LossSums::Values sums;
   if (skip_mode || scaled) sums = sums_->read(counted, step);

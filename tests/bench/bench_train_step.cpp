@@ -611,7 +611,7 @@ int register_env_benchmark() {
   const bool tf32 = etf && *etf && std::string(etf) != "0";
   const char* ep = std::getenv("GPT2_BENCH_PRECISION");
   Precision precision = Precision::fp32;
-  if (ep && *ep && !parse_precision(ep, precision)) {
+  if (ep && *ep && !parse_word(ep, precision)) {
     std::fprintf(stderr, "bench_train_step: GPT2_BENCH_PRECISION must be fp32, bf16 or fp16, got '%s'\n", ep);
     return 2;
   }

@@ -180,10 +180,14 @@ def main():
         # Resuming: true needs a checkpoint; only true, false and "auto"; none that verifies.
         ("resume true on an empty folder", train(deck("p30", checkpoint__dir=P("empty_ck"), checkpoint__resume=True)), 2, "checkpoint.resume: is true but"),
         ("resume with an unknown word", train(deck("p31"), "--set", "checkpoint.resume=sometimes"), 2, 'checkpoint.resume: expected true, false or "auto", got "sometimes"'),
+        ("unknown model.attention", train(deck("at1"), "--set", "model.attention=flash"), 2,
+         'model.attention: expected auto, fused or materialized, got "flash"'),
+        ("unknown checkpoint.format", train(deck("cf1"), "--set", "checkpoint.format=zip"), 2,
+         'checkpoint.format: expected h5 or bin, got "zip"'),
         ("tf32 with an unknown word", train(deck("p31t"), "--set", "train.tf32=maybe"), 2, 'train.tf32: expected true, false or "auto", got "maybe"'),
         ("no checkpoint verifies", train(deck("p32", checkpoint__dir=P("all_corrupt"), checkpoint__resume="auto")), 2, "checkpoint.resume: no checkpoint in"),
         ("negative checkpoint.keep", train(deck("p33", checkpoint__keep=-1)), 2, "checkpoint.keep: must be >= 0"),
-        ("unknown train.nonfinite", train(deck("p34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got ignore"),
+        ("unknown train.nonfinite", train(deck("p34", train__nonfinite="ignore")), 2, "train.nonfinite: expected stop or skip, got \"ignore\""),
         # Document masks need the fused kernels and an end-of-text token of the vocabulary.
         ("document masks, materialized attention", train(deck("dm1", data__document_mask=True, model__attention="materialized")), 2,
          "model.attention: materialized attention cannot keep to documents (data.document_mask = true)"),

@@ -204,7 +204,7 @@ inline void expect_checkpoints_move(const RunConfig& two, const RunConfig& one, 
   auto half = [&](const RunConfig& base, MPI_Comm comm, bool resume) {
     RunConfig c = base;
     c.checkpoint.dir = dir;
-    c.checkpoint.resume.text = resume ? "true" : "false";
+    c.checkpoint.resume = resume ? Toggle::on : Toggle::off;
     TrainOptions o;
     o.quiet = true;
     Trainer t(c, environment(), o, comm);

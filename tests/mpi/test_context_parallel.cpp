@@ -22,7 +22,7 @@ TEST(ContextParallel, EveryCompositionMatchesOneRank) {
       {"cp 2 x dp 2 zero 3", 4, [](RunConfig& c) { c.parallel.cp = 2, c.parallel.dp = 2, c.parallel.zero = 3; }},
       {"cp 2 x tp 2 sp", 4, [](RunConfig& c) { c.parallel.cp = 2, c.parallel.tp = 2, c.parallel.sequence_parallel = true; }},
       {"cp 2 x pp 2 1f1b", 4, [](RunConfig& c) { c.parallel.cp = 2, c.parallel.pp = 2, c.parallel.microbatches = 4; }},
-      {"cp 2 recompute full", 2, [](RunConfig& c) { c.parallel.cp = 2, c.train.recompute = "full"; }},
+      {"cp 2 recompute full", 2, [](RunConfig& c) { c.parallel.cp = 2, c.train.recompute = Recompute::full; }},
   };
   int ran = 0;
   for (const Case& k : cases) {
@@ -43,7 +43,7 @@ TEST(ContextParallel, EveryCompositionMatchesOneRank) {
 TEST(ContextParallel, Bf16MatchesOneRankInBf16) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   RunConfig base = tiny_config(data_dir());
-  base.train.precision = "bf16";
+  base.train.precision = Precision::bf16;
   RunConfig c = base;
   c.parallel.cp = 2;
   MPI_Comm g;

@@ -12,7 +12,8 @@ using namespace gpt2::test;
 namespace {
 RunConfig with_recompute(const std::string& mode, int every = 1) {
   RunConfig c = tiny_config(data_dir());
-  c.train.recompute = mode, c.train.recompute_every = every;
+  EXPECT_TRUE(c.train.recompute.assign(mode)) << mode;
+  c.train.recompute_every = every;
   return c;
 }
 }  // namespace

@@ -14,7 +14,7 @@ from check_function_length import strip  # noqa: E402  (comments and literals bl
 LIMIT = 15
 # Not split yet: the model's Stage and what it carries (its activations, the decoder's copy of the
 # forward), the planner's hardware and calibration tables, the flash-attention plan.
-PENDING = {"Stage", "Activations", "KvDecoder", "Calibration", "Hardware", "Layout", "Plan"}
+PENDING = {"Stage", "Activations", "KvDecoder", "Calibration", "Hardware", "Plan"}
 FOLDERS = ["src", "modules"]
 HEAD = re.compile(r"\b(class|struct)\s+(\w+)\s*(final\s*)?(:[^;{]*)?\{")
 

@@ -13,7 +13,7 @@ ALLOWED = {
     "train": {"pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "tensor", "core"},
     "pipeline": {"runtime", "trace", "model", "tensor", "core"},
     "parallel": {"runtime", "trace", "formats", "hdf5", "model", "tensor", "core"},
-    "perf": {"pipeline", "parallel", "runtime", "trace", "model", "core"},
+    "perf": {"pipeline", "parallel", "runtime", "trace", "model", "tensor", "core"},
     "trace": {"runtime", "model", "hdf5", "core"},
     "formats": {"model", "hdf5", "core"},
     "hdf5": {"core"},

@@ -21,7 +21,7 @@ const std::vector<std::vector<std::string>> kRefs = {
 double raw_corpus_bleu(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs,
                        double smooth_value = -1) {
   BleuOptions o;
-  o.tokenize = "none", o.smooth = "floor", o.smooth_value = smooth_value, o.effective_order = true;
+  o.tokenize = BleuTokenize::none, o.smooth = BleuSmooth::floor, o.smooth_value = smooth_value, o.effective_order = true;
   return corpus_bleu(hyps, refs, o).score / 100;
 }
 
@@ -36,10 +36,10 @@ TEST(Bleu, CorpusScoresEqualSacreBleus) {
   EXPECT_NEAR(corpus_bleu(kHyps, kRefs).score, 48.530827, 1e-6);  // default: 13a, exp smoothing
   EXPECT_NEAR(corpus_bleu({"", "", ""}, kRefs).score, 0.0, 1e-8);  // empty hypotheses are kept
   BleuOptions none;
-  none.tokenize = "none";
+  none.tokenize = BleuTokenize::none;
   EXPECT_NEAR(corpus_bleu(kHyps, kRefs, none).score, 49.1919566, 1e-6);
   BleuOptions no_smooth;
-  no_smooth.smooth = "none";
+  no_smooth.smooth = BleuSmooth::none;
   EXPECT_NEAR(corpus_bleu(kHyps, kRefs, no_smooth).score, 48.530827, 1e-6);
   // test_max_ngram_order: formatted to two decimals
   const char* want[] = {"77.65", "60.50", "53.93", "48.53", "46.14", "43.28"};
@@ -66,7 +66,7 @@ TEST(Bleu, RawCorpusAndEffectiveOrderEqualSacreBleus) {
   EXPECT_NEAR(raw_corpus_bleu(h, r), 0.1555722182, 1e-8);
   // test_statistics
   BleuOptions o;
-  o.tokenize = "none", o.smooth = "floor", o.smooth_value = 0.01, o.effective_order = true;
+  o.tokenize = BleuTokenize::none, o.smooth = BleuSmooth::floor, o.smooth_value = 0.01, o.effective_order = true;
   const BleuScore s = corpus_bleu(h, r, o);
   EXPECT_EQ(s.counts, (std::vector<double>{4, 2, 1, 0}));
   EXPECT_EQ(s.totals, (std::vector<double>{6, 5, 4, 3}));
@@ -74,7 +74,7 @@ TEST(Bleu, RawCorpusAndEffectiveOrderEqualSacreBleus) {
 
 TEST(Bleu, ScoresFromStatisticsEqualSacreBleus) {
   BleuOptions none;
-  none.smooth = "none";
+  none.smooth = BleuSmooth::none;
   EXPECT_NEAR(bleu_from_stats(stats({9, 7, 5, 3}, {10, 8, 6, 4}, 11, 11), none).score / 100, 0.8375922397, 1e-8);
   // test_degenerate_statistics: floor smoothing with the given value, exactly 0
   struct Case {
@@ -86,7 +86,7 @@ TEST(Bleu, ScoresFromStatisticsEqualSacreBleus) {
                         {stats({0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0), 0.1},  {stats({0, 0, 0, 0}, {0, 0, 0, 0}, 1, 5), 0.01}};
   for (const Case& c : cases) {
     BleuOptions o;
-    o.smooth = "floor", o.smooth_value = c.floor;
+    o.smooth = BleuSmooth::floor, o.smooth_value = c.floor;
     EXPECT_EQ(bleu_from_stats(c.s, o).score, 0.0);
   }
 }
@@ -106,14 +106,15 @@ TEST(Bleu, SentenceScoresEqualSacreBleus) {
                         {"add-k", 1, "13a", 14.882},  {"add-k", 2, "13a", 21.389},  {"exp", -1, "none", 7.347}};
   for (const Case& c : cases) {
     BleuOptions o;
-    o.smooth = c.smooth, o.smooth_value = c.value, o.tokenize = c.tokenize;
+    ASSERT_TRUE(parse_word(c.smooth, o.smooth) && parse_word(c.tokenize, o.tokenize));
+    o.smooth_value = c.value;
     EXPECT_NEAR(sentence_bleu(sys, {ref}, o).score, c.want, 1e-3) << c.smooth << " " << c.value << " " << c.tokenize;
   }
   // #141: no matching unigram is 0 under every smoothing
-  for (const char* smooth : {"exp", "none", "floor", "add-k"}) {
+  for (BleuSmooth smooth : {BleuSmooth::exp, BleuSmooth::none, BleuSmooth::floor, BleuSmooth::add_k}) {
     BleuOptions o;
     o.smooth = smooth;
-    EXPECT_EQ(sentence_bleu("this is a cat", {"okay thanks"}, o).score, 0.0) << smooth;
+    EXPECT_EQ(sentence_bleu("this is a cat", {"okay thanks"}, o).score, 0.0) << word(smooth);
   }
 }
 
@@ -123,8 +124,7 @@ TEST(Bleu, Tokenizer13aSplitsAsMteval) {
   EXPECT_EQ(tokenize_13a("3.14, 1,000 and 5-6 (ok)!"), "3.14 , 1,000 and 5 - 6 ( ok ) !");
   EXPECT_EQ(tokenize_13a("a &amp; b &lt;c&gt; <skipped>"), "a & b < c >");
   EXPECT_EQ(tokenize_13a("  many   spaces\there "), "many spaces here");
-  BleuOptions bad;
-  bad.smooth = "laplace";
-  EXPECT_THROW(corpus_bleu(kHyps, kRefs, bad), InputError);
+  BleuSmooth unknown = BleuSmooth::exp;
+  EXPECT_FALSE(parse_word("laplace", unknown));  // (--smooth refuses it; the options hold no other)
   EXPECT_THROW(corpus_bleu(kHyps, {{"only one"}}), InputError);
 }

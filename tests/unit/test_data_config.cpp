@@ -163,3 +163,43 @@ TEST(Checkpoint, ChecksumDoesNotDependOnHowTheDataIsSplit) {
   bytes[500] ^= 1;
   EXPECT_NE(checksum(bytes.data(), bytes.size()), whole);
 }
+
+// A deck key of a few words is read once into its enum: the word is checked as the deck is read (the
+// message lists the words), a TOML boolean is the word "true" or "false" where the list has them,
+// and the effective configuration writes the word back.
+TEST(InputDeck, ChoicesAreReadIntoTheirEnumsOnce) {
+  struct Deck {
+    Choice<Precision> precision = Precision::fp32;
+    Choice<Toggle> resume = Toggle::off;
+  } d;
+  const std::vector<DeckField> fields = {{"train.precision", &d.precision, ""}, {"checkpoint.resume", &d.resume, ""}};
+  auto bind = [&](const std::string& text) {
+    try {
+      InputDeck::from_string(text, "deck").bind(fields);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(bind("[train]\nprecision = \"bf16\"\n[checkpoint]\nresume = true\n"), "");
+  EXPECT_EQ(d.precision, Precision::bf16);
+  EXPECT_EQ(d.resume, Toggle::on);
+  EXPECT_EQ(InputDeck::to_toml(fields), "[train]\nprecision = \"bf16\"\n\n[checkpoint]\nresume = true\n");
+  EXPECT_EQ(bind("[checkpoint]\nresume = \"auto\"\n"), "");
+  EXPECT_EQ(d.resume, Toggle::automatic);
+  EXPECT_EQ(InputDeck::to_toml({fields[1]}), "[checkpoint]\nresume = \"auto\"\n");
+  EXPECT_EQ(bind("[train]\nprecision = \"fp8\"\n"), "train.precision: expected fp32, bf16 or fp16, got \"fp8\"");
+  EXPECT_EQ(d.precision, Precision::bf16) << "a refused word leaves the value";
+  EXPECT_EQ(bind("[train]\nprecision = 16\n"), "train.precision: expected fp32, bf16 or fp16, got an integer");
+  EXPECT_EQ(bind("[train]\nprecision = true\n"), "train.precision: expected fp32, bf16 or fp16, got a boolean");
+  EXPECT_EQ(bind("[checkpoint]\nresume = \"later\"\n"), "checkpoint.resume: expected true, false or \"auto\", got \"later\"");
+  EXPECT_EQ(bind("[checkpoint]\nresume = \"True\"\n"), "checkpoint.resume: expected true, false or \"auto\", got \"True\"");
+  // The enum's words in its own order; parse_word for words that come from elsewhere (a command line).
+  EXPECT_STREQ(word(Recompute::selective), "selective");
+  EXPECT_STREQ(word(d.precision), "bf16");
+  Recompute r = Recompute::none;
+  EXPECT_TRUE(parse_word("full", r));
+  EXPECT_EQ(r, Recompute::full);
+  EXPECT_FALSE(parse_word("most", r));
+  EXPECT_EQ(r, Recompute::full);
+}

@@ -76,8 +76,8 @@ std::string error_of(const std::function<void()>& f) {
 TEST(Hardware, ReadsEveryKeyAndNamesAMissingOne) {
   const Hardware h = Hardware::load(write_file("hw_full.toml", kFullHardware));
   EXPECT_EQ(h.name, "x");
-  EXPECT_DOUBLE_EQ(h.peak("fp32"), 1e12);
-  EXPECT_DOUBLE_EQ(h.peak("bf16"), 2e12);
+  EXPECT_DOUBLE_EQ(h.peak(Precision::fp32), 1e12);
+  EXPECT_DOUBLE_EQ(h.peak(Precision::bf16), 2e12);
   EXPECT_EQ(h.devices_per_node, 4);
   EXPECT_DOUBLE_EQ(h.intra.bandwidth, 50e9);
   EXPECT_DOUBLE_EQ(h.inter.latency, 5e-6);
@@ -155,7 +155,7 @@ TEST(CostModel, WorkScalesWithMicrobatchTensorSplitAndSequenceParallelism) {
   EXPECT_DOUBLE_EQ(b1.backward_input.gemm_flops + b1.backward_weight.gemm_flops, 48 * N * C * C);
   // bf16 halves the bytes and runs the GEMMs at the bf16 peak.
   Layout half;
-  half.precision = "bf16";
+  half.precision = Precision::bf16;
   EXPECT_DOUBLE_EQ(cm.unit_work(1, 4, half).forward.bytes, b1.forward.bytes / 2);
   EXPECT_LT(cm.unit_time(1, 4, half).forward, cm.unit_time(1, 4, one).forward);
 }
@@ -324,22 +324,22 @@ TEST(CostModel, CollectivesFollowTheTopology) {
 TEST(CostModel, GemmEfficiencyFollowsTheShape) {
   Hardware h = test_hardware();  // 100 TFLOP/s fp32 at 0.5, 1 TB/s at 0.5
   const Gemm square{2560, 1280, 4096};
-  EXPECT_DOUBLE_EQ(CostModel(small_model(), h).gemm_seconds(square, "fp32"), square.flops() / (100e12 * 0.5));
+  EXPECT_DOUBLE_EQ(CostModel(small_model(), h).gemm_seconds(square, Precision::fp32), square.flops() / (100e12 * 0.5));
   h.multiprocessors = 100, h.gemm_tile_m = 256, h.gemm_tile_n = 128;
   const CostModel cm(small_model(), h);
   // 10 x 10 = 100 large tiles: one full wave, at gemm_efficiency.
-  EXPECT_NEAR(cm.gemm_seconds(square, "fp32"), square.flops() / (100e12 * 0.5), 1e-9 * cm.gemm_seconds(square, "fp32"));
+  EXPECT_NEAR(cm.gemm_seconds(square, Precision::fp32), square.flops() / (100e12 * 0.5), 1e-9 * cm.gemm_seconds(square, Precision::fp32));
   // One row more needs a second wave (or smaller, slower tiles): far slower than its 0.04% more work.
-  EXPECT_GT(cm.gemm_seconds({2561, 1280, 4096}, "fp32"), 1.3 * cm.gemm_seconds(square, "fp32"));
+  EXPECT_GT(cm.gemm_seconds({2561, 1280, 4096}, Precision::fp32), 1.3 * cm.gemm_seconds(square, Precision::fp32));
   // A tile's fixed cost as extra depth: K = 4096 plus 4096 runs at half the rate.
   Hardware slow_tiles = h;
   slow_tiles.gemm_k_overhead = 4096;
-  EXPECT_NEAR(CostModel(small_model(), slow_tiles).gemm_seconds(square, "fp32"), 2 * cm.gemm_seconds(square, "fp32"),
-              1e-9 * cm.gemm_seconds(square, "fp32"));
+  EXPECT_NEAR(CostModel(small_model(), slow_tiles).gemm_seconds(square, Precision::fp32), 2 * cm.gemm_seconds(square, Precision::fp32),
+              1e-9 * cm.gemm_seconds(square, Precision::fp32));
   // A skinny GEMM is bound by its memory traffic: A and B read, C written, 4 bytes a value in fp32.
   const Gemm skinny{1 << 20, 8, 8};
   const double traffic = 4.0 * ((1 << 20) * 8.0 * 2 + 64);
-  EXPECT_NEAR(cm.gemm_seconds(skinny, "fp32"), traffic / (1e12 * 0.5), 1e-9 * traffic / 5e11);
+  EXPECT_NEAR(cm.gemm_seconds(skinny, Precision::fp32), traffic / (1e12 * 0.5), 1e-9 * traffic / 5e11);
   // Larger blocks run closer to the peak: a block's forward per FLOP, C 256 against C 2048.
   Workload narrow = small_model(), wide = small_model();
   wide.model.n_embd = 2048, wide.model.n_head = 16;
@@ -347,7 +347,7 @@ TEST(CostModel, GemmEfficiencyFollowsTheShape) {
   auto per_flop = [&](const Workload& w) {
     const CostModel c(w, h);
     const Work f = c.unit_work(1, 4, l).forward;
-    return c.modelled(f, "fp32") / (f.gemm_flops + f.attention_flops);
+    return c.modelled(f, Precision::fp32) / (f.gemm_flops + f.attention_flops);
   };
   EXPECT_LT(per_flop(wide), 0.8 * per_flop(narrow));
   // Unit work carries every GEMM's shape: the block's four forward GEMMs add up to its FLOPs.
@@ -476,9 +476,9 @@ TEST(StepModel, OtherTrainersWaysArePriced) {
   EXPECT_EQ(check_layout(big, odd), "");
   // The gradients' wire type: fp32 by default (parallel.grad_reduce_dtype), as the trainer sends them.
   Layout half = dp;
-  half.precision = "bf16";
+  half.precision = Precision::bf16;
   Layout half_wire = half;
-  half_wire.grad_reduce_dtype = "bf16";
+  half_wire.grad_reduce_dtype = ValueType::bf16;
   Hardware slow = h;
   slow.inter = slow.intra = {1e9, 5e-6};
   const CostModel sc(w, slow);
@@ -520,7 +520,7 @@ TEST(StepModel, MemoryFollowsTheZeroTable) {
     EXPECT_DOUBLE_EQ(r.params, 4 * ((zero == 3 ? 0 : psi) + (zero ? shard : 0))) << zero;
     EXPECT_EQ(p.memory_per_rank().size(), 8u);
     // bf16: the 16-bit working copies beside the masters, of what is kept whole and of the shard.
-    l.precision = "bf16";
+    l.precision = Precision::bf16;
     const StepPrediction mixed = predict_step(cm, l);
     ASSERT_TRUE(mixed.valid()) << mixed.problem;
     EXPECT_DOUBLE_EQ(mixed.stage_memory[0].params, 6 * ((zero == 3 ? 0 : psi) + (zero ? shard : 0))) << zero;
@@ -572,7 +572,7 @@ TEST(Planner, EnumeratesValidGridsAndRanksFittingLayoutsByThroughput) {
     EXPECT_EQ(check_layout(w, l), "") << l.describe();
     EXPECT_TRUE(l.pp > 1 || l.schedule == "1f1b");  // one stage: the schedules are all alike
     EXPECT_TRUE(l.dp > 1 || l.zero == 0);
-    saw_tp |= l.tp > 1, saw_pp |= l.pp > 1, saw_bf16 |= l.precision == "bf16";
+    saw_tp |= l.tp > 1, saw_pp |= l.pp > 1, saw_bf16 |= l.precision == Precision::bf16;
   }
   EXPECT_TRUE(saw_tp && saw_pp && saw_bf16);
   const Plan plan = plan_layouts(CostModel(w, h), o);
@@ -580,7 +580,7 @@ TEST(Planner, EnumeratesValidGridsAndRanksFittingLayoutsByThroughput) {
   ASSERT_FALSE(plan.ranked.empty());
   for (size_t i = 1; i < plan.ranked.size(); ++i) EXPECT_GE(plan.ranked[i - 1].tokens_per_s, plan.ranked[i].tokens_per_s);
   for (const StepPrediction& p : plan.ranked) EXPECT_LE(p.peak_memory(), 0.9 * h.memory_bytes);
-  EXPECT_EQ(plan.ranked.front().layout.precision, "bf16");  // twice the peak here
+  EXPECT_EQ(plan.ranked.front().layout.precision, Precision::bf16);  // twice the peak here
 
   // A device too small for anything: every layout dropped, the least demanding remembered.
   Hardware tiny = h;
@@ -612,7 +612,7 @@ TEST(CostModel, MuonAddsTheNewtonSchulzProductsOfEachOwnersMatricesAndTheirExcha
   const Workload w = small_model();
   const CostModel cm(w, test_hardware());
   Layout adamw, muon;
-  muon.optimizer = "muon";
+  muon.whole_matrices = true;
   const double C = 256, per_block = 14 * C * C * C + 6 * C * C * C + 18 * C * C * C + 18 * C * C * C;  // qkv, proj, fc, fcproj
   const double want = 5 * 8 * per_block / (100e12 * 0.5);  // 5 steps, 8 blocks, fp32 at gemm_efficiency
   EXPECT_NEAR(predict_step(cm, muon).step_s - predict_step(cm, adamw).step_s, want, 1e-3 * want);
