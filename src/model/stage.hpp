@@ -35,8 +35,17 @@
 
 namespace gpt2 {
 
+// Document masks (StageOptions.document_masks): each row's document start, a position in its
+// sequence (every stage: attention keeps to it); first stage: each row's position in its document
+// (the position embedding's index) and the rows grouped by it (the wpe gradient's order).
+struct DocumentRows {
+  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> doc_starts, doc_positions;
+  TokenGroups position_groups;
+  DocStarts docs() const { return doc_starts; }  // empty without document masks
+};
+
 template <class T>
-struct Activations {
+struct Activations : DocumentRows {
   struct Block {
     // The GEMMs' saved inputs (16-bit under mixed precision) and the rest (always T).
     GemmInput<T> ln1, atty, ln2, fch_gelu;
@@ -57,12 +66,6 @@ struct Activations {
   Vec<T> lnf_mean, lnf_rstd;  // head stage
   Mat<T> dlnf;                // head stage: gradient at the final LayerNorm's output
   Mat<T> dembed;              // split backward, first stage: gradient at the embedding's output
-  // Document masks (StageOptions.document_masks): each row's document start, a position in its
-  // sequence (every stage: attention keeps to it); first stage: each row's position in its document
-  // (the position embedding's index) and the rows grouped by it (the wpe gradient's order).
-  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> doc_starts, doc_positions;
-  TokenGroups position_groups;
-  DocStarts docs() const { return doc_starts; }  // empty without document masks
   int rows() const { return B * seq_len; }              // tokens of the microbatch, N
   using PinnedInts = Kokkos::View<const int*, Kokkos::LayoutRight, PinnedMemory, Kokkos::MemoryUnmanaged>;
   // The microbatch's tokens and targets (N each; either may be null) from page-locked host memory,

@@ -240,7 +240,7 @@ Calibration Calibration::load(const std::string& path) {
   return c;
 }
 
-std::string Calibration::apply_node_size(Hardware& hw) const {
+std::string TracedSetup::apply_node_size(Hardware& hw) const {
   if (ranks_per_node < 1 || ranks_per_node == hw.devices_per_node) return "";
   const int given = hw.devices_per_node;
   hw.devices_per_node = ranks_per_node;
@@ -248,7 +248,7 @@ std::string Calibration::apply_node_size(Hardware& hw) const {
          std::to_string(hosts) + " hosts (" + hw.file + " says " + std::to_string(given) + ")";
 }
 
-void Calibration::require_shape(const ModelConfig& want, int seq_len, const std::string& config_name) const {
+void TracedSetup::require_shape(const ModelConfig& want, int seq_len, const std::string& config_name) const {
   ModelConfig a = model, b = want;
   a.block_size = b.block_size = 0;  // the rows of wpe do not change the work
   std::string why = b.diff(a);

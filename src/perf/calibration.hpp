@@ -20,7 +20,8 @@ struct UnitTimes {
   double embedding = 0, block = 0, head = 0;
 };
 
-struct Calibration {
+// The run a trace holds: its model and batch, its layout, where it ran.
+struct TracedSetup {
   std::string path;
   ModelConfig model;
   int seq_len = 0;
@@ -29,20 +30,9 @@ struct Calibration {
   bool sequence_parallel = false;
   int blas_threads = 0;
   std::string execution_space, device;
-  bool has_units = false;  // unit events (trace.units) or forwards and backwards shared out
-  UnitTimes forward, backward;  // the head's forward includes the loss and the LM head's backward
-  double optimizer_per_param = 0;  // s per parameter of the optimizer's shard
-  double other_per_param = 0;      // s per local parameter: gradient zeroing and norm, outside events
-  double data_per_sequence = 0;    // s to load one sequence of a microbatch
-  double jitter = 0;               // relative standard deviation of a block's times (the machine's noise)
-  int steps_used = 0;
   // Where the traced run ran (/meta host): its hosts, and its ranks per host when there were
   // several (the node size it ran with; 0: one host, or a trace without hosts).
   int hosts = 0, ranks_per_node = 0;
-
-  // Reads `path`; InputError naming it when it is not a readable trace or lacks what calibration
-  // needs (forward and backward events of at least one step after the first).
-  static Calibration load(const std::string& path);
 
   // InputError naming the trace unless it was recorded with `model` at sequence length `seq_len`.
   void require_shape(const ModelConfig& model, int seq_len, const std::string& config_name) const;
@@ -50,6 +40,23 @@ struct Calibration {
   // A trace of a run on several hosts gives the node size: it replaces `hw`'s devices_per_node.
   // Returns a line saying so, or "" when nothing changed.
   std::string apply_node_size(Hardware& hw) const;
+};
+
+// What the run's steps cost, per unit and per value.
+struct MeasuredCosts {
+  bool has_units = false;  // unit events (trace.units) or forwards and backwards shared out
+  UnitTimes forward, backward;  // the head's forward includes the loss and the LM head's backward
+  double optimizer_per_param = 0;  // s per parameter of the optimizer's shard
+  double other_per_param = 0;      // s per local parameter: gradient zeroing and norm, outside events
+  double data_per_sequence = 0;    // s to load one sequence of a microbatch
+  double jitter = 0;               // relative standard deviation of a block's times (the machine's noise)
+  int steps_used = 0;
+};
+
+struct Calibration : TracedSetup, MeasuredCosts {
+  // Reads `path`; InputError naming it when it is not a readable trace or lacks what calibration
+  // needs (forward and backward events of at least one step after the first).
+  static Calibration load(const std::string& path);
 };
 
 }  // namespace gpt2

@@ -8,7 +8,7 @@
 
 namespace gpt2 {
 
-double Hardware::peak(Precision precision) const {
+double DeviceCompute::peak(Precision precision) const {
   switch (precision) {
     case Precision::fp32: return std::max(peak_fp32, peak_tf32);
     case Precision::bf16: return peak_bf16;
@@ -17,12 +17,12 @@ double Hardware::peak(Precision precision) const {
   return 0;
 }
 
-const Link& Hardware::link(int size, int stride) const {
+const Link& Node::link(int size, int stride) const {
   const long long span = (long long)stride * (size - 1) + 1;
   return size <= 1 || span <= devices_per_node ? intra : inter;
 }
 
-const Link& Hardware::p2p_link(int stride) const {
+const Link& Node::p2p_link(int stride) const {
   const Link& collective = link(2, stride);
   const Link& p2p = &collective == &intra ? intra_p2p : inter_p2p;
   return p2p.bandwidth > 0 ? p2p : collective;  // (unset in a Hardware built in code)

@@ -32,32 +32,45 @@ struct Link {
   double latency = 0;    // s per message or ring step
 };
 
-struct Hardware {
-  std::string file, name;
+// The device's arithmetic: its peaks, how much of them GEMMs and fused attention reach, a launch.
+struct DeviceCompute {
   double peak_fp32 = 0, peak_tf32 = 0, peak_bf16 = 0;  // FLOP/s, dense
   double gemm_efficiency = 0;
-  double memory_bytes = 0, memory_bandwidth = 0, memory_efficiency = 0;
-  double kernel_overhead = 0;  // s
-  int devices_per_node = 1;
-  double comm_overlap = 1;
-  double shared_slowdown = 1;
-  Link intra, inter;
-  Link intra_p2p, inter_p2p;  // one point-to-point message (bandwidth 0: as the collectives)
   // GEMM efficiency by shape (0 multiprocessors: gemm_efficiency for every GEMM).
   int multiprocessors = 0;
   int gemm_tile_m = 256, gemm_tile_n = 128;
   double gemm_k_overhead = 0;
   double flash_attention_efficiency = 0;  // 0: not given (fused attention priced as its GEMMs)
-  double collective_latency = 0;          // s per collective
+  double kernel_overhead = 0;             // s
 
   // Peak FLOP/s of the GEMMs at a precision (fp32: TF32 tensor cores where the device has them, as
   // train.tf32 does; bf16); 0 when the device lacks the precision.
   double peak(Precision precision) const;
   bool supports(Precision precision) const { return peak(precision) > 0; }
+};
+
+// The device's memory: its size, bandwidth and the share of it streaming kernels reach.
+struct MemoryFigures {
+  double memory_bytes = 0, memory_bandwidth = 0, memory_efficiency = 0;
+};
+
+// The node and the network: devices a node holds, what sharing it costs, the links between ranks.
+struct Node {
+  int devices_per_node = 1;
+  double comm_overlap = 1;
+  double shared_slowdown = 1;
+  Link intra, inter;
+  Link intra_p2p, inter_p2p;      // one point-to-point message (bandwidth 0: as the collectives)
+  double collective_latency = 0;  // s per collective
+
   // The link a group of `size` ranks whose members are `stride` world ranks apart uses: inside one
   // node when it spans no more than a node (ranks are placed on nodes in order).
   const Link& link(int size, int stride) const;
   const Link& p2p_link(int stride) const;  // a message between ranks `stride` apart
+};
+
+struct Hardware : DeviceCompute, MemoryFigures, Node {
+  std::string file, name;
 
   // InputError naming `path` (and the key) when unreadable, incomplete or out of range.
   static Hardware load(const std::string& path);

@@ -37,20 +37,14 @@ struct FlashPass {
 };
 
 namespace flash {
-// What the kernels read of a problem, resolved once and captured by value: the head's columns
-// padded (hp), the tiles of both spans, the scores' scale.
-template <class T>
-struct Plan {
-  CMat<T> q, kv;
-  DocStarts doc;
+// The tiles of both sides: the spans of query rows (qs) and key rows (ks), bt rows a tile, each
+// span's tiles per part and in all.
+struct TileGrid {
   AttnSpan qs, ks;
-  int hs, hp, nh, bt, kcol, vcol, qper, qtiles, kper, ktiles;
-  T scale;
-  explicit Plan(const FlashProblem<T>& p)
-      : q(p.q), kv(p.kv), doc(p.doc), qs(p.qs), ks(p.ks), hs(p.hs), hp(padded(p.hs)), nh(p.nh), bt(p.tile),
-        kcol(p.kcol), vcol(p.vcol), qper(tiles_per_part(p.qs, p.tile)), qtiles(p.qs.parts * qper),
-        kper(tiles_per_part(p.ks, p.tile)), ktiles(p.ks.parts * kper), scale(T(1) / std::sqrt(T(p.hs))) {}
-  KOKKOS_INLINE_FUNCTION int lo(int64_t row) const { return doc.extent(0) ? doc(row) : 0; }  // its document's start
+  int bt, qper, qtiles, kper, ktiles;
+  TileGrid(const AttnSpan& q, const AttnSpan& k, int tile)
+      : qs(q), ks(k), bt(tile), qper(tiles_per_part(q, tile)), qtiles(q.parts * qper), kper(tiles_per_part(k, tile)),
+        ktiles(k.parts * kper) {}
   // Rows the tiles of one side load from the other over all the tile pairs causality lets meet, in
   // one head of one sequence: key rows (queries' tiles walking keys) or query rows (the key pass).
   // (A document mask skips more pairs; the count is the causal one.)
@@ -63,6 +57,20 @@ struct Plan {
       }
     return rows;
   }
+};
+
+// What the kernels read of a problem, resolved once and captured by value: its tiles, the head's
+// columns padded (hp), the scores' scale.
+template <class T>
+struct Plan : TileGrid {
+  CMat<T> q, kv;
+  DocStarts doc;
+  int hs, hp, nh, kcol, vcol;
+  T scale;
+  explicit Plan(const FlashProblem<T>& p)
+      : TileGrid(p.qs, p.ks, p.tile), q(p.q), kv(p.kv), doc(p.doc), hs(p.hs), hp(padded(p.hs)), nh(p.nh),
+        kcol(p.kcol), vcol(p.vcol), scale(T(1) / std::sqrt(T(p.hs))) {}
+  KOKKOS_INLINE_FUNCTION int lo(int64_t row) const { return doc.extent(0) ? doc(row) : 0; }  // its document's start
   // Bytes of n rows of one head's columns, in every head and sequence.
   uint64_t head_rows(int64_t n) const { return uint64_t(n) * uint64_t(hs) * sizeof(T) * uint64_t(nh); }
 };

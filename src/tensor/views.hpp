@@ -2,6 +2,8 @@
 // View aliases for the tensor layer. Everything is row-major (LayoutRight, stated explicitly because
 // CUDA's default is LayoutLeft) and lives in device memory (tensor/device_memory.hpp).
 // Kernels take unmanaged views (slices of the flat parameter / activation buffers); Buffer owns memory.
+#include <string>
+
 #include <Kokkos_Core.hpp>
 
 #include "tensor/device_memory.hpp"
@@ -46,6 +48,11 @@ Vec<T> vec(T* p, size_t n) {
 template <class T>
 Mat<T> mat(T* p, size_t rows, size_t cols) {
   return Mat<T>(p, rows, cols);
+}
+// A buffer whose values the first kernel to use it writes: no pass setting it to zero.
+template <class T>
+Buffer<T> uninitialized(const char* label, size_t n) {
+  return Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n);
 }
 // A matrix's elements as one vector (row-major: contiguous), for element-wise kernels.
 template <class T>
