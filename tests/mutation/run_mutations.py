@@ -221,6 +221,13 @@ MUTATIONS = [
              "src/pipeline/pass_lists.cpp",
              '  if (!ScheduleRegistry::get(shape.schedule, "parallel.schedule").file.empty()) return build_and_prove(shape);',
              "  if (false) return build_and_prove(shape);", "^ScheduleFile.PassListsKeptForBuiltInsNeverForAFileRegisteredAgain$"),
+    Mutation("option-string-compare", "a deck value compared with a string after the deck is read",
+             "src/train/evaluator.cpp", "tok_ = make_sample_tokenizer(cfg.data.tokenizer, ",
+             'tok_ = make_sample_tokenizer(cfg.data.tokenizer == "auto" ? std::string("auto") : cfg.data.tokenizer, ',
+             "^options_parsed_once$"),
+    Mutation("choice-unknown-word", "a deck key of a few words takes a word that is not one of them",
+             "src/core/input_deck.cpp", "  if (!dst.assign(text)) fail_input(", "  if (!dst.assign(text) && false) fail_input(",
+             "^InputDeck\\.ChoicesAreReadIntoTheirEnumsOnce$|^bad_input$"),
     Mutation("executor-buffer-in-group", "the run's buffers taken inside its open group (reclaiming one waits on a send)",
              "src/pipeline/executor.cpp",
              "  for (int k = 0; k < need; ++k) ready_.push_back(buffer(elems));\n"
