@@ -19,21 +19,28 @@ bool KvDecoder<T>::supports(const Stage<T>& stage) {
 }
 
 template <class T>
+DecoderScratch<T>::DecoderScratch(size_t R, const ModelConfig& c, size_t local_vocab)
+    : x("kv_x", R * size_t(c.n_embd)), res2("kv_res2", R * size_t(c.n_embd)), ln("kv_ln", R * size_t(c.n_embd)),
+      qkv("kv_qkv", R * 3 * size_t(c.n_embd)), atty("kv_atty", R * size_t(c.n_embd)),
+      fch("kv_fch", R * 4 * size_t(c.n_embd)), gelu("kv_gelu", R * 4 * size_t(c.n_embd)),
+      att("kv_att", size_t(c.n_head) * R * R), mean("kv_mean", R), rstd("kv_rstd", R), lnf("kv_lnf", size_t(c.n_embd)),
+      logits("kv_logits", local_vocab) {}
+
+// (A stage it cannot read fails before anything is allocated for it: the checks run in max_len's.)
+template <class T>
 KvDecoder<T>::KvDecoder(const Stage<T>& stage, int max_len)
-    : stage_(stage), max_len_(max_len > 0 ? max_len : stage.seq_len()) {
-  const StageLayout& L = stage.layout();
-  const ModelConfig& c = stage.config();
+    : stage_(stage),
+      max_len_(checked_length(stage, max_len)),
+      kv_("kv_cache", size_t(stage.config().n_layer) * size_t(max_len_) * 2 * size_t(stage.config().n_embd)),
+      s_(size_t(max_len_), stage.config(), size_t(stage.layout().local_vocab())),
+      tokens_("kv_tokens", size_t(max_len_)) {}
+
+template <class T>
+int KvDecoder<T>::checked_length(const Stage<T>& stage, int max_len) {
   if (!supports(stage)) fail("KvDecoder: the stage must hold the whole model on one rank, in its own buffers");
-  if (max_len_ > c.block_size) fail("KvDecoder: ", max_len_, " positions, more than block_size ", c.block_size);
-  const size_t R = size_t(max_len_), C = size_t(c.n_embd);
-  kv_ = Buffer<T>("kv_cache", size_t(c.n_layer) * R * 2 * C);
-  x_ = Buffer<T>("kv_x", R * C), res2_ = Buffer<T>("kv_res2", R * C), ln_ = Buffer<T>("kv_ln", R * C);
-  qkv_ = Buffer<T>("kv_qkv", R * 3 * C), atty_ = Buffer<T>("kv_atty", R * C);
-  fch_ = Buffer<T>("kv_fch", R * 4 * C), gelu_ = Buffer<T>("kv_gelu", R * 4 * C);
-  att_ = Buffer<T>("kv_att", size_t(c.n_head) * R * R);
-  mean_ = Buffer<T>("kv_mean", R), rstd_ = Buffer<T>("kv_rstd", R);
-  lnf_ = Buffer<T>("kv_lnf", C), logits_ = Buffer<T>("kv_logits", size_t(L.local_vocab()));
-  tokens_ = decltype(tokens_)("kv_tokens", R);
+  const int n = max_len > 0 ? max_len : stage.seq_len();
+  if (n > stage.config().block_size) fail("KvDecoder: ", n, " positions, more than block_size ", stage.config().block_size);
+  return n;
 }
 
 template <class T>
@@ -54,9 +61,9 @@ Vec<T> KvDecoder<T>::append(const int* host_tokens, int n) {
   using HostInts = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(tokens_, Kokkos::make_pair(size_t(0), N)), HostInts(host_tokens, N));
   // Rows i at positions len_ + i: wpe from row len_ on (seq_len n: row i's position is i there).
-  Mat<T> x(x_.data(), N, C), res2(res2_.data(), N, C), ln(ln_.data(), N, C);
-  Mat<T> qkv(qkv_.data(), N, 3 * C), atty(atty_.data(), N, C), fch(fch_.data(), N, 4 * C), gelu(gelu_.data(), N, 4 * C);
-  Vec<T> mean(mean_.data(), N), rstd(rstd_.data(), N);
+  Mat<T> x(s_.x.data(), N, C), res2(s_.res2.data(), N, C), ln(s_.ln.data(), N, C);
+  Mat<T> qkv(s_.qkv.data(), N, 3 * C), atty(s_.atty.data(), N, C), fch(s_.fch.data(), N, 4 * C), gelu(s_.gelu.data(), N, 4 * C);
+  Vec<T> mean(s_.mean.data(), N), rstd(s_.rstd.data(), N);
   const CMat<T> wte = mat_of(Param::wte, -1), wpe = mat_of(Param::wpe, -1);
   embedding_forward<T>(x, Tokens(tokens_.data(), N), wte, CMat<T>(wpe.data() + size_t(len_) * C, c.block_size - len_, C),
                        n);
@@ -65,7 +72,7 @@ Vec<T> KvDecoder<T>::append(const int* host_tokens, int n) {
     layernorm_forward<T>(ln, mean, rstd, x, vec_of(Param::ln1w, l), vec_of(Param::ln1b, l));
     matmul_forward<T>(qkv, ln, mat_of(Param::qkvw, l), vec_of(Param::qkvb, l));
     kv_cache_store<T>(kv, qkv, len_);
-    attention_forward_cached<T>(atty, Vec<T>(att_.data(), att_.extent(0)), qkv, kv, len_, c.n_head);
+    attention_forward_cached<T>(atty, Vec<T>(s_.att.data(), s_.att.extent(0)), qkv, kv, len_, c.n_head);
     // res2 = x + attproj, and ln2 of it (stage_block.cpp's fused pass); then the MLP into x.
     matmul_forward<T>(res2, atty, mat_of(Param::attprojw, l), CVec<T>());
     residual_layernorm_forward<T>(res2, vec_of(Param::attprojb, l), x, ln, mean, rstd, vec_of(Param::ln2w, l),
@@ -75,16 +82,18 @@ Vec<T> KvDecoder<T>::append(const int* host_tokens, int n) {
     matmul_forward<T>(x, gelu, mat_of(Param::fcprojw, l), vec_of(Param::fcprojb, l), res2);
   }
   // The head on the last row only: its logits are all that decoding reads.
-  Mat<T> lnf(lnf_.data(), 1, C), logits(logits_.data(), 1, Vp);
-  layernorm_forward<T>(lnf, Vec<T>(mean_.data(), 1), Vec<T>(rstd_.data(), 1), CMat<T>(x.data() + (N - 1) * C, 1, C),
+  Mat<T> lnf(s_.lnf.data(), 1, C), logits(s_.logits.data(), 1, Vp);
+  layernorm_forward<T>(lnf, Vec<T>(s_.mean.data(), 1), Vec<T>(s_.rstd.data(), 1), CMat<T>(x.data() + (N - 1) * C, 1, C),
                        vec_of(Param::lnfw, -1), vec_of(Param::lnfb, -1));
   const TensorInfo& head = lay.tensor(Param::wte, -1);  // the tied wte (one rank: the embedding's)
   matmul_forward<T>(logits, lnf, CMat<T>(p + head.range.begin, Vp, C), CVec<T>());
   len_ += n;
   rows_ += n;
-  return Vec<T>(logits_.data(), Vp);
+  return Vec<T>(s_.logits.data(), Vp);
 }
 
+template struct DecoderScratch<float>;
+template struct DecoderScratch<double>;
 template class KvDecoder<float>;
 template class KvDecoder<double>;
 

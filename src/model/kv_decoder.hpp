@@ -13,6 +13,14 @@
 
 namespace gpt2 {
 
+// The rows one append runs, each block's intermediate values in turn (max_len rows at most), and
+// the head's one row.
+template <class T>
+struct DecoderScratch {
+  Buffer<T> x, res2, ln, qkv, atty, fch, gelu, att, mean, rstd, lnf, logits;
+  DecoderScratch(size_t rows, const ModelConfig& c, size_t local_vocab);
+};
+
 template <class T>
 class KvDecoder {
  public:
@@ -31,11 +39,12 @@ class KvDecoder {
   Vec<T> append(const int* host_tokens, int n);
 
  private:
+  static int checked_length(const Stage<T>& stage, int max_len);  // max_len's positions, or fail
   const Stage<T>& stage_;
   int max_len_, len_ = 0;
   int64_t rows_ = 0;
   Buffer<T> kv_;  // (n_layer, max_len, 2C)
-  Buffer<T> x_, res2_, ln_, qkv_, atty_, fch_, gelu_, att_, mean_, rstd_, lnf_, logits_;
+  DecoderScratch<T> s_;
   Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> tokens_;
 };
 
