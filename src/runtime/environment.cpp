@@ -142,7 +142,8 @@ int Environment::set_blas_threads(int requested) {
     n = env && std::atoi(env) > 0 ? std::atoi(env) : threaded ? host_threads_ : cores_per_rank();
   }
   gemm_set_host_threads(n);
-  return gemm_host_threads() > 0 ? gemm_host_threads() : n;
+  blas_threads_ = gemm_host_threads() > 0 ? gemm_host_threads() : n;
+  return blas_threads_;
 }
 
 std::string Environment::thread_fit(int blas_threads) const {

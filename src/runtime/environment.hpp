@@ -44,6 +44,7 @@ class Environment {
   // threads where they are several, else cores_per_rank(). Returns the count in use. No effect on
   // CUDA builds.
   int set_blas_threads(int requested);
+  int blas_threads() const { return blas_threads_; }  // the count set_blas_threads put in use (0: not yet)
   // Whether this rank's threads fit its cores: "" when Kokkos and the BLAS each run one thread a
   // core of cores_per_rank() and the node's ranks do not share cores, else one line saying which
   // cores are idle or shared (Kokkos and the BLAS take turns: the busy threads are the larger
@@ -63,7 +64,7 @@ class Environment {
   int exit_status(int status) { return exit_status_ = status; }
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1, host_threads_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, device_id_ = -1, host_threads_ = 1, blas_threads_ = 0;
   int exit_status_ = 0;
   MPI_Comm node_ = MPI_COMM_NULL;
   bool mpi_owned_ = false;

@@ -10,9 +10,9 @@
 
 namespace gpt2 {
 
-Checkpointer::Checkpointer(const RunConfig& cfg, RankEngine& engine, Tracer& tracer, TrainState& state,
+Checkpointer::Checkpointer(const RunConfig& cfg, const RankValues& rank, Tracer& tracer, TrainState& state,
                            ModelGather& gather, std::unique_ptr<CheckpointDirLock> dir_lock)
-    : cfg_(cfg), engine_(engine), tracer_(tracer), state_(state), gather_(gather), dir_lock_(std::move(dir_lock)) {}
+    : cfg_(cfg), rank_(rank), tracer_(tracer), state_(state), gather_(gather), dir_lock_(std::move(dir_lock)) {}
 
 Checkpointer::~Checkpointer() = default;
 
@@ -56,14 +56,14 @@ std::string Checkpointer::pick_resume() {
 
 void Checkpointer::load_initial_state() {
   const auto& ck = cfg_.checkpoint;
-  const MPI_Comm comm = engine_.topo->world_comm();
+  const MPI_Comm comm = rank_.topo.world_comm();
   std::string resume_from;
   collective_phase(comm, [&] {
     if (!root() || ck.dir.empty()) return;
     remove_dead_temporaries(ck.dir);
     resume_from = pick_resume();
   });
-  resume_from = broadcast_text(*engine_.groups->world, resume_from);
+  resume_from = broadcast_text(*rank_.groups.world, resume_from);
   collective_phase(comm, [&] {
     if (!resume_from.empty()) {
       read(resume_from, "checkpoint.resume", true);
@@ -73,16 +73,16 @@ void Checkpointer::load_initial_state() {
       read(ck.init_from, "checkpoint.init_from", false);
       if (root()) std::printf("initialised from %s\n", ck.init_from.c_str());
     } else {
-      engine_.store->init(uint64_t(cfg_.train.seed));
+      rank_.store.init(uint64_t(cfg_.train.seed));
     }
   });
   // checkpoint.async: the staging copy's memory is made (and its pages touched) now, so that the
   // first checkpoint's copy runs at memory speed as the later ones do (a fresh 1.5 GB took 6.7 s of
   // page faults on the first checkpoint of a VM; the reused buffers 0.16 s).
   if (!ck.dir.empty() && ck.async && ck.format != CheckpointFormat::bin) {
-    const std::vector<std::string> sections = engine_.store->sections();
+    const std::vector<std::string> sections = rank_.store.sections();
     staging_.resize(sections.size());
-    for (size_t i = 0; i < sections.size(); ++i) engine_.store->owned_values(sections[i], staging_[i]);
+    for (size_t i = 0; i < sections.size(); ++i) rank_.store.owned_values(sections[i], staging_[i]);
   }
 }
 
@@ -97,11 +97,11 @@ void Checkpointer::read(const std::string& path, const std::string& key, bool wi
     fail_input(file.path(), "model differs from the configuration (", file.native() ? "checkpoint" : "file",
                " vs config): ", file.config().diff(cfg_.model));
   if (root() && !with_optimizer) file.verify();
-  ParamStore& store = *engine_.store;
+  ParamStore& store = rank_.store;
   Optimizer& opt = store.optimizer();
   if (with_optimizer && file.meta().optimizer != opt.name())
     fail_input(file.path(), "holds no ", opt.name(), " state (optimizer \"", file.meta().optimizer, "\")");
-  const StageLayout& L = engine_.stage_layout();
+  const StageLayout& L = rank_.local();
   for (const std::string& section : store.sections()) {
     if (section != "params" && !with_optimizer) continue;
     std::vector<float> local(L.local_size());
@@ -121,8 +121,8 @@ CheckpointMeta Checkpointer::meta() const {
   meta.step = state_.step;
   meta.rng = state_.sample_rng.state();
   meta.config_toml = cfg_.toml();
-  meta.optimizer = engine_.store->optimizer().name();
-  meta.updates = engine_.store->optimizer().steps_taken();
+  meta.optimizer = rank_.store.optimizer().name();
+  meta.updates = rank_.store.optimizer().steps_taken();
   if (state_.loss_scale.dynamic())
     meta.loss_scale = state_.loss_scale.scale(), meta.loss_scale_clean = state_.loss_scale.clean_steps();
   return meta;
@@ -142,7 +142,7 @@ void Checkpointer::save() {
   Tracer::Scope t(tracer_, cfg_.checkpoint.async ? EventKind::checkpoint_stage : EventKind::checkpoint, int(step));
   const WaitContext context([step] { return "writing the checkpoint of step " + std::to_string(step); });
   const std::string path = cfg_.checkpoint.dir + "/" + checkpoint_name(step, cfg_.checkpoint.format);
-  const std::vector<std::string> sections = engine_.store->sections();
+  const std::vector<std::string> sections = rank_.store.sections();
   saved_step_ = step;
   if (cfg_.checkpoint.format == CheckpointFormat::bin) {
     save_bin(path, meta(), sections);
@@ -155,7 +155,7 @@ void Checkpointer::save() {
 // One binary file, assembled on world rank 0 from dp replica 0's ranks.
 void Checkpointer::save_bin(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections) {
   std::unique_ptr<CheckpointWriter> w;
-  if (root()) w = std::make_unique<CheckpointWriter>(path, meta, engine_.layout->total(), sections);
+  if (root()) w = std::make_unique<CheckpointWriter>(path, meta, rank_.plan.model->total(), sections);
   for (const std::string& s : sections) {
     std::vector<float> all = gather_.section(s);
     if (w) w->append(all.data(), all.size());
@@ -165,15 +165,15 @@ void Checkpointer::save_bin(const std::string& path, const CheckpointMeta& meta,
 
 // HDF5: created under a temporary name that rank 0 renames once the data and checksums are in.
 void Checkpointer::save_h5(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections) {
-  ParamStore& store = *engine_.store;
+  ParamStore& store = rank_.store;
   int64_t pid = int64_t(::getpid());
-  engine_.groups->world->host_broadcast(&pid, sizeof(pid), 0);
+  rank_.groups.world->host_broadcast(&pid, sizeof(pid), 0);
   const std::string tmp = path + ".tmp." + std::to_string(pid);  // (remove_dead_temporaries knows it)
-  auto writer = std::make_unique<H5CheckpointWriter>(path, tmp, engine_.groups->world->mpi_comm(), meta,
-                                                     engine_.stage_layout(), engine_.groups->replicas().rank() == 0,
+  auto writer = std::make_unique<H5CheckpointWriter>(path, tmp, rank_.groups.world->mpi_comm(), meta,
+                                                     rank_.local(), rank_.groups.replicas().rank() == 0,
                                                      sections,
                                                      // async: the staging stays a copy; slices written as they lie
-                                                     cfg_.checkpoint.async ? MPI_COMM_SELF : engine_.groups->tp->mpi_comm());
+                                                     cfg_.checkpoint.async ? MPI_COMM_SELF : rank_.groups.tp->mpi_comm());
   if (cfg_.checkpoint.async) {
     // The staging: one copy of this rank's state (into the last checkpoint's buffers); the optimizer
     // may change the original from now on.
@@ -212,7 +212,7 @@ void Checkpointer::poll() {
   if (!in_flight_) return;
   const int64_t step = state_.step;
   const WaitContext context([step] { return "agreeing on the background checkpoint write after step " + std::to_string(step); });
-  if (engine_.groups->world->host_max(int32_t(!in_flight_->done())) == 0) complete();
+  if (rank_.groups.world->host_max(int32_t(!in_flight_->done())) == 0) complete();
 }
 
 void Checkpointer::complete() {

@@ -20,7 +20,7 @@ namespace gpt2 {
 class Checkpointer {
  public:
   // dir_lock: rank 0's hold on checkpoint.dir (null elsewhere, and without one).
-  Checkpointer(const RunConfig& cfg, RankEngine& engine, Tracer& tracer, TrainState& state, ModelGather& gather,
+  Checkpointer(const RunConfig& cfg, const RankValues& rank, Tracer& tracer, TrainState& state, ModelGather& gather,
                std::unique_ptr<CheckpointDirLock> dir_lock);
   ~Checkpointer();
   void load_initial_state();  // collective: the parameters, and with a resume the optimizer and state
@@ -36,10 +36,10 @@ class Checkpointer {
   void save_bin(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
   void save_h5(const std::string& path, const CheckpointMeta& meta, const std::vector<std::string>& sections);
   void publish(const std::string& path, int64_t step, const H5CheckpointWriter* h5 = nullptr);  // rank 0
-  bool root() const { return engine_.groups->world->rank() == 0; }
+  bool root() const { return rank_.root(); }
 
   const RunConfig& cfg_;
-  RankEngine& engine_;
+  RankValues rank_;
   Tracer& tracer_;
   TrainState& state_;
   ModelGather& gather_;

@@ -13,9 +13,9 @@ namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
-Evaluator::Evaluator(const RunConfig& cfg, RankEngine& engine, TrainData& data, LossSums& sums, Tracer& tracer,
-                     const TrainState& state, ModelGather& gather)
-    : cfg_(cfg), engine_(engine), data_(data), sums_(sums), tracer_(tracer), state_(state), gather_(gather),
+Evaluator::Evaluator(const RunConfig& cfg, const RankPasses& passes, const Topology& topo, TrainData& data,
+                     LossSums& sums, Tracer& tracer, const TrainState& state, ModelGather& gather)
+    : cfg_(cfg), passes_(passes), topo_(topo), data_(data), sums_(sums), tracer_(tracer), state_(state), gather_(gather),
       created_(now_s()) {
   const auto& t = cfg.train;
   if (t.bleu_pairs.empty()) return;
@@ -44,11 +44,11 @@ double Evaluator::validation_loss() {
     });
     PipelineExecutor::StepIO io;
     io.step = step;
-    io.microbatch_size = engine_.mb_size;
-    io.load = [&](int mb, Activations<float>& a) { data_.load_microbatch(*val, k, mb, *engine_.topo, a); };
+    io.microbatch_size = passes_.microbatch_size;
+    io.load = [&](int mb, Activations<float>& a) { data_.load_microbatch(*val, k, mb, topo_, a); };
     io.losses = sums_.token_losses();
     io.need_grad = false;
-    engine_.exec->run(engine_.eval_actions, io);
+    passes_.exec.run(passes_.eval, io);
     sums_.reduce(m, false, step);
     total += sums_.read(val->counted_tokens(k), step).loss;
   }

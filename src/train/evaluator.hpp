@@ -25,8 +25,8 @@ struct BleuReport {
 class Evaluator {
  public:
   // Reads train.bleu_pairs (every rank, so that errors agree).
-  Evaluator(const RunConfig& cfg, RankEngine& engine, TrainData& data, LossSums& sums, Tracer& tracer,
-            const TrainState& state, ModelGather& gather);
+  Evaluator(const RunConfig& cfg, const RankPasses& passes, const Topology& topo, TrainData& data, LossSums& sums,
+            Tracer& tracer, const TrainState& state, ModelGather& gather);
   double validation_loss();  // collective; -1 without data.val
   double bleu();             // collective; on rank 0 (-1 on the others, and without pairs)
   // Collective, after each step: the BLEU evaluation due now, if any.
@@ -34,7 +34,8 @@ class Evaluator {
 
  private:
   const RunConfig& cfg_;
-  RankEngine& engine_;
+  RankPasses passes_;    // the evaluation lists
+  const Topology& topo_;  // which part of each batch the rank loads
   TrainData& data_;
   LossSums& sums_;
   Tracer& tracer_;

@@ -7,22 +7,21 @@
 
 namespace gpt2 {
 
-LossSums::LossSums(RankEngine& engine, const RunConfig& cfg, Tracer& tracer)
-    : engine_(engine), tracer_(tracer),
-      microbatch_tokens_(size_t(engine.mb_size) * (cfg.data.seq_len / engine.topo->cp())),
-      sums_(std::make_unique<StepSums>(*engine.groups)) {
-  if (engine.stage_layout().has_head())
-    losses_ = Buffer<float>("losses", size_t(cfg.parallel.microbatches) * engine.mb_size * cfg.data.seq_len);
+LossSums::LossSums(const RankValues& rank, int microbatch_size, const RunConfig& cfg, Tracer& tracer)
+    : store_(rank.store), head_(rank.local().has_head()), tracer_(tracer),
+      microbatch_tokens_(size_t(microbatch_size) * (cfg.data.seq_len / rank.topo.cp())),
+      sums_(std::make_unique<StepSums>(rank.groups)) {
+  if (head_)
+    losses_ = Buffer<float>("losses", size_t(cfg.parallel.microbatches) * microbatch_size * cfg.data.seq_len);
 }
 
 void LossSums::reduce(int microbatches_run, bool with_grad_norm, int step) {
   const size_t tokens = size_t(microbatches_run) * microbatch_tokens_;  // this rank's
   // Only the head stage has token losses; the others contribute 0 to the sum over stages.
-  const bool head = engine_.stage().layout().has_head();
-  sum_of<float>(Vec<float>(losses_.data(), head ? tokens : 0), DeviceScalar(sums_->loss_sum()));
-  if (with_grad_norm) engine_.store->grad_sum_of_squares(DeviceScalar(sums_->squares()));
+  sum_of<float>(Vec<float>(losses_.data(), head_ ? tokens : 0), DeviceScalar(sums_->loss_sum()));
+  if (with_grad_norm) store_.grad_sum_of_squares(DeviceScalar(sums_->squares()));
   Tracer::Scope t(tracer_, EventKind::scalar_sync, step);
-  sums_->reduce(head, with_grad_norm, engine_.store->grads_sharded());
+  sums_->reduce(head_, with_grad_norm, store_.grads_sharded());
 }
 
 LossSums::Values LossSums::read(int64_t counted_tokens, int step) {

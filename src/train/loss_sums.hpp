@@ -11,7 +11,7 @@ namespace gpt2 {
 
 class LossSums {
  public:
-  LossSums(RankEngine& engine, const RunConfig& cfg, Tracer& tracer);
+  LossSums(const RankValues& rank, int microbatch_size, const RunConfig& cfg, Tracer& tracer);
   Vec<float> token_losses() { return Vec<float>(losses_.data(), losses_.extent(0)); }
   double* squares() { return sums_->squares(); }  // device: the global sum of squared gradients
   void reduce(int microbatches_run, bool with_grad_norm, int step);
@@ -21,7 +21,8 @@ class LossSums {
   Values read(int64_t counted_tokens, int step);  // the loss: the sum over the counted targets
 
  private:
-  RankEngine& engine_;
+  ParamStore& store_;  // the gradients' sum of squares
+  bool head_;          // the rank holds the head: the token losses are its
   Tracer& tracer_;
   size_t microbatch_tokens_;  // this rank's tokens of one microbatch
   Buffer<float> losses_;      // the head stage's: each token's loss, microbatch after microbatch

@@ -12,16 +12,19 @@ namespace gpt2 {
 
 class ModelGather {
  public:
-  ModelGather(RankEngine& engine, const RunConfig& cfg) : engine_(engine), cfg_(cfg) {}
+  ModelGather(const RankValues& rank, const RunConfig& cfg) : rank_(rank), cfg_(cfg) {}
   // The section in the global layout on world rank 0 (others: empty).
   std::vector<float> section(const std::string& name);
   std::vector<float> params() { return section("params"); }
   // Rank 0: a one-stage copy of the whole model with its own buffers (what the KV cache reads),
   // refreshed now; other ranks: null.
   Stage<float>* whole_model_on_root();
+  // Collective, with one pipeline stage: the model to sample with on rank 0 (null on the others):
+  // the rank's own chunk where it holds the whole model in its own buffers, else the whole model.
+  Stage<float>* sampling_model();
 
  private:
-  RankEngine& engine_;
+  RankValues rank_;
   const RunConfig& cfg_;
   std::unique_ptr<Stage<float>> whole_;
 };

@@ -12,10 +12,10 @@
 
 namespace gpt2 {
 
-Reporter::Reporter(const RunConfig& cfg, const TrainOptions& opts, Environment& env, RankEngine& engine,
-                   TrainData& data, TrainState& state, ModelGather& gather, Tracer& tracer)
-    : cfg_(cfg), opts_(opts), env_(env), engine_(engine), data_(data), state_(state), gather_(gather), tracer_(tracer),
-      monitor_(std::make_unique<StragglerMonitor>(cfg, env, *engine.topo, *engine.groups->world, tracer)) {}
+Reporter::Reporter(const RunConfig& cfg, const TrainOptions& opts, Environment& env, const RankValues& rank,
+                   const RankPasses& passes, TrainData& data, TrainState& state, ModelGather& gather, Tracer& tracer)
+    : cfg_(cfg), opts_(opts), env_(env), rank_(rank), passes_(passes), data_(data), state_(state), gather_(gather),
+      tracer_(tracer), monitor_(std::make_unique<StragglerMonitor>(cfg, env, rank.topo, *rank.groups.world, tracer)) {}
 
 Reporter::~Reporter() = default;
 
@@ -24,7 +24,7 @@ void Reporter::open_log() {
 }
 
 void Reporter::begin_run() {
-  first_ = state_.step;
+  run_.first = state_.step;
   timed_ = Sums();
   prediction_ = predict_run(cfg_, env_.device());  // (every rank: its memory goes in its trace)
   if (!root()) return;
@@ -37,16 +37,16 @@ void Reporter::begin_run() {
     log_->line(j.str());
   }
   if (opts_.quiet) return;
-  const Topology& topo = *engine_.topo;
+  const Topology& topo = rank_.topo;
   std::printf("gpt2 train: %s | %d ranks (%s, %s, %s) | %s with %d threads, %d BLAS threads/rank\n",
               cfg_.model.describe().c_str(), topo.world_size(), topo.shape().describe().c_str(),
-              cfg_.parallel.schedule.c_str(), engine_.groups->backend.c_str(), env_.execution_space().c_str(),
-              env_.host_threads(), engine_.blas_threads);
-  const std::string fit = env_.thread_fit(engine_.blas_threads);
+              cfg_.parallel.schedule.c_str(), rank_.groups.backend.c_str(), env_.execution_space().c_str(),
+              env_.host_threads(), env_.blas_threads());
+  const std::string fit = env_.thread_fit(env_.blas_threads());
   if (!fit.empty()) std::printf("gpt2 train: %s\n", fit.c_str());
   std::printf("params %.2fM | batch %lld x %d tokens | %d microbatch(es) of %d per rank | %lld batches/epoch\n",
-              engine_.layout->total() / 1e6, (long long)cfg_.train.batch_size, cfg_.data.seq_len,
-              cfg_.parallel.microbatches, engine_.mb_size, (long long)data_.train().batches_per_epoch());
+              rank_.plan.model->total() / 1e6, (long long)cfg_.train.batch_size, cfg_.data.seq_len,
+              cfg_.parallel.microbatches, passes_.microbatch_size, (long long)data_.train().batches_per_epoch());
   if (cfg_.train.precision != Precision::fp32)
     std::printf("precision %s: 16-bit GEMMs on %s, fp32 master weights%s\n", word(cfg_.train.precision),
                 gemm_lowp_backend(cfg_.train.precision == Precision::bf16).c_str(),
@@ -60,10 +60,10 @@ RunMeasurement Reporter::measurement() const {
   m.step_s = timed_.mean(&Sums::step_s), m.tokens_per_s = timed_.mean(&Sums::tok_s);
   m.memory_bytes = double(peak_kokkos_bytes()), m.rss_bytes = double(peak_rss_bytes());
   if (!tracer_.enabled() || timed_.steps == 0) return m;
-  const bool all = cfg_.train.steps - first_ == 1;  // (as step(): a one-step run times its only step)
+  const bool all = cfg_.train.steps - run_.first == 1;  // (as step(): a one-step run times its only step)
   double compute = 0, comm = 0;
   for (const Event& e : tracer_.events()) {
-    if (!all && e.step <= first_ + 1) continue;
+    if (!all && e.step <= run_.first + 1) continue;
     const auto k = EventKind(e.kind);
     if (k == EventKind::forward || k == EventKind::backward || k == EventKind::backward_weight)
       compute += e.end - e.start;
@@ -91,12 +91,12 @@ void Reporter::compare_with_prediction(const std::vector<RunMeasurement>& ranks)
 }
 
 void Reporter::step(const StepMetrics& m, const std::string& bad, bool last) {
-  const bool timed = state_.step > first_ + 1 || cfg_.train.steps - first_ == 1;  // the first step includes warm-up costs
+  const bool timed = state_.step > run_.first + 1 || cfg_.train.steps - run_.first == 1;  // the first step includes warm-up costs
   if (timed) {
     timed_.step_s += m.step_ms / 1e3, timed_.tok_s += m.tokens_per_s, timed_.rank_tok_s += m.rank_tokens_per_s;
     ++timed_.steps;
   }
-  skipped_ += m.skipped;
+  run_.skipped += m.skipped;
   // The trace's /metrics needs every step; without a trace only the last one is used (the final
   // loss), and keeping them all grew every rank's memory by 64 bytes a step without end.
   if (cfg_.trace.file.empty() && !history_.empty())
@@ -112,7 +112,7 @@ void Reporter::print_step(const StepMetrics& m, const std::string& bad, bool las
   const int64_t step = state_.step;
   log_->step(m);
   if (m.val_loss >= 0) log_->eval(m.step, m.val_loss);
-  if (!opts_.quiet && (step % t.log_every == 0 || last || step == first_ + 1 || !bad.empty())) {
+  if (!opts_.quiet && (step % t.log_every == 0 || last || step == run_.first + 1 || !bad.empty())) {
     const double mean = timed_.steps ? timed_.mean(&Sums::step_s) : m.step_ms / 1e3;
     std::printf("%s\n", progress_line(m, t.steps, mean * double(t.steps - step)).c_str());
     if (m.val_loss >= 0) std::printf("step %d | val loss %.4f\n", m.step, m.val_loss);
@@ -141,17 +141,13 @@ void Reporter::maybe_sample() {
   const int64_t step = state_.step;
   if (every <= 0 || step % every != 0) return;
   const WaitContext context([step] { return "sampling after step " + std::to_string(step); });
-  if (engine_.topo->pp() > 1) {
+  if (rank_.topo.pp() > 1) {
     static bool told = false;
     if (root() && !told) std::printf("(samples during training need parallel.pp = 1; use gpt2 sample)\n");
     told = true;
     return;
   }
-  Stage<float>* stage = &engine_.stage();
-  // ZeRO-3, tensor or context parallelism or a rank with several chunks: the whole model gathered
-  // (every rank helps) on rank 0.
-  if (engine_.store->policy().params || engine_.topo->tp() > 1 || engine_.topo->cp() > 1 || engine_.stages.size() > 1)
-    stage = gather_.whole_model_on_root();
+  Stage<float>* stage = gather_.sampling_model();
   if (!root()) return;
   std::unique_ptr<Tokenizer> tok = make_sample_tokenizer(cfg_.data.tokenizer, cfg_.model.vocab_size);
   const std::vector<int> prompt = {tok->eot() >= 0 ? tok->eot() : int('\n')};
@@ -167,16 +163,16 @@ void Reporter::summary() {
     double step_s, tok_s, param_mib, grad_mib, opt_mib, act_mib, peak_mb, compute_ms, wait_ms, used_mib;
   };
   const double step_s = timed_.mean(&Sums::step_s), tok_s = timed_.mean(&Sums::tok_s);
-  const MemoryUse mem = engine_.store->memory();
+  const MemoryUse mem = rank_.store.memory();
   const RankStats mine{step_s, timed_.mean(&Sums::rank_tok_s), mem.params / 1048576.0, mem.grads / 1048576.0,
-                       mem.optimizer / 1048576.0, engine_.activation_bytes() / 1048576.0,
-                       double(engine_.exec->peak_slots()), monitor_->compute_s() * 1e3, monitor_->wait_s() * 1e3,
+                       mem.optimizer / 1048576.0, passes_.activation_bytes() / 1048576.0,
+                       double(passes_.exec.peak_slots()), monitor_->compute_s() * 1e3, monitor_->wait_s() * 1e3,
                        StragglerMonitor::used_memory_bytes() / 1048576.0};
-  const std::vector<RankStats> all = engine_.groups->world->host_gather_all(mine);
-  const std::vector<RunMeasurement> measured = engine_.groups->world->host_gather_all(measurement());
+  const std::vector<RankStats> all = rank_.groups.world->host_gather_all(mine);
+  const std::vector<RunMeasurement> measured = rank_.groups.world->host_gather_all(measurement());
   if (!root()) return;
   compare_with_prediction(measured);
-  const Topology& topo = *engine_.topo;
+  const Topology& topo = rank_.topo;
   const int64_t per_epoch = data_.train().batches_per_epoch();
   if (!opts_.quiet && step_s > 0) {
     std::printf("done: %lld steps | mean step %.1f ms | %.0f tok/s in all (sum over dp ranks) | time per epoch %s\n",
@@ -199,8 +195,8 @@ void Reporter::summary() {
     if (size > 16) std::printf("  (%d more ranks)\n", size - 16);
     if (!history_.empty()) std::printf("final loss %.4f\n", history_.back().loss);
   }
-  if (skipped_ > 0)
-    std::printf("%lld update(s) skipped for non-finite values (%s)\n", (long long)skipped_,
+  if (run_.skipped > 0)
+    std::printf("%lld update(s) skipped for non-finite values (%s)\n", (long long)run_.skipped,
                 state_.loss_scale.dynamic() ? "fp16 gradient overflows under loss scaling, or train.nonfinite = \"skip\""
                                             : "train.nonfinite = \"skip\"");
   std::fflush(stdout);
@@ -211,11 +207,11 @@ void Reporter::write_trace(const StepCounts& counts) {
   std::vector<StepRecord> records;
   for (const StepMetrics& m : history_)
     records.push_back({m.step, m.loss, m.lr, m.grad_norm, m.step_ms / 1e3, m.tokens_per_s, m.val_loss, m.skipped});
-  write_hdf5_trace(cfg_.trace.file, *engine_.groups->world, trace_meta(counts), tracer_, records);
+  write_hdf5_trace(cfg_.trace.file, *rank_.groups.world, trace_meta(counts), tracer_, records);
 }
 
 TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
-  const Topology& topo = *engine_.topo;
+  const Topology& topo = rank_.topo;
   TraceMeta meta;
   meta.config_toml = cfg_.toml();
   meta.world_size = topo.world_size();
@@ -226,8 +222,8 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
   meta.schedule = cfg_.parallel.schedule;
   meta.recompute = word(cfg_.train.recompute), meta.recompute_every = cfg_.train.recompute_every;
   meta.attention = cfg_.fused_attention() ? "fused" : "materialized";
-  meta.virtual_stages = engine_.placement.chunks;
-  meta.placement = engine_.placement.kind == Placement::Kind::vee ? "vee" : "loop";
+  meta.virtual_stages = rank_.plan.placement.chunks;
+  meta.placement = rank_.plan.placement.kind == Placement::Kind::vee ? "vee" : "loop";
   // Equal stages, each pass costing what the model's shape says (forward 1, B and W adding up to 2):
   // the schedule's own bubble, as the trainer ordered it.
   const PassCosts pc = cfg_.pass_costs();
@@ -236,29 +232,29 @@ TraceMeta Reporter::trace_meta(const StepCounts& counts) const {
                            .bubble_fraction;
   meta.execution_space = env_.execution_space();
   meta.device = env_.device();
-  meta.comm = engine_.groups->backend;
-  meta.blas_threads = engine_.blas_threads;
+  meta.comm = rank_.groups.backend;
+  meta.blas_threads = env_.blas_threads();
   meta.host_threads = env_.host_threads();
-  meta.stage_layers = engine_.stage_layers;
+  meta.stage_layers = rank_.plan.stage_layers;
   meta.tokens_per_step = cfg_.train.batch_size * cfg_.data.seq_len;
-  meta.num_params = int64_t(engine_.layout->total());
+  meta.num_params = int64_t(rank_.plan.model->total());
   meta.model = cfg_.model;
   meta.seq_len = cfg_.data.seq_len;
   meta.batch_size = cfg_.train.batch_size;
-  const ParamStore& store = *engine_.store;
+  const ParamStore& store = rank_.store;
   const MemoryUse mem = store.memory();
   meta.param_bytes = double(mem.params), meta.grad_bytes = double(mem.grads), meta.optimizer_bytes = double(mem.optimizer);
   meta.workspace_bytes = double(store.peak_workspace_bytes());
   meta.zero = cfg_.parallel.zero;
-  meta.stage_param_bytes = double(engine_.stage_layout().local_size() * sizeof(float));
+  meta.stage_param_bytes = double(rank_.local().local_size() * sizeof(float));
   meta.param_gather_bytes = double(store.gather_bytes());
-  meta.activation_bytes = double(engine_.activation_bytes());
-  meta.peak_microbatches = double(engine_.exec->peak_slots());
+  meta.activation_bytes = double(passes_.activation_bytes());
+  meta.peak_microbatches = double(passes_.exec.peak_slots());
   meta.fences_reported = device_fences_reported() ? 1 : 0;
   const RunPrediction& p = prediction_;
   meta.prediction_source = p.source;
   meta.predicted_step_ms = p.step_s * 1e3, meta.predicted_tokens_per_s = p.tokens_per_s;
-  const size_t me = size_t(engine_.groups->world->rank());
+  const size_t me = size_t(rank_.groups.world->rank());
   meta.predicted_memory_bytes = me < p.memory_bytes.size() ? p.memory_bytes[me] : 0;
   meta.measured_memory_bytes = double(peak_kokkos_bytes()), meta.measured_rss_bytes = double(peak_rss_bytes());
   if (device_counters_installed()) {

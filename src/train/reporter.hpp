@@ -23,8 +23,8 @@ struct TrainOptions {
 
 class Reporter {
  public:
-  Reporter(const RunConfig& cfg, const TrainOptions& opts, Environment& env, RankEngine& engine, TrainData& data,
-           TrainState& state, ModelGather& gather, Tracer& tracer);
+  Reporter(const RunConfig& cfg, const TrainOptions& opts, Environment& env, const RankValues& rank,
+           const RankPasses& passes, TrainData& data, TrainState& state, ModelGather& gather, Tracer& tracer);
   ~Reporter();
   void open_log();        // rank 0: --metrics-jsonl, kept up to the step the run starts from
   void begin_run();       // rank 0 prints what runs; timing starts from the step now
@@ -37,7 +37,7 @@ class Reporter {
   const std::vector<StepMetrics>& history() const { return history_; }
 
  private:
-  bool root() const { return engine_.groups->world->rank() == 0; }
+  bool root() const { return rank_.root(); }
   void print_step(const StepMetrics& m, const std::string& bad, bool last);
   TraceMeta trace_meta(const StepCounts& counts) const;
   RunMeasurement measurement() const;  // this rank's, over the timed steps
@@ -46,7 +46,8 @@ class Reporter {
   const RunConfig& cfg_;
   const TrainOptions& opts_;
   Environment& env_;
-  RankEngine& engine_;
+  RankValues rank_;    // the rank's place, communicators, store and model
+  RankPasses passes_;  // its executor (peak microbatches, activation memory)
   TrainData& data_;
   TrainState& state_;
   ModelGather& gather_;
@@ -55,7 +56,9 @@ class Reporter {
   std::vector<StepMetrics> history_;  // every step's with trace.file (the trace's /metrics), else the last
   RunPrediction prediction_;          // made at the start (begin_run)
   std::unique_ptr<StragglerMonitor> monitor_;
-  int64_t first_ = 0, skipped_ = 0;   // the step the run started from; updates skipped
+  struct Span {                       // the run: the step it started from, the updates it skipped
+    int64_t first = 0, skipped = 0;
+  } run_;
   struct Sums {                       // over the timed steps (not the warm-up)
     double step_s = 0, tok_s = 0, rank_tok_s = 0;
     int steps = 0;

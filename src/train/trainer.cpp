@@ -52,22 +52,24 @@ Trainer::Trainer(RunConfig cfg, Environment& env, TrainOptions opts, MPI_Comm co
   engine_ = std::make_unique<RankEngine>(cfg_, env, comm);
   collective_phase(comm, [&] { data_ = std::make_unique<TrainData>(cfg_); });
   collective_phase(comm, [&] { engine_->build_model(cfg_, env, tracer_, state_.step); });
-  sums_ = std::make_unique<LossSums>(*engine_, cfg_, tracer_);
-  gather_ = std::make_unique<ModelGather>(*engine_, cfg_);
+  sums_ = std::make_unique<LossSums>(engine_->values(), engine_->microbatch_size(), cfg_, tracer_);
+  gather_ = std::make_unique<ModelGather>(engine_->values(), cfg_);
   state_.loss_scale = LossScale(cfg_.train.precision == Precision::fp16, cfg_.train.initial_loss_scale, cfg_.train.loss_scale_window);
   state_.sample_rng = Rng(uint64_t(cfg_.train.seed), 77);
   lr_.kind = cfg_.train.schedule;
   lr_.lr = cfg_.train.lr, lr_.min_lr = cfg_.train.min_lr;
   lr_.warmup_steps = cfg_.train.warmup_steps, lr_.total_steps = cfg_.train.steps;
   collective_phase(comm, [&] {
-    evaluator_ = std::make_unique<Evaluator>(cfg_, *engine_, *data_, *sums_, tracer_, state_, *gather_);
+    evaluator_ = std::make_unique<Evaluator>(cfg_, engine_->passes(), engine_->topo(), *data_, *sums_, tracer_, state_,
+                                             *gather_);
   });
-  checkpointer_ = std::make_unique<Checkpointer>(cfg_, *engine_, tracer_, state_, *gather_, std::move(lock));
-  reporter_ = std::make_unique<Reporter>(cfg_, opts_, env, *engine_, *data_, state_, *gather_, tracer_);
+  checkpointer_ = std::make_unique<Checkpointer>(cfg_, engine_->values(), tracer_, state_, *gather_, std::move(lock));
+  reporter_ = std::make_unique<Reporter>(cfg_, opts_, env, engine_->values(), engine_->passes(), *data_, state_, *gather_,
+                                         tracer_);
   checkpointer_->load_initial_state();
   collective_phase(comm, [&] { reporter_->open_log(); });
-  tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, engine_->topo->stage());
-  tracer_.sync_clock(*engine_->groups->world);
+  tracer_.configure(!cfg_.trace.file.empty(), cfg_.trace.max_events, cfg_.trace.sync, engine_->topo().stage());
+  tracer_.sync_clock(*engine_->groups().world);
 }
 
 Trainer::~Trainer() = default;
@@ -81,13 +83,10 @@ StepMetrics Trainer::train_step() {
   const double t0 = tracer_.now();
   RankEngine& e = *engine_;
   const int m_count = cfg_.parallel.microbatches;
-  e.store->begin_step(step, m_count);
-  e.tp_group->set_step(step);
-  e.cp_ring->set_step(step);
   PipelineExecutor::StepIO io;
   io.step = step;
-  io.microbatch_size = e.mb_size;
-  io.load = [&](int mb, Activations<float>& a) { data_->load_microbatch(data_->train(), step, mb, *e.topo, a); };
+  io.microbatch_size = e.microbatch_size();
+  io.load = [&](int mb, Activations<float>& a) { data_->load_microbatch(data_->train(), step, mb, e.topo(), a); };
   io.losses = sums_->token_losses();
   // The loss is the mean over the global batch's counted targets (all B*T of plain text; a
   // translation pair's target only): each token's loss gradient is 1/counted. The dp x cp replicas'
@@ -97,14 +96,9 @@ StepMetrics Trainer::train_step() {
   // clipping and the update).
   const double scale = state_.loss_scale.scale();
   const int64_t counted = data_->train().counted_tokens(step);
-  io.dloss = float(scale * cfg_.parallel.dp * e.topo->cp() / double(std::max<int64_t>(counted, 1)));
+  io.dloss = float(scale * cfg_.parallel.dp * e.topo().cp() / double(std::max<int64_t>(counted, 1)));
   io.need_grad = true;
-  e.exec->run(e.train_actions, io);
-  e.store->finish_gradients();
-  if (e.stage().sequence_parallel()) e.store->sync_replicated(*e.groups->tp);
-  // The embedding and the head share wte; when they are on different ranks, both copies' gradients
-  // add up (a V puts both on rank 0).
-  if (e.placement.rank_of(0) != e.placement.rank_of(e.placement.stages() - 1)) e.store->sync_tied(*e.groups->tied);
+  e.run_step(step, m_count, io);
 
   sums_->reduce(m_count, true, step);
   StepMetrics m;
@@ -119,7 +113,7 @@ StepMetrics Trainer::train_step() {
   const Tracer::PassTimes times = tracer_.take_pass_times();
   m.compute_ms = times.compute * 1e3, m.wait_ms = times.wait * 1e3;
   m.tokens_per_s = double(cfg_.train.batch_size) * cfg_.data.seq_len / dt;
-  m.rank_tokens_per_s = m.tokens_per_s / (cfg_.parallel.dp * e.topo->cp());
+  m.rank_tokens_per_s = m.tokens_per_s / (cfg_.parallel.dp * e.topo().cp());
   return m;
 }
 
@@ -143,7 +137,7 @@ void Trainer::update(StepMetrics& m, int64_t counted) {
     // fp16: the gradients are unscaled on the fly with the clipping factor of their true norm.
     const GradScale gs = scaled ? GradScale(clip_factor(sums.grad_norm, cfg_.train.grad_clip) / scale)
                                 : GradScale::clip(sums_->squares(), cfg_.train.grad_clip);
-    engine_->store->optimizer_step(m.lr, gs);
+    engine_->store().optimizer_step(m.lr, gs);
   }
   state_.loss_scale.update(overflow);
   if (!skip_mode && !scaled) sums = sums_->read(counted, step);
@@ -156,7 +150,7 @@ void Trainer::update(StepMetrics& m, int64_t counted) {
 int Trainer::stop_signal() {
   const int64_t step = state_.step;
   const WaitContext context([step] { return "agreeing on stop signals after step " + std::to_string(step); });
-  return engine_->groups->world->host_max(int32_t(StopSignals::pending()));
+  return engine_->groups().world->host_max(int32_t(StopSignals::pending()));
 }
 
 // The steps since the last checkpoint are saved: this is what the signal's grace is for.
@@ -225,7 +219,7 @@ RunEnd Trainer::run() {
 void Trainer::warn_device_events() const {
   const std::vector<std::string>& events = counts_.events();
   if (events.empty()) return;
-  const int rank = engine_->groups->world->rank();
+  const int rank = engine_->groups().world->rank();
   const DeviceCounters& c = counts_.maxima();
   std::string what;
   for (const std::string& e : events) what += "\n  " + e;

@@ -51,23 +51,23 @@ class Trainer {
   int64_t step() const { return state_.step; }
   // Every step's metrics when trace.file is set (the trace's /metrics); otherwise only the last.
   const std::vector<StepMetrics>& history() const { return reporter_->history(); }
-  const Topology& topology() const { return *engine_->topo; }
-  Stage<float>& stage() { return engine_->stage(); }  // the first chunk's
-  const StageLayout& stage_layout() const { return engine_->stage_layout(); }  // the rank's
+  const Topology& topology() const { return engine_->topo(); }
+  Stage<float>& stage() { return *engine_->values().chunks.front(); }  // the first chunk's
+  const StageLayout& stage_layout() const { return engine_->values().local(); }  // the rank's
   const RunConfig& config() const { return cfg_; }
   const Tracer& tracer() const { return tracer_; }
   const LossScale& loss_scale() const { return state_.loss_scale; }
-  const PipelineExecutor& executor() const { return *engine_->exec; }
-  ParamStore& store() { return *engine_->store; }
-  const CommGroups& groups() const { return *engine_->groups; }
+  const PipelineExecutor& executor() const { return engine_->passes().exec; }
+  ParamStore& store() { return engine_->store(); }
+  const CommGroups& groups() const { return engine_->groups(); }
   // Parameters of the whole model in the global layout, assembled on world rank 0 (collective;
   // other ranks get an empty vector). With pp > 1 only dp replica 0 contributes.
   std::vector<float> gather_params() { return gather_->params(); }
   // This rank's parameters in its local layout (collective over dp under ZeRO-3).
-  std::vector<float> local_params() { return engine_->store->local_values("params"); }
+  std::vector<float> local_params() { return engine_->store().local_values("params"); }
   // This rank's memory at rest, and its saved activations at their peak (slots x slot size).
-  MemoryUse memory() const { return engine_->store->memory(); }
-  size_t activation_bytes() const { return engine_->activation_bytes(); }
+  MemoryUse memory() const { return engine_->store().memory(); }
+  size_t activation_bytes() const { return engine_->passes().activation_bytes(); }
   // The most of each count any training step (the first included) made on this rank: whole-device
   // waits, the host's other waits, allocations, frees, launches (runtime/device_counters).
   const DeviceCounters& step_counts() const { return counts_.maxima(); }
