@@ -27,23 +27,26 @@ void chunk_positions(Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> positions
 
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
-    : layout_(layout), store_(o.store), tp_(o.tp), cp_(o.cp), sp_(o.sequence_parallel), probe_(std::move(o.probe)),
-      on_recompute_(std::move(o.on_recompute)), recompute_(o.recompute), recompute_every_(o.recompute_every),
-      fused_(o.fused_attention), docs_(o.document_masks), loss_rows_(o.loss_chunk_rows), chunk_(o.chunk), maxB_(max_batch), T_(seq_len), lin_(o.precision) {
-  if (recompute_every_ < 1) fail("Stage: recompute_every must be >= 1, got ", recompute_every_);
+    : layout_(layout), store_(o.store), probe_(std::move(o.probe)), k_{o.fused_attention, o.document_masks, o.loss_chunk_rows},
+      chunk_(o.chunk), T_(seq_len), lin_(o.precision) {
+  par_.tp = o.tp, par_.cp = o.cp, par_.sp = o.sequence_parallel;
+  rc_.on = std::move(o.on_recompute), rc_.mode = o.recompute, rc_.every = o.recompute_every;
+  buf_.max_batch = max_batch;
+  if (rc_.every < 1) fail("Stage: recompute_every must be >= 1, got ", rc_.every);
   if (chunk_ < 0 || chunk_ >= int(layout_.chunks().size())) fail("Stage: no chunk ", chunk_, " in the layout");
-  if (docs_ && !fused_) fail("Stage: document masks need fused attention (StageOptions.fused_attention)");
+  if (k_.document_masks && !k_.fused_attention) fail("Stage: document masks need fused attention (StageOptions.fused_attention)");
   first_ = layout_.chunks()[size_t(chunk_)].first;
   end_ = layout_.chunks()[size_t(chunk_)].end;
   make_missing_parts();
-  const int cp = cp_->size();
+  const int cp = par_.cp->size();
   if (seq_len % (2 * cp) != 0 && cp > 1) fail("Stage: context parallelism over ", cp, " ranks needs T divisible by ", 2 * cp);
   T_ = seq_len / cp;
-  positions_ = decltype(positions_)("positions", T_);
-  chunk_positions(positions_, cp, cp_->rank());
-  const size_t tp = size_t(tp_->size());
+  par_.seq = T_, par_.C = config().n_embd;
+  par_.positions = decltype(par_.positions)("positions", T_);
+  chunk_positions(par_.positions, cp, par_.cp->rank());
+  const size_t tp = size_t(par_.tp->size());
   if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
-  if (sp_ && (size_t(max_batch) * seq_len) % tp != 0)
+  if (par_.sp && (size_t(max_batch) * seq_len) % tp != 0)
     fail("Stage: sequence parallelism needs the microbatch's tokens divisible by tp");
   allocate_scratch(max_batch);
   const ActivationSizes sizes = activation_sizes(activation_shape(max_batch, false));
@@ -59,54 +62,54 @@ void Stage<T>::make_missing_parts() {
     params = own_->param_buf;
     grads = own_->grad_buf;
   }
-  if (!tp_) {
-    single_tp_ = std::make_unique<SingleTp<T>>();
-    tp_ = single_tp_.get();
+  if (!par_.tp) {
+    par_.single_tp = std::make_unique<SingleTp<T>>();
+    par_.tp = par_.single_tp.get();
   }
-  if (!cp_) {
-    single_cp_ = std::make_unique<SingleCp<T>>();
-    cp_ = single_cp_.get();
+  if (!par_.cp) {
+    par_.single_cp = std::make_unique<SingleCp<T>>();
+    par_.cp = par_.single_cp.get();
   }
 }
 
 template <class T>
 void Stage<T>::allocate_scratch(int max_batch) {
   const ModelConfig& c = config();
-  const int cp = cp_->size();
-  const size_t tp = size_t(tp_->size());
+  const int cp = par_.cp->size();
+  const size_t tp = size_t(par_.tp->size());
   const size_t N = size_t(max_batch) * T_, C = c.n_embd;
-  dres_ = uninitialized<T>("dres", N * C);
-  dln_ = uninitialized<T>("dln", N * C);
-  dqkv_ = uninitialized<T>("dqkv", N * 3 * C / tp);
+  buf_.dres = uninitialized<T>("dres", N * C);
+  buf_.dln = uninitialized<T>("dln", N * C);
+  buf_.dqkv = uninitialized<T>("dqkv", N * 3 * C / tp);
   const size_t heads = size_t(max_batch) * c.n_head / tp;
-  if (!fused()) datt_ = uninitialized<T>("datt", heads * T_ * T_);
-  if (fused()) flash_d_ = uninitialized<T>("flash_d", heads * T_);
+  if (!fused()) buf_.datt = uninitialized<T>("datt", heads * T_ * T_);
+  if (fused()) buf_.flash_d = uninitialized<T>("flash_d", heads * T_);
   if (cp > 1) {
     for (int k = 0; k < 2; ++k) {
-      ring_kv_[k] = uninitialized<T>("ring_kv", N * 2 * C / tp);
-      ring_dkv_[k] = uninitialized<T>("ring_dkv", N * 2 * C / tp);
+      par_.ring_kv[k] = uninitialized<T>("ring_kv", N * 2 * C / tp);
+      par_.ring_dkv[k] = uninitialized<T>("ring_dkv", N * 2 * C / tp);
     }
-    ring_l_ = uninitialized<T>("ring_l", heads * T_);
+    par_.ring_l = uninitialized<T>("ring_l", heads * T_);
   }
   if (fused()) reserve_flash_scratch<T>(int(C / c.n_head), cp > 1 ? T_ / 2 : T_);
-  dfch_ = uninitialized<T>("dfch", N * 4 * C / tp);
-  datty_ = uninitialized<T>("datty", N * C / tp);
-  if (tp > 1) partial_ = uninitialized<T>("tp_partial", N * C);
-  if (sp_) full_ = uninitialized<T>("sp_full", N * C);
-  if (has_embedding()) wte_parts_ = uninitialized<T>("wte_parts", size_t(TokenGroups::max_parts(int(N))) * C);
-  if (sp_ && lin_.mixed()) full16_ = uninitialized<uint16_t>("sp_full16", N * C);
-  if (has_head() && lin_.mixed()) lnf16_ = uninitialized<uint16_t>("lnf16", N * C);
+  buf_.dfch = uninitialized<T>("dfch", N * 4 * C / tp);
+  buf_.datty = uninitialized<T>("datty", N * C / tp);
+  if (tp > 1) par_.partial = uninitialized<T>("tp_partial", N * C);
+  if (par_.sp) par_.full = uninitialized<T>("sp_full", N * C);
+  if (has_embedding()) buf_.wte_parts = uninitialized<T>("wte_parts", size_t(TokenGroups::max_parts(int(N))) * C);
+  if (par_.sp && lin_.mixed()) par_.full16 = uninitialized<uint16_t>("sp_full16", N * C);
+  if (has_head() && lin_.mixed()) buf_.lnf16 = uninitialized<uint16_t>("lnf16", N * C);
   if (has_head()) {
-    lnf_ = uninitialized<T>("lnf", N * C);
-    logits_ = uninitialized<T>("logits", loss_chunk_rows(loss_rows_, N, layout_.local_vocab()) * layout_.local_vocab());
-    lse_ = uninitialized<T>("lse", N);
-    if (tp > 1) ce_ = uninitialized<T>("ce_sums", 3 * N);
+    buf_.lnf = uninitialized<T>("lnf", N * C);
+    buf_.logits = uninitialized<T>("logits", loss_chunk_rows(k_.loss_rows, N, layout_.local_vocab()) * layout_.local_vocab());
+    buf_.lse = uninitialized<T>("lse", N);
+    if (tp > 1) buf_.ce = uninitialized<T>("ce_sums", 3 * N);
   }
   // The 16-bit GEMM scratch (mixed precision): a rounded operand is at most a microbatch's rows of the
   // widest layer (the MLP's 4C / tp columns) or a weight matrix; the held ones are the head's wte and
   // dlogits and a block's output gradient.
   const size_t wide = std::max(C, 4 * C / tp), V = size_t(layout_.local_vocab());
-  const size_t held[Linear<T>::kHoldSlots] = {has_head() ? V * C : 0, has_head() ? loss_chunk_rows(loss_rows_, N, V) * V : 0,
+  const size_t held[Linear<T>::kHoldSlots] = {has_head() ? V * C : 0, has_head() ? loss_chunk_rows(k_.loss_rows, N, V) * V : 0,
                                               N * wide};
   lin_.reserve(std::max(N * wide, wide * C), held);
   reserve_column_sum_scratch<T>(int(N), int(wide));  // (bias and LayerNorm gradients' workspace)
@@ -114,23 +117,23 @@ void Stage<T>::allocate_scratch(int max_batch) {
 
 template <class T>
 void Stage<T>::allocate_recompute_scratch(int max_batch, const ActivationSizes& sizes) {
-  if (recomputed_blocks(recompute_, recompute_every_, first_, end_) > 0) {
+  if (recomputed_blocks(rc_.mode, rc_.every, first_, end_) > 0) {
     // What recomputed blocks share: the size table's part of the scratch for them.
     ActivationShape none = activation_shape(max_batch, false);
     none.recompute = Recompute::none;
     const ActivationSizes without = activation_sizes(none);
-    recompute_mem_ = uninitialized<T>("recompute", sizes.scratch - without.scratch);
+    rc_.mem = uninitialized<T>("recompute", sizes.scratch - without.scratch);
     if (sizes.scratch16 > without.scratch16)
-      recompute_mem16_ = uninitialized<uint16_t>("recompute16", sizes.scratch16 - without.scratch16);
+      rc_.mem16 = uninitialized<uint16_t>("recompute16", sizes.scratch16 - without.scratch16);
   }
 }
 
 template <class T>
 void Stage<T>::check_scratch(const ActivationSizes& sizes) const {
-  size_t scratch = 0, scratch16 = full16_.extent(0) + lnf16_.extent(0) + recompute_mem16_.extent(0);
-  for (const Buffer<T>* b : {&dres_, &dln_, &dqkv_, &datt_, &dfch_, &datty_, &partial_, &full_, &wte_parts_, &lnf_,
-                             &logits_, &lse_, &ce_, &recompute_mem_, &ring_kv_[0], &ring_kv_[1], &ring_dkv_[0],
-                             &ring_dkv_[1], &ring_l_, &flash_d_})
+  size_t scratch = 0, scratch16 = par_.full16.extent(0) + buf_.lnf16.extent(0) + rc_.mem16.extent(0);
+  for (const Buffer<T>* b : {&buf_.dres, &buf_.dln, &buf_.dqkv, &buf_.datt, &buf_.dfch, &buf_.datty, &par_.partial, &par_.full, &buf_.wte_parts, &buf_.lnf,
+                             &buf_.logits, &buf_.lse, &buf_.ce, &rc_.mem, &par_.ring_kv[0], &par_.ring_kv[1], &par_.ring_dkv[0],
+                             &par_.ring_dkv[1], &par_.ring_l, &buf_.flash_d})
     scratch += b->extent(0);
   if (scratch != sizes.scratch || scratch16 != sizes.scratch16)
     fail("Stage: its scratch takes ", scratch, " + ", scratch16, " values, the size table says ", sizes.scratch, " + ",
@@ -160,33 +163,6 @@ template <class T>
 Vec<T> Stage<T>::unit_vec(const T* unit, int u, Param kind) const {
   const Range r = layout_.tensor(kind).range, ur = layout_.units()[size_t(u)].range;
   return Vec<T>(const_cast<T*>(unit) + r.begin - ur.begin, r.size());
-}
-
-// ---- tensor-parallel regions ------------------------------------------------------------------
-
-template <class T>
-CMat<T> Stage<T>::gather(CMat<T> x, int B) {
-  if (!sp_) return x;
-  Mat<T> full = full_scratch(B);
-  tp_->all_gather(x.data(), full.data(), x.size());
-  return full;
-}
-
-template <class T>
-GemmInput<T> Stage<T>::gather_input(const GemmInput<T>& x, int B) {
-  if (!sp_) return x;
-  if (!x.is_low()) return gather(x.full, B);
-  // 16-bit rows travel as pairs of T (the bits are copied, not converted).
-  const size_t n = x.size();
-  if (n % 2 != 0 || sizeof(T) != 2 * sizeof(uint16_t)) fail("Stage: 16-bit rows of an odd size cannot be gathered");
-  tp_->all_gather(reinterpret_cast<const T*>(x.low.data()), reinterpret_cast<T*>(full16_.data()), n / 2);
-  return GemmInput<T>::low_bits(full16_.data(), size_t(B) * T_, x.cols());
-}
-
-template <class T>
-void Stage<T>::reduce_into(Mat<T> out, Mat<T> partial) {
-  if (sp_) tp_->reduce_scatter_sum(partial.data(), out.data(), out.size());
-  else tp_->all_reduce_sum(partial.data(), partial.size());  // partial is out
 }
 
 // ---- the microbatch -----------------------------------------------------------------------------

@@ -28,6 +28,7 @@
 #include "model/linear.hpp"
 #include "model/cp_ring.hpp"
 #include "model/stage_layout.hpp"
+#include "model/stage_parts.hpp"
 #include "model/tp_group.hpp"
 #include "model/unit_store.hpp"
 #include "tensor/token_groups.hpp"
@@ -131,6 +132,10 @@ struct StageOptions {
   bool document_masks = false;
 };
 
+// The stage itself is the block's math (stage_block.cpp, stage_attention.cpp), the ends
+// (stage_ends.cpp) and the order of a microbatch's passes; it composes the parts of
+// model/stage_parts.hpp -- the tp / sp / cp wiring, the scratch the passes share, recomputation, the
+// kernels it runs -- and Linear (model/linear.hpp: the precision and its working copies).
 template <class T>
 class Stage {
  public:
@@ -145,16 +150,16 @@ class Stage {
   int end_layer() const { return end_; }
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return end_ == config().n_layer; }
-  bool document_masks() const { return docs_; }  // every stage then loads each microbatch's documents
+  bool document_masks() const { return k_.document_masks; }  // every stage then loads each microbatch's documents
   int seq_len() const { return T_; }  // the rank's tokens of a sequence (T / cp)
-  int max_batch() const { return maxB_; }
-  bool sequence_parallel() const { return sp_; }
+  int max_batch() const { return buf_.max_batch; }
+  bool sequence_parallel() const { return par_.sp; }
   // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
-  int stream_rows(int B) const { return sp_ ? B * T_ / tp_->size() : B * T_; }
+  int stream_rows(int B) const { return par_.stream_rows(B); }
   Precision precision() const { return lin_.precision(); }
   size_t gemm16_scratch_bytes() const { return lin_.scratch_bytes(); }  // (made at set-up, at its largest)
   // What recomputed blocks share (train.recompute): counted with the activations it stands in for.
-  size_t recompute_bytes() const { return recompute_mem_.extent(0) * sizeof(T) + recompute_mem16_.extent(0) * 2; }
+  size_t recompute_bytes() const { return rc_.bytes(); }
 
   // The stage's own flat buffers in the local layout (empty with an external store).
   Buffer<T> params;
@@ -191,10 +196,10 @@ class Stage {
 
   // Head stage, one tensor-parallel rank: the (B*T, Vp) logits of the last forward run with
   // need_grad = false.
-  Mat<T> logits(int B) const { return Mat<T>(logits_.data(), size_t(B) * T_, layout_.local_vocab()); }
+  Mat<T> logits(int B) const { return Mat<T>(buf_.logits.data(), size_t(B) * T_, layout_.local_vocab()); }
 
   // Gradient of the stage output (in) / stage input (out) for the microbatch in backward.
-  Mat<T> dres(int B) const { return Mat<T>(dres_.data(), size_t(stream_rows(B)), config().n_embd); }
+  Mat<T> dres(int B) const { return Mat<T>(buf_.dres.data(), size_t(stream_rows(B)), config().n_embd); }
 
  private:
   // The constructor's parts: the store and the single-rank groups it makes where none were given;
@@ -225,12 +230,12 @@ class Stage {
   void block_forward(int layer, Activations<T>& a, CMat<T> in, bool recomputing = false);
   // Fused attention (tensor/flash_attention.hpp), under context parallelism over the ring's K/V
   // blocks: y and the log-sum-exp per row and head out, and their backward into dqkv.
-  bool fused() const { return fused_ || cp_->size() > 1; }
+  bool fused() const { return k_.fused_attention || par_.cp->size() > 1; }
   void fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B, DocStarts doc);
   void fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B, DocStarts doc);
   void recompute_block(int layer, Activations<T>& a, CMat<T> in, bool split);
   void attention(typename Activations<T>::Block& s, int B, DocStarts doc, bool keep_output);
-  bool recomputed(int layer) const { return is_recomputed(recompute_, recompute_every_, layer); }
+  bool recomputed(int layer) const { return rc_.covers(layer); }
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
   void head_backward(Activations<T>& a, Pass pass);
@@ -242,15 +247,6 @@ class Stage {
   void head_rows(Activations<T>& a, size_t r0, size_t n, const GemmInput<T>& lnf_rows, const GemmInput<T>& wte,
                  Mat<T> din, Vec<T> losses, bool need_grad, T dloss);
 
-  // Tensor-parallel regions. `gather`: the full (N,C) rows of a stream tensor (a gather with sequence
-  // parallelism, the tensor itself otherwise). `reduce_into`: out (stream rows) = the sum over tp
-  // of the partial (N,C) results in `partial` (a reduce-scatter, or an all-reduce in place).
-  CMat<T> gather(CMat<T> x, int B);
-  GemmInput<T> gather_input(const GemmInput<T>& x, int B);  // the same for a GEMM's saved input
-  void reduce_into(Mat<T> out, Mat<T> partial);
-  Mat<T> full_scratch(int B) const { return Mat<T>(full_.data(), size_t(B) * T_, config().n_embd); }
-  Mat<T> partial_scratch(int B) const { return Mat<T>(partial_.data(), size_t(B) * T_, config().n_embd); }
-  bool adds_once() const { return tp_->rank() == 0; }  // the rank that adds biases / wpe
   // Brackets a unit's part of the forward or backward for the probe.
   struct Probed {
     const StageProbe& probe;
@@ -268,29 +264,13 @@ class Stage {
   StageLayout layout_;
   std::unique_ptr<FlatStore<T>> own_;  // when no store was given
   UnitStore<T>* store_;
-  std::unique_ptr<SingleTp<T>> single_tp_;
-  TpGroup<T>* tp_;
-  std::unique_ptr<SingleCp<T>> single_cp_;
-  CpRing<T>* cp_;
-  Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> positions_;  // a local row's position in its sequence
-  bool sp_;
+  StageParallel<T> par_;
   StageProbe probe_;
-  std::function<void(int, bool)> on_recompute_;
-  Recompute recompute_;
-  int recompute_every_;
-  bool fused_;
-  bool docs_;
-  int loss_rows_;  // as asked (model/activation_sizes.hpp loss_chunk_rows resolves it)
+  Recomputation<T> rc_;
+  StageKernels k_;
   int chunk_, first_, end_;
-  int maxB_, T_;
-  // Scratch shared by all microbatches (sized for max_batch).
-  Buffer<T> dres_, dln_, dqkv_, datt_, dfch_, datty_, lnf_, logits_, lse_, full_, partial_, ce_;
-  Buffer<T> wte_parts_;  // first stage: the wte gradient's partial sums (embedding_backward)
-  Buffer<uint16_t> lnf16_, full16_;  // mixed precision: the head's GEMM input; gathered 16-bit rows
-  Buffer<T> recompute_mem_;          // what recomputed blocks share (make_activations)
-  Buffer<T> ring_kv_[2], ring_dkv_[2], ring_l_;  // context parallelism's blocks and running sum
-  Buffer<T> flash_d_;                           // fused: the backward's row dots (the ring's running max)
-  Buffer<uint16_t> recompute_mem16_;
+  int T_;
+  StageScratch<T> buf_;
   Linear<T> lin_;
 };
 

@@ -10,13 +10,13 @@ template <class T>
 ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   const ModelConfig& c = config();
   ActivationShape s;
-  s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = tp_->size(), s.cp = cp_->size();
+  s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = par_.tp->size(), s.cp = par_.cp->size();
   s.fused_attention = fused();
   s.blocks = end_ - first_;
   s.first = has_embedding(), s.last = has_head();
-  s.sequence_parallel = sp_, s.split = split, s.mixed = lin_.mixed();
-  s.local_vocab = layout_.local_vocab(), s.loss_rows = loss_rows_;
-  s.first_block = first_, s.recompute = recompute_, s.recompute_every = recompute_every_;
+  s.sequence_parallel = par_.sp, s.split = split, s.mixed = lin_.mixed();
+  s.local_vocab = layout_.local_vocab(), s.loss_rows = k_.loss_rows;
+  s.first_block = first_, s.recompute = rc_.mode, s.recompute_every = rc_.every;
   return s;
 }
 
@@ -100,7 +100,7 @@ void slice_block(Slicer<T>& sl, typename Activations<T>::Block& s, const BlockDi
 template <class T>
 Activations<T> Stage<T>::make_activations(int B, bool split) const {
   const ModelConfig& c = config();
-  const size_t tp = size_t(tp_->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
+  const size_t tp = size_t(par_.tp->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
   // attention's probabilities (B*nh, T, T), or when fused its log-sum-exp (B*nh*T, 1) (with 16-bit
   // GEMM inputs, followed by attention's output y in fp32: the fused backward's row dots read it)
   const size_t att_cols = fused() ? 1 : size_t(T_);
@@ -117,23 +117,23 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   if (has_embedding()) a.groups.allocate(int(N));
-  if (docs_) a.doc_starts = decltype(a.doc_starts)("doc_starts", N);
-  if (docs_ && has_embedding()) {
+  if (k_.document_masks) a.doc_starts = decltype(a.doc_starts)("doc_starts", N);
+  if (k_.document_masks && has_embedding()) {
     a.doc_positions = decltype(a.doc_positions)("doc_positions", N);
     a.position_groups.allocate(int(N));
   }
   // (Recomputed blocks' dropped tensors: views of the stage's shared memory, the same for each.)
-  Slicer<T> sl{a.mem.data(), a.mem16.data(), recompute_mem_.data(), recompute_mem16_.data(), mixed};
+  Slicer<T> sl{a.mem.data(), a.mem16.data(), rc_.mem.data(), rc_.mem16.data(), mixed};
   a.input = sl.m(R, C);
   const BlockDims dims{N, R, C, tp, att, size_t(B) * c.n_head / tp * T_, att_cols};
   a.blocks.resize(nblocks);
   for (int i = 0; i < nblocks; ++i) {
-    const bool full = recomputed(first_ + i) && recompute_ == Recompute::full;
-    const bool selective = recomputed(first_ + i) && recompute_ == Recompute::selective;
+    const bool full = recomputed(first_ + i) && rc_.mode == Recompute::full;
+    const bool selective = recomputed(first_ + i) && rc_.mode == Recompute::selective;
     slice_block(sl, a.blocks[size_t(i)], dims, full, selective, split);
-    if (sl.shared_off > recompute_mem_.extent(0) || sl.shared_off16 > recompute_mem16_.extent(0))
+    if (sl.shared_off > rc_.mem.extent(0) || sl.shared_off16 > rc_.mem16.extent(0))
       fail("Stage::make_activations: a recomputed block takes ", sl.shared_off, " + ", sl.shared_off16,
-           " values of the stage's ", recompute_mem_.extent(0), " + ", recompute_mem16_.extent(0));
+           " values of the stage's ", rc_.mem.extent(0), " + ", rc_.mem16.extent(0));
   }
   if (has_head()) {
     a.lnf_mean = Vec<T>(sl.take(R), R);

@@ -12,7 +12,7 @@ namespace gpt2 {
 // way -- the online softmax's state (y unnormalised, the running max and sum) carried between them.
 template <class T>
 void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B, DocStarts doc) {
-  const int c = cp_->size(), i = cp_->rank(), nh = config().n_head / tp_->size();
+  const int c = par_.cp->size(), i = par_.cp->rank(), nh = config().n_head / par_.tp->size();
   const int C = int(qkv.extent(1) / 3), hs = C / nh;
   FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), doc, B, nh, hs,
                     flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
@@ -22,17 +22,17 @@ void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B,
   }
   const int L = T_ / 2;
   const size_t rows = size_t(B) * T_, n = rows * 2 * C;
-  Mat<T> kv[2] = {mat(ring_kv_[0].data(), rows, 2 * C), mat(ring_kv_[1].data(), rows, 2 * C)};
+  Mat<T> kv[2] = {mat(par_.ring_kv[0].data(), rows, 2 * C), mat(par_.ring_kv[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
-  const Vec<T> m(flash_d_.data(), size_t(B) * nh * T_), l(ring_l_.data(), size_t(B) * nh * T_);
+  const Vec<T> m(buf_.flash_d.data(), size_t(B) * nh * T_), l(par_.ring_l.data(), size_t(B) * nh * T_);
   p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
     const Mat<T> cur = kv[s % 2];
-    if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
+    if (s + 1 < c) par_.cp->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
     p.kv = cur, p.kcol = 0, p.vcol = C;
     p.ks = AttnSpan::ring(L, c, (i - s + c) % c);
     flash_attention_forward<T>(p, y, m, l, lse, FlashPass{s == 0, s == c - 1});
-    if (s + 1 < c) cp_->finish_shifts();
+    if (s + 1 < c) par_.cp->finish_shifts();
   }
 }
 
@@ -42,9 +42,9 @@ void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B,
 template <class T>
 void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B,
                                         DocStarts doc) {
-  const int c = cp_->size(), i = cp_->rank(), nh = config().n_head / tp_->size();
+  const int c = par_.cp->size(), i = par_.cp->rank(), nh = config().n_head / par_.tp->size();
   const int C = int(qkv.extent(1) / 3), hs = C / nh;
-  const Vec<T> D(flash_d_.data(), size_t(B) * nh * T_);
+  const Vec<T> D(buf_.flash_d.data(), size_t(B) * nh * T_);
   flash_attention_row_dots<T>(D, dy, y, T_, nh);
   FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), doc, B, nh, hs,
                     flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
@@ -55,19 +55,19 @@ void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CM
   }
   const int L = T_ / 2;
   const size_t rows = size_t(B) * T_, n = rows * 2 * C;
-  Mat<T> kv[2] = {mat(ring_kv_[0].data(), rows, 2 * C), mat(ring_kv_[1].data(), rows, 2 * C)};
-  Mat<T> dkv[2] = {mat(ring_dkv_[0].data(), rows, 2 * C), mat(ring_dkv_[1].data(), rows, 2 * C)};
+  Mat<T> kv[2] = {mat(par_.ring_kv[0].data(), rows, 2 * C), mat(par_.ring_kv[1].data(), rows, 2 * C)};
+  Mat<T> dkv[2] = {mat(par_.ring_dkv[0].data(), rows, 2 * C), mat(par_.ring_dkv[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
   p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
     const Mat<T> cur = kv[s % 2], dcur = dkv[s % 2];
-    if (s + 1 < c) cp_->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
+    if (s + 1 < c) par_.cp->start_shift(cur.data(), kv[(s + 1) % 2].data(), n);
     p.kv = cur, p.kcol = 0, p.vcol = C;
     p.ks = AttnSpan::ring(L, c, (i - s + c) % c);
     flash_attention_backward_dq<T>(p, dqkv, dy, lse, D, s > 0);
     flash_attention_backward_dkv<T>(p, dcur, dy, lse, D, s > 0);  // (the rank's own block starts at 0)
-    cp_->start_shift(dcur.data(), dkv[(s + 1) % 2].data(), n);
-    cp_->finish_shifts();
+    par_.cp->start_shift(dcur.data(), dkv[(s + 1) % 2].data(), n);
+    par_.cp->finish_shifts();
   }
   Kokkos::deep_copy(ExecSpace(), Kokkos::subview(dqkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)), dkv[c % 2]);
 }
@@ -77,22 +77,22 @@ void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CM
 // re-runs the block's forward from its input up to the MLP's output projection (its output is kept).
 template <class T>
 void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split) {
-  if (on_recompute_) on_recompute_(1 + l, true);
+  if (rc_.on) rc_.on(1 + l, true);
   auto& s = a.blocks[l - first_];
-  if (recompute_ == Recompute::full && !split) {
+  if (rc_.mode == Recompute::full && !split) {
     block_forward(l, a, in, /*recomputing=*/true);
-  } else if (recompute_ == Recompute::full) {  // the weight pass's inputs are kept: q, k, v, attention, fc
+  } else if (rc_.mode == Recompute::full) {  // the weight pass's inputs are kept: q, k, v, attention, fc
     const int u = block_unit(l);
     const T* pu = store_->params(u);
     const BlockParams p = block_view(pu, l);
-    lin_.forward(s.qkv, gather_input(s.ln1, a.B), gemm_weight(u, pu, p.qkvw), p.qkvb);
+    lin_.forward(s.qkv, par_.gather_input(s.ln1, a.B), gemm_weight(u, pu, p.qkvw), p.qkvb);
     attention(s, a.B, a.docs(), false);
-    lin_.forward(s.fch, gather_input(s.ln2, a.B), gemm_weight(u, pu, p.fcw), p.fcb);
+    lin_.forward(s.fch, par_.gather_input(s.ln2, a.B), gemm_weight(u, pu, p.fcw), p.fcb);
     store_->release_params(u);
   } else {
     attention(s, a.B, a.docs(), false);
   }
-  if (on_recompute_) on_recompute_(1 + l, false);
+  if (rc_.on) rc_.on(1 + l, false);
 }
 
 // Attention's probabilities (or, with context parallelism, the log-sum-exp) into s.att, and its
@@ -101,9 +101,9 @@ void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split)
 // either way (the backward's row dots read it there).
 template <class T>
 void Stage<T>::attention(typename Activations<T>::Block& s, int B, DocStarts doc, bool keep_output) {
-  const int nh = config().n_head / tp_->size();
+  const int nh = config().n_head / par_.tp->size();
   const size_t rows = size_t(B) * T_;
-  const Mat<T> scratch = mat(datty_.data(), rows, s.atty.cols());
+  const Mat<T> scratch = mat(buf_.datty.data(), rows, s.atty.cols());
   if (fused()) {
     const Vec<T> lse(s.att.data(), size_t(B) * nh * T_);
     const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())

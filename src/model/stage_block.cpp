@@ -52,22 +52,22 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   // A row-parallel projection: the partial products of the tp ranks summed, bias and residual added
   // once.
   auto row_parallel = [&](Mat<T> out, const GemmInput<T>& x, const GemmInput<T>& w, CVec<T> b, CMat<T> residual) {
-    if (!sp_) {
-      lin_.forward(out, x, w, adds_once() ? b : CVec<T>(), adds_once() ? residual : CMat<T>());
-      reduce_into(out, out);
+    if (!par_.sp) {
+      lin_.forward(out, x, w, par_.adds_once() ? b : CVec<T>(), par_.adds_once() ? residual : CMat<T>());
+      par_.reduce_into(out, out);
       return;
     }
-    Mat<T> partial = partial_scratch(a.B);
+    Mat<T> partial = par_.partial_scratch(a.B);
     lin_.forward(partial, x, w, CVec<T>());
-    reduce_into(out, partial);
+    par_.reduce_into(out, partial);
     add_bias_residual<T>(out, b, residual);
   };
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
-  lin_.forward(s.qkv, gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
+  lin_.forward(s.qkv, par_.gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
   attention(s, a.B, a.docs(), true);
   // res2 = in + attproj, then ln2 of it: the bias and residual in the product where the library adds
   // them, else in LayerNorm's pass (one rank) or after the tp ranks' sum.
-  if (tp_->size() == 1 && !lin_.fuses_epilogue()) {
+  if (par_.tp->size() == 1 && !lin_.fuses_epilogue()) {
     lin_.forward(s.res2, s.atty, w16.attprojw, CVec<T>());
     lin_.write(s.ln2, [&](auto out) {
       residual_layernorm_forward<T>(s.res2, p.attprojb, in, out, s.ln2_mean, s.ln2_rstd, p.ln2w, p.ln2b);
@@ -78,10 +78,10 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   }
   // fc's bias: in the product, or in GELU's pass.
   if (lin_.fuses_epilogue()) {
-    lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, p.fcb);
+    lin_.forward(s.fch, par_.gather_input(s.ln2, a.B), w16.fcw, p.fcb);
     lin_.write(s.fch_gelu, [&](auto out) { gelu_forward<T>(flat(out), flat(s.fch)); });
   } else {
-    lin_.forward(s.fch, gather_input(s.ln2, a.B), w16.fcw, CVec<T>());
+    lin_.forward(s.fch, par_.gather_input(s.ln2, a.B), w16.fcw, CVec<T>());
     lin_.write(s.fch_gelu, [&](auto out) { bias_gelu_forward<T>(s.fch, p.fcb, out); });
   }
   // res3 = res2 + mlp; a recomputation skips it: the backward needs the block's inner tensors, and
@@ -92,9 +92,9 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
 
 template <class T>
 void Stage<T>::column_parallel_input(Mat<T> dln, const GemmInput<T>& dout, const GemmInput<T>& w, int B) {
-  Mat<T> din = sp_ ? partial_scratch(B) : dln;
+  Mat<T> din = par_.sp ? par_.partial_scratch(B) : dln;
   lin_.backward_input(din, dout, w);
-  reduce_into(dln, din);
+  par_.reduce_into(dln, din);
 }
 
 // One block's backward, whole or one of its two passes. Each operation does its input-gradient part
@@ -103,27 +103,27 @@ void Stage<T>::column_parallel_input(Mat<T> dln, const GemmInput<T>& dout, const
 template <class T>
 void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   auto& s = a.blocks[l - first_];
-  const int u = block_unit(l), nh = config().n_head / tp_->size();
+  const int u = block_unit(l), nh = config().n_head / par_.tp->size();
   const bool do_in = pass != Pass::backward_weight, do_w = pass != Pass::backward_input;
   const bool keep = pass != Pass::backward;
   const T* pu = store_->params(u);
   const BlockParams p = block_view(pu, l);
   const GemmWeights w16 = do_in ? gemm_weights(u, pu, p) : GemmWeights{};
   const BlockParams g = do_w ? block_view(store_->grads(u), l) : BlockParams{};
-  const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = config().n_embd, tp = size_t(tp_->size());
+  const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = config().n_embd, tp = size_t(par_.tp->size());
   Mat<T> d = dres(a.B);  // d(res3) on entry, d(in) on exit: stream rows
   Mat<T> d3 = keep ? s.d3 : d, d2 = keep ? s.d2 : d;
-  Mat<T> dfch = keep ? s.dfch : mat(dfch_.data(), N, 4 * C / tp);
-  Mat<T> dqkv = keep ? s.dqkv : mat(dqkv_.data(), N, 3 * C / tp);
-  Mat<T> dln2 = keep ? s.dln2 : mat(dln_.data(), R, C), dln1 = keep ? s.dln1 : mat(dln_.data(), R, C);
-  Mat<T> datty = mat(datty_.data(), N, C / tp);
-  Mat<T> datt = mat(datt_.data(), datt_.extent(0) ? s.att.extent(0) : 0, T_);
+  Mat<T> dfch = keep ? s.dfch : mat(buf_.dfch.data(), N, 4 * C / tp);
+  Mat<T> dqkv = keep ? s.dqkv : mat(buf_.dqkv.data(), N, 3 * C / tp);
+  Mat<T> dln2 = keep ? s.dln2 : mat(buf_.dln.data(), R, C), dln1 = keep ? s.dln1 : mat(buf_.dln.data(), R, C);
+  Mat<T> datty = mat(buf_.datty.data(), N, C / tp);
+  Mat<T> datt = mat(buf_.datt.data(), buf_.datt.extent(0) ? s.att.extent(0) : 0, T_);
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
   auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, const GemmInput<T>& w, Mat<T> dw,
                                    Vec<T> db) {
     if (do_in && keep) Kokkos::deep_copy(ExecSpace(), kept, d);
-    const CMat<T> gathered = gather(kept, a.B);
+    const CMat<T> gathered = par_.gather(kept, a.B);
     const GemmInput<T> rows = do_in && do_w ? lin_.hold(2, gathered) : GemmInput<T>(gathered);  // rounded once
     if (do_in) lin_.backward_input(din, rows, w);
     if (do_w) {
@@ -148,10 +148,10 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   if (do_in && do_w) {  // GELU's backward, fc's bias gradient and the GEMMs' operand in one pass
     const GemmInput<T> dpre = lin_.mixed() ? lin_.hold_storage(2, N, dfch.extent(1)) : GemmInput<T>(dfch);
     lin_.write(dpre, [&](auto out) { gelu_bias_backward<T>(out, g.fcb, dfch, s.fch); });
-    column_parallel_gemms(dln2, dpre, gather_input(s.ln2, a.B), w16.fcw, g.fcw);
+    column_parallel_gemms(dln2, dpre, par_.gather_input(s.ln2, a.B), w16.fcw, g.fcw);
   } else {
     if (do_in) gelu_backward<T>(flat(dfch), flat(s.fch));
-    column_parallel_backward(dln2, dfch, gather_input(s.ln2, a.B), w16.fcw, g.fcw, g.fcb);
+    column_parallel_backward(dln2, dfch, par_.gather_input(s.ln2, a.B), w16.fcw, g.fcw, g.fcb);
   }
   if (do_in) layernorm_backward_input<T>(d, dln2, s.res2, p.ln2w, s.ln2_mean, s.ln2_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln2w, g.ln2b, dln2, s.res2, s.ln2_mean, s.ln2_rstd);
@@ -165,7 +165,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
     else
       attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
   }
-  column_parallel_backward(dln1, dqkv, gather_input(s.ln1, a.B), w16.qkvw, g.qkvw, g.qkvb);
+  column_parallel_backward(dln1, dqkv, par_.gather_input(s.ln1, a.B), w16.qkvw, g.qkvw, g.qkvb);
   if (do_in) layernorm_backward_input<T>(d, dln1, in, p.ln1w, s.ln1_mean, s.ln1_rstd);
   if (do_w) layernorm_backward_params<T>(g.ln1w, g.ln1b, dln1, in, s.ln1_mean, s.ln1_rstd);
   store_->release_params(u);

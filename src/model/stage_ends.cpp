@@ -18,13 +18,13 @@ void Stage<T>::embedding_forward_(Activations<T>& a) {
   const T* pwte = store_->params(wte);
   const T* pwpe = store_->params(wpe);
   // Each tp rank looks up the tokens of its vocabulary rows (one adds wpe); the sum is the embedding.
-  Mat<T> out = sp_ ? partial_scratch(a.B) : a.input;
+  Mat<T> out = par_.sp ? par_.partial_scratch(a.B) : a.input;
   // (Document masks: each row's position in its document, a position per row.)
   const bool docs = a.doc_positions.extent(0) > 0;
   embedding_forward<T>(out, a.tokens, Mat<T>(const_cast<T*>(pwte), layout_.local_vocab(), c.n_embd),
                        Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), docs ? int(a.rows()) : T_,
-                       layout_.vocab_begin(), adds_once(), docs ? Vec<const int>(a.doc_positions) : Vec<const int>(positions_));
-  reduce_into(a.input, out);
+                       layout_.vocab_begin(), par_.adds_once(), docs ? Vec<const int>(a.doc_positions) : Vec<const int>(par_.positions));
+  par_.reduce_into(a.input, out);
   store_->release_params(wte);
   store_->release_params(wpe);
 }
@@ -36,17 +36,17 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   // Every rank needs all rows' gradients for its vocabulary rows. With sequence parallelism wpe's
   // gradient goes where wpe was added (the replicated tensors' partial sums are added up later);
   // without it every rank gets the same one.
-  const bool wpe_here = !sp_ || adds_once(), docs = a.doc_positions.extent(0) > 0;
+  const bool wpe_here = !par_.sp || par_.adds_once(), docs = a.doc_positions.extent(0) > 0;
   const Mat<T> dwpe = wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>();
-  const CMat<T> dout = gather(d, a.B);
+  const CMat<T> dout = par_.gather(d, a.B);
   embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd), docs ? Mat<T>() : dwpe, dout,
-                        a.groups, Mat<T>(wte_parts_.data(), size_t(a.groups.parts), c.n_embd), T_,
-                        layout_.vocab_begin(), positions_);
+                        a.groups, Mat<T>(buf_.wte_parts.data(), size_t(a.groups.parts), c.n_embd), T_,
+                        layout_.vocab_begin(), par_.positions);
   // Document masks: wpe's rows summed by the rows' positions in their documents (after wte's
   // partial sums are spent: the same stream).
   if (docs && wpe_here)
     grouped_row_sum<T>(dwpe, dout, a.position_groups,
-                       Mat<T>(wte_parts_.data(), size_t(a.position_groups.parts), c.n_embd));
+                       Mat<T>(buf_.wte_parts.data(), size_t(a.position_groups.parts), c.n_embd));
   store_->grads_done(wpe, false);
   store_->grads_done(wte, false);
 }
@@ -62,7 +62,7 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   store_->prefetch_params(wu);
   const T* pnorm = store_->params(norm);
   // lnf: the LM head's input, 16-bit under mixed precision (the head's GEMMs all read it).
-  const GemmInput<T> lnf = lin_.mixed() ? GemmInput<T>::low_bits(lnf16_.data(), R, C) : GemmInput<T>(Mat<T>(lnf_.data(), R, C));
+  const GemmInput<T> lnf = lin_.mixed() ? GemmInput<T>::low_bits(buf_.lnf16.data(), R, C) : GemmInput<T>(Mat<T>(buf_.lnf.data(), R, C));
   lin_.write(lnf, [&](auto out) {
     layernorm_forward<T>(out, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
                          unit_vec(pnorm, norm, Param::lnfb));
@@ -72,12 +72,12 @@ void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T 
   const T* pw = store_->params(wu);
   GemmInput<T> wte = gemm_weight(wu, pw, CMat<T>(pw, Vl, C));
   if (!wte.is_low()) wte = lin_.hold(0, CMat<T>(pw, Vl, C));
-  const GemmInput<T> lnf_rows = gather_input(lnf, a.B);  // the LM head needs every row
-  const Mat<T> din = !need_grad ? Mat<T>() : sp_ ? partial_scratch(a.B) : a.dlnf;
-  const size_t block = loss_chunk_rows(loss_rows_, N, Vl);
+  const GemmInput<T> lnf_rows = par_.gather_input(lnf, a.B);  // the LM head needs every row
+  const Mat<T> din = !need_grad ? Mat<T>() : par_.sp ? par_.partial_scratch(a.B) : a.dlnf;
+  const size_t block = loss_chunk_rows(k_.loss_rows, N, Vl);
   for (size_t r0 = 0; r0 < N; r0 += block)
     head_rows(a, r0, std::min(block, N - r0), lnf_rows, wte, din, losses, need_grad, dloss);
-  if (need_grad) reduce_into(a.dlnf, din);
+  if (need_grad) par_.reduce_into(a.dlnf, din);
   store_->release_params(wu);
   if (need_grad && layout_.units()[size_t(wu)].grads_final_in_forward()) store_->grads_done(wu, true);
 }
@@ -87,17 +87,17 @@ void Stage<T>::head_rows(Activations<T>& a, size_t r0, size_t n, const GemmInput
                          Mat<T> din, Vec<T> losses, bool need_grad, T dloss) {
   const size_t Vl = size_t(layout_.local_vocab());
   const int V = config().vocab_size, wu = layout_.head_wte_unit();
-  const Mat<T> logits(logits_.data(), n, Vl);
+  const Mat<T> logits(buf_.logits.data(), n, Vl);
   const Tokens targets(a.targets.data() + r0, n);
   const Vec<T> loss(losses.data() + r0, n);
   const GemmInput<T> in = lnf_rows.row_block(r0, n);
   lin_.forward(logits, in, wte, Vec<T>());
   GemmInput<T> dlogits = lin_.hold_storage(1, n, Vl);  // mixed precision: the loss writes it in 16 bits
-  if (tp_->size() > 1) {
+  if (par_.tp->size() > 1) {
     parallel_loss(logits, targets, loss, need_grad, dloss);
     if (need_grad) dlogits = lin_.hold(1, logits);  // its dlogits are fp32: rounded once here
   } else if (!need_grad) {
-    crossentropy_forward<T>(loss, Vec<T>(lse_.data() + r0, n), logits, targets, V);
+    crossentropy_forward<T>(loss, Vec<T>(buf_.lse.data() + r0, n), logits, targets, V);
   } else if (dlogits.is_low()) {
     lin_.write(dlogits, [&](auto out) { crossentropy_fused<T>(loss, logits, targets, V, dloss, out); });
   } else {
@@ -116,11 +116,11 @@ void Stage<T>::parallel_loss(Mat<T> logits, Tokens targets, Vec<T> losses, bool 
   const size_t N = logits.extent(0);
   const int begin = layout_.vocab_begin();
   const int cols = std::clamp(config().vocab_size - begin, 0, layout_.local_vocab());  // real tokens here
-  Vec<T> mx(ce_.data(), N), sums(ce_.data() + N, 2 * N);
+  Vec<T> mx(buf_.ce.data(), N), sums(buf_.ce.data() + N, 2 * N);
   crossentropy_local_max<T>(mx, logits, cols);
-  tp_->all_reduce_max(mx.data(), N);
+  par_.tp->all_reduce_max(mx.data(), N);
   crossentropy_local_sums<T>(sums, logits, mx, targets, begin, cols);
-  tp_->all_reduce_sum(sums.data(), 2 * N);
+  par_.tp->all_reduce_sum(sums.data(), 2 * N);
   crossentropy_parallel_finish<T>(losses, logits, mx, sums, targets, begin, cols, dloss, need_grad);
 }
 

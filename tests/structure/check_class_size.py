@@ -12,8 +12,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_function_length import strip  # noqa: E402  (comments and literals blanked)
 
 LIMIT = 15
-# Not split yet: the model's Stage.
-PENDING = {"Stage"}
+# Not split yet: none.
+PENDING = set()
 FOLDERS = ["src", "modules"]
 HEAD = re.compile(r"\b(class|struct)\s+(\w+)\s*(final\s*)?(:[^;{]*)?\{")
 
