@@ -6,7 +6,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 namespace gpt2 {
 

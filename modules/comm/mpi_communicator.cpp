@@ -12,6 +12,7 @@
 #include "tensor/device_work.hpp"
 #include "tensor/half.hpp"
 #include "tensor/views.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -22,7 +22,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 namespace gpt2 {
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -1,7 +1,7 @@
 // Registers the NCCL backend (nccl_communicator.cpp, CUDA builds). A host build registers the name
 // too, so that asking for it says what is missing instead of "unknown backend".
 #include "core/error.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #if defined(GPT2_HAVE_NCCL)
 #include "modules/comm/nccl_communicator.hpp"
 #endif

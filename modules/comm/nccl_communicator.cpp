@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "runtime/device_sync.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

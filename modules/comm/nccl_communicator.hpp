@@ -11,7 +11,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 namespace gpt2 {
 

@@ -1,7 +1,7 @@
 #pragma once
 // AdamW with decoupled weight decay on tensors of rank >= 2 (matmul weights and embeddings) only:
 // element-wise, over each run of neighbouring tensor shards alike in decay (one kernel a run).
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 
 namespace gpt2 {
 

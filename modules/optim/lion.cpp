@@ -3,7 +3,7 @@
 // train.optimizer = "lion", with train.beta1 / train.beta2 (the paper's 0.9 / 0.99) and train.lr
 // (typically 3-10x below AdamW's). Per element, with g' = grad_scale * g:
 //   p = p (1 - lr wd) - lr sign(b1 m + (1 - b1) g');   m = b2 m + (1 - b2) g';   g = 0 if zero_grads
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 #include "tensor/traffic.hpp"
 
 namespace gpt2 {

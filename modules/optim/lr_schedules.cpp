@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/optimizer.hpp"
+#include "plugins/lr_schedule.hpp"
+#include "plugins/optimizer.hpp"
 
 namespace gpt2 {
 

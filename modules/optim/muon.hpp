@@ -8,7 +8,7 @@
 // the whole matrix, at its owner (MatrixShards) when the ranks hold parts (ZeRO, tensor parallelism).
 #include <memory>
 
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 #include "modules/optim/adamw.hpp"
 #include "tensor/muon_update.hpp"
 

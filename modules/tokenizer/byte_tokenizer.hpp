@@ -1,7 +1,7 @@
 #pragma once
 // The byte tokenizer: token id i is the byte i (0..255). No end-of-text token. Every byte string
 // encodes, so encode never throws; decode is its exact inverse.
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 
 namespace gpt2 {
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 
 namespace gpt2 {
 

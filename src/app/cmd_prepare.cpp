@@ -11,7 +11,7 @@
 #include "core/error.hpp"
 #include "core/fs.hpp"
 #include "data/token_shard.hpp"
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 #include "train/translation.hpp"
 
 namespace gpt2::app {

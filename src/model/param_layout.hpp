@@ -10,6 +10,7 @@
 
 #include <Kokkos_Macros.hpp>
 
+#include "core/range.hpp"
 #include "model/model_config.hpp"
 
 namespace gpt2 {
@@ -21,12 +22,6 @@ enum class Param {
   lnfw, lnfb                                             // final LayerNorm
 };
 constexpr int kTensorsPerBlock = 12;
-
-struct Range {
-  size_t begin = 0, end = 0;
-  size_t size() const { return end - begin; }
-  bool contains(const Range& o) const { return o.begin >= begin && o.end <= end; }
-};
 
 // Where the elements of a tensor's (local) part sit in the global flat buffer: `count` runs of `len`
 // elements, run i starting at begin + i * stride. A whole tensor is one run; a split of it (tensor

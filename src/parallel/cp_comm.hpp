@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "model/cp_ring.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {

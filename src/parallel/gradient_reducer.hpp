@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "parallel/shard_layout.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "tensor/buffer_pool.hpp"
 #include "tensor/half.hpp"
 #include "tensor/views.hpp"

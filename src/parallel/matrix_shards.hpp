@@ -1,5 +1,5 @@
 #pragma once
-// MatrixShards (model/optimizer.hpp) over a rank's replica group and its tp group. Where a matrix's
+// MatrixShards (plugins/optimizer.hpp) over a rank's replica group and its tp group. Where a matrix's
 // values are: ShardLayout gives rank q of D the q-th D-th of every bucket, so q holds a few ranges of
 // a matrix ("held"), one after another in its shard (its run); tensor parallelism gives each tp rank
 // a block of rows (column-parallel: qkv with the heads divided, fc) or of columns (row-parallel: the
@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 #include "model/stage_layout.hpp"
 #include "parallel/shard_layout.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "parallel/shard_layout.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "tensor/views.hpp"
 
 namespace gpt2 {

@@ -26,7 +26,7 @@
 #include "parallel/replicated_grads.hpp"
 #include "parallel/shard_layout.hpp"
 #include "parallel/working_copies.hpp"
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 #include "parallel/zero.hpp"
 #include "tensor/reduce.hpp"
 #include "tensor/working_copy.hpp"

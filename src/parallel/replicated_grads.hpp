@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "parallel/shard_layout.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "trace/tracer.hpp"
 #include "tensor/views.hpp"
 

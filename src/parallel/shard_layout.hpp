@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/stage_layout.hpp"
-#include "model/tensor_shard.hpp"
+#include "model/shard_list.hpp"
 
 namespace gpt2 {
 

@@ -3,7 +3,7 @@
 // traced as a tp_collective event with the bytes it moves; the kernels after one run after it
 // (order_after: a stream dependency, no host wait).
 #include "model/tp_group.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "trace/tracer.hpp"
 
 namespace gpt2 {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "model/activation_sizes.hpp"
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 
 namespace gpt2 {
 

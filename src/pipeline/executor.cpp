@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -1,6 +1,7 @@
 #include "pipeline/p2p.hpp"
 
 #include "core/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -12,7 +12,7 @@
 // pass-list proof checks the lists under exactly this model (pipeline/nccl_order: in_order_problem).
 // Messages to a chunk of the same rank (the V's turn) never come here: the executor hands them over.
 #include "pipeline/schedule.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 namespace gpt2 {
 

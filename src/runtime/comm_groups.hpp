@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "runtime/topology.hpp"
 
 namespace gpt2 {

@@ -1,4 +1,4 @@
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 #include <chrono>
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

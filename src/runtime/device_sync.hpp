@@ -3,7 +3,7 @@
 // (communicators' included). Inside a step, work is ordered by the execution space instead -- a
 // space's deep_copy, kernels in issue order, stream-ordered communication (Communicator::
 // order_after) -- and the host waits once, to read the step's loss and gradient norm. Every fence,
-// this one and any Kokkos inserts, is counted by runtime/device_counters.
+// this one and any Kokkos inserts, is counted by tensor/device_counters.
 namespace gpt2 {
 
 void device_sync(const char* why);  // the communication queue drained, then Kokkos::fence()

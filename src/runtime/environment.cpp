@@ -12,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "runtime/device_counters.hpp"
+#include "tensor/device_counters.hpp"
 #include "runtime/process_memory.hpp"
 #include "tensor/gemm.hpp"
 

@@ -2,7 +2,7 @@
 // The communicator of a group of one rank (dp = 1, pp = 1, ...): every collective is the identity
 // (a copy where the result goes to another buffer), a send-receive with itself is a copy, the
 // control plane runs on MPI_COMM_SELF. The engine gets one of these instead of a null pointer.
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 namespace gpt2 {
 

@@ -5,7 +5,7 @@
 // spaces, "Device" and "HostPinned"): the same bytes and the same speed, but Kokkos names the space
 // of every allocation and copy, so a step's copies between device memory and plain (pageable) host
 // memory -- each a host-blocking wait on a GPU -- are seen and counted on the host too
-// (runtime/device_counters). A host mirror of device data (create_mirror_view) is a separate host
+// (tensor/device_counters). A host mirror of device data (create_mirror_view) is a separate host
 // allocation, as on a GPU.
 #include <Kokkos_Core.hpp>
 

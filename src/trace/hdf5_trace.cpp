@@ -14,7 +14,7 @@
 #include "core/error.hpp"
 #include "hdf5/hdf5_attributes.hpp"
 #include "runtime/build_info.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "trace/hdf5_event.hpp"
 
 namespace gpt2 {

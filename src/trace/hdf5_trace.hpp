@@ -20,7 +20,7 @@
 //             activations it held at once),
 //             peak_workspace_bytes (ZeRO's gathered parameters and gradient workspaces),
 //             what the device did in a training step (the most of any step, the first included;
-//             runtime/device_counters; -1 when a Kokkos tools library holds the callbacks):
+//             tensor/device_counters; -1 when a Kokkos tools library holds the callbacks):
 //             device_waits_per_step (whole-device fences, the ones Kokkos inserts included),
 //             allocations_per_step (allocations + frees), host_waits_per_step (the host blocked on
 //             a communication), stream_waits_per_step (an execution space's own fence, or a launch
@@ -74,10 +74,10 @@ struct TraceMeta {
   double param_gather_bytes = 0;  // one ZeRO all-gather of its stage's parameters delivers (0: none)
   double activation_bytes = 0, workspace_bytes = 0;             // this rank's peaks
   double peak_microbatches = 0;  // the most microbatch-chunks it held activations for at once
-  // This rank's most in one training step (runtime/device_counters; -1: not counted).
+  // This rank's most in one training step (tensor/device_counters; -1: not counted).
   double device_waits_per_step = -1, allocations_per_step = -1, host_waits_per_step = -1, stream_waits_per_step = -1,
          host_copies_per_step = -1, launches_per_step = -1, bytes_moved_per_step = -1;
-  int fences_reported = 0;  // whether the wait counts can be trusted (runtime/device_counters)
+  int fences_reported = 0;  // whether the wait counts can be trusted (tensor/device_counters)
   // The run's prediction (train/prediction.hpp; source "" and values 0: none) and this rank's
   // measured side of it: its most Kokkos memory at once.
   std::string prediction_source;

@@ -4,7 +4,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 
 namespace gpt2 {
 

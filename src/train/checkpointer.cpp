@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "formats/model_file.hpp"
 #include "runtime/collective.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "train/bleu.hpp"
 #include "train/sampler.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 #include "train/loss_sums.hpp"
 #include "train/metrics.hpp"
 #include "train/model_gather.hpp"

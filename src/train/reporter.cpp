@@ -9,6 +9,7 @@
 #include "runtime/process_memory.hpp"
 #include "tensor/gemm_lowp.hpp"
 #include "train/sampler.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device_counters.hpp"
+#include "tensor/device_counters.hpp"
 #include "trace/hdf5_trace.hpp"
 #include "train/evaluator.hpp"
 #include "train/metrics.hpp"

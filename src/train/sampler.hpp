@@ -11,7 +11,7 @@
 #include "core/rng.hpp"
 #include "model/kv_decoder.hpp"
 #include "model/stage.hpp"
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 
 namespace gpt2 {
 

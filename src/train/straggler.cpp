@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/json.hpp"
-#include "runtime/device_counters.hpp"
+#include "tensor/device_counters.hpp"
 #include "runtime/process_memory.hpp"
 
 namespace gpt2 {

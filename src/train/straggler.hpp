@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/topology.hpp"
 #include "trace/tracer.hpp"

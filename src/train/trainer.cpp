@@ -11,6 +11,7 @@
 #include "tensor/adamw_update.hpp"
 #include "tensor/precision.hpp"
 #include "train/nonfinite.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 

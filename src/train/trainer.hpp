@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device_counters.hpp"
+#include "plugins/lr_schedule.hpp"
+#include "tensor/device_counters.hpp"
 #include "train/checkpointer.hpp"
 #include "train/evaluator.hpp"
 #include "train/reporter.hpp"
@@ -69,7 +70,7 @@ class Trainer {
   MemoryUse memory() const { return engine_->store().memory(); }
   size_t activation_bytes() const { return engine_->passes().activation_bytes(); }
   // The most of each count any training step (the first included) made on this rank: whole-device
-  // waits, the host's other waits, allocations, frees, launches (runtime/device_counters).
+  // waits, the host's other waits, allocations, frees, launches (tensor/device_counters).
   const DeviceCounters& step_counts() const { return counts_.maxima(); }
   // What the first step that allocated or waited beyond its one whole-device wait did (empty: none).
   const std::vector<std::string>& step_events() const { return counts_.events(); }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 
 namespace gpt2 {
 

@@ -27,7 +27,7 @@
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "runtime/environment.hpp"
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 #include "runtime/serial_communicator.hpp"
 #include "parallel/zero.hpp"
 #include "step_profile.hpp"

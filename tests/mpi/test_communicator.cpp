@@ -7,8 +7,9 @@
 
 #include "modules/comm/auto.hpp"
 #include "runtime/comm_groups.hpp"
-#include "runtime/communicator.hpp"
+#include "plugins/communicator.hpp"
 #include "tensor/views.hpp"
+#include "runtime/watchdog.hpp"
 
 using namespace gpt2;
 

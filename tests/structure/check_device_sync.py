@@ -3,7 +3,7 @@
 without an execution space (Kokkos fences the whole device around it) in any file of src/ or
 modules/. An execution-space instance's fence (`ExecSpace().fence()`) orders only that space's work
 and is allowed; a line that must wait anyway (set-up, between steps) says why with `device_sync-ok:`
-in a comment. The trainer counts every fence a step makes at run time (runtime/device_counters);
+in a comment. The trainer counts every fence a step makes at run time (tensor/device_counters);
 this check also sees the lines no test runs on the host (CUDA-only paths, rare branches). Exit 1
 naming each violation."""
 import os

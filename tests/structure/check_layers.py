@@ -7,23 +7,43 @@ import os
 import re
 import sys
 
+# The rooms from the bottom up: a room may include only rooms below it, so dependencies point one
+# way and the table itself is checked against the order (layer_order_problems).
+ORDER = ["core", "tensor", "plugins", "data", "hdf5", "runtime", "model", "formats", "trace", "parallel",
+         "pipeline", "perf", "train", "modules", "app"]
 # room -> rooms it may include (besides itself)
 ALLOWED = {
-    "app": {"train", "pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "tensor", "core"},
-    "train": {"pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "tensor", "core"},
-    "pipeline": {"runtime", "trace", "model", "tensor", "core"},
-    "parallel": {"runtime", "trace", "formats", "hdf5", "model", "tensor", "core"},
-    "perf": {"pipeline", "parallel", "runtime", "trace", "model", "tensor", "core"},
-    "trace": {"runtime", "model", "hdf5", "core"},
+    "app": {"train", "pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "plugins",
+            "tensor", "core"},
+    "modules": {"pipeline", "runtime", "model", "data", "plugins", "tensor", "core"},
+    "train": {"pipeline", "parallel", "perf", "runtime", "trace", "formats", "model", "data", "plugins", "tensor",
+              "core"},
+    "perf": {"pipeline", "parallel", "runtime", "trace", "model", "plugins", "tensor", "core"},
+    "pipeline": {"runtime", "trace", "model", "plugins", "tensor", "core"},
+    "parallel": {"runtime", "trace", "formats", "hdf5", "model", "plugins", "tensor", "core"},
+    "trace": {"runtime", "model", "hdf5", "plugins", "core"},
     "formats": {"model", "hdf5", "core"},
+    "model": {"plugins", "tensor", "core"},
+    "runtime": {"plugins", "tensor", "core"},
     "hdf5": {"core"},
-    "runtime": {"tensor", "core"},
-    "model": {"tensor", "core"},
-    "data": {"core"},
+    "data": {"plugins", "core"},
+    "plugins": {"tensor", "core"},  # the interfaces modules/ implement, and their registry
     "tensor": {"core"},
     "core": set(),
-    "modules": {"pipeline", "runtime", "model", "tensor", "data", "core", "modules"},
 }
+
+
+def layer_order_problems():
+    """Every room of the table placed in ORDER, and allowed to include only rooms below it."""
+    problems = [f"room '{r}' has no place in ORDER" for r in ALLOWED if r not in ORDER]
+    for room, allowed in ALLOWED.items():
+        if room not in ORDER:
+            continue
+        above = sorted(a for a in allowed if a not in ORDER or ORDER.index(a) >= ORDER.index(room))
+        problems += [f"the table lets {room}/ include {a}/, which is not below it in ORDER" for a in above]
+    return problems
+
+
 NO_MPI = ("train", "formats", "hdf5", "model", "tensor", "data")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 MPI_CALL = re.compile(r"\bMPI_[A-Za-z0-9_]+\s*\(")
@@ -31,7 +51,7 @@ MPI_CALL = re.compile(r"\bMPI_[A-Za-z0-9_]+\s*\(")
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "../.."))
-    problems = []
+    problems = layer_order_problems()
     for top in ("src", "modules"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in files:

@@ -1,11 +1,11 @@
-// The device counters (runtime/device_counters) see what they are there for: a deliberate fence of
+// The device counters (tensor/device_counters) see what they are there for: a deliberate fence of
 // the whole device and of one execution space, an allocation and its free, a copy between device
 // memory and pageable host memory (and not a fill, nor a copy with page-locked memory), a kernel
 // launch, and a launch whose closure is large enough that CUDA's backend waits on the host for it.
 // Counters that read 0 whatever the code does would let every check of a step's waits pass.
 #include <gtest/gtest.h>
 
-#include "runtime/device_counters.hpp"
+#include "tensor/device_counters.hpp"
 #include "tensor/views.hpp"
 
 using namespace gpt2;

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "model/stage.hpp"
-#include "runtime/device_counters.hpp"
+#include "tensor/device_counters.hpp"
 #include "tensor/device_work.hpp"
 #include "tensor/crossentropy.hpp"
 #include "test_util.hpp"

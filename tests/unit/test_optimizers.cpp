@@ -8,7 +8,8 @@
 #include <cmath>
 #include <vector>
 
-#include "model/optimizer.hpp"
+#include "model/shard_list.hpp"
+#include "plugins/optimizer.hpp"
 #include "tensor/muon_update.hpp"
 #include "test_util.hpp"
 

@@ -5,7 +5,8 @@
 
 #include "fixture.hpp"
 #include "model/stage.hpp"
-#include "model/optimizer.hpp"
+#include "model/shard_list.hpp"
+#include "plugins/optimizer.hpp"
 #include "tensor/adamw_update.hpp"
 #include "test_util.hpp"
 

@@ -20,7 +20,7 @@
 #include "modules/tokenizer/byte_tokenizer.hpp"
 #include "modules/tokenizer/flat_json.hpp"
 #include "modules/tokenizer/gpt2_bpe.hpp"
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 
 using namespace gpt2;
 namespace fs = std::filesystem;

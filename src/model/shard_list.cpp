@@ -1,12 +1,6 @@
-#include "model/tensor_shard.hpp"
+#include "model/shard_list.hpp"
 
 namespace gpt2 {
-
-size_t TensorShard::size() const {
-  size_t n = 1;
-  for (size_t d : shape) n *= d;
-  return n;
-}
 
 std::vector<TensorShard> tensor_shards(const std::vector<TensorInfo>& tensors) {
   std::vector<TensorShard> out;

@@ -1,4 +1,4 @@
-#include "model/optimizer.hpp"
+#include "plugins/optimizer.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -44,12 +44,6 @@ void zero_uncovered(const std::vector<TensorShard>& shards, Vec<float> grads) {
     at = t.run.end;
   }
   zero(at, grads.extent(0));
-}
-
-double learning_rate(const LrSchedule& s, int step) {
-  const int w = s.warmup_steps;
-  if (w > 0 && step < w) return s.lr * double(step + 1) / w;
-  return LrScheduleRegistry::get(s.kind, "train.schedule").after_warmup(s, step);
 }
 
 }  // namespace gpt2

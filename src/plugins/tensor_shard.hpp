@@ -1,11 +1,13 @@
 #pragma once
 // A tensor as an optimizer sees it on one rank: where this rank's values of it sit in the buffers the
 // optimizer steps, the whole tensor's shape and its parameter group. The list of them is what the
-// optimizer interface speaks (model/optimizer.hpp); the shard layout makes it (parallel/shard_layout).
+// optimizer interface speaks (plugins/optimizer.hpp); the shard layout makes it
+// (parallel/shard_layout, from model/shard_list).
+#include <cstddef>
 #include <string>
 #include <vector>
 
-#include "model/param_layout.hpp"
+#include "core/range.hpp"
 
 namespace gpt2 {
 
@@ -22,11 +24,12 @@ struct TensorShard {
   Range run;                  // this rank's values, in the optimizer's buffers
   ParamGroup group;
   bool decayed() const { return group != ParamGroup::plain; }
-  size_t size() const;       // the whole tensor's values
+  size_t size() const {  // the whole tensor's values
+    size_t n = 1;
+    for (size_t d : shape) n *= d;
+    return n;
+  }
   bool whole() const { return run.size() == size(); }
 };
-
-// A layout's tensors (their ranges in the optimizer's buffers) as the optimizer's list.
-std::vector<TensorShard> tensor_shards(const std::vector<TensorInfo>& tensors);
 
 }  // namespace gpt2

@@ -1,14 +1,14 @@
 #pragma once
-// Optimizer and learning-rate schedule interfaces. Implementations live in modules/optim and
-// register themselves (train.optimizer, train.schedule).
+// The optimizer interface. Implementations live in modules/optim and register themselves
+// (train.optimizer); the learning-rate schedules have theirs in plugins/lr_schedule.hpp.
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "model/tensor_shard.hpp"
-#include "core/registry.hpp"
+#include "plugins/registry.hpp"
+#include "plugins/tensor_shard.hpp"
 #include "tensor/adamw_update.hpp"
 #include "tensor/views.hpp"
 
@@ -113,22 +113,5 @@ using OptimizerRegistry = Registry<OptimizerEntry>;
 // name: train.optimizer; InputError for an unknown one.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, const std::vector<TensorShard>& shards,
                                           size_t n, const OptimizerConfig& cfg, MatrixShards* matrices = nullptr);
-
-// Learning rate at a (0-based) step. Every schedule starts with a linear warm-up over warmup_steps.
-struct LrSchedule {
-  std::string kind = "constant";
-  double lr = 3e-4, min_lr = 0;
-  int warmup_steps = 0, total_steps = 1;
-};
-
-struct LrScheduleEntry {
-  std::string name, help;
-  int order = 0;
-  // The rate after warm-up (step >= warmup_steps).
-  std::function<double(const LrSchedule&, int step)> after_warmup;
-};
-using LrScheduleRegistry = Registry<LrScheduleEntry>;
-
-double learning_rate(const LrSchedule& s, int step);
 
 }  // namespace gpt2

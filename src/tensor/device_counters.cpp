@@ -1,4 +1,4 @@
-#include "runtime/device_counters.hpp"
+#include "tensor/device_counters.hpp"
 
 #include <algorithm>
 #include <atomic>

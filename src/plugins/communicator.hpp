@@ -1,5 +1,7 @@
 #pragma once
-// Collective and point-to-point communication over one group of ranks.
+// Collective and point-to-point communication over one group of ranks: the interface the backends
+// of modules/comm implement (the control plane and the watchdog are runtime/'s: communicator.cpp,
+// watchdog.hpp).
 //
 // Data plane: buffers live in the default execution space's memory (device memory in CUDA builds):
 // the NCCL backend uses them directly, the MPI backend stages them through host memory when the
@@ -7,7 +9,7 @@
 // A consumer inside a training step completes it one way: order_after(r), a stream dependency
 // (device work issued afterwards runs after r; the host blocks only where the backend itself runs
 // on the host, as MPI does). wait(r) blocks the host until r is done, for where the host needs the
-// bytes itself (between steps); it is counted (runtime/device_counters), and a step makes none.
+// bytes itself (between steps); it is counted (tensor/device_counters), and a step makes none.
 // A wait that takes longer than the timeout aborts the whole job with a message instead of hanging
 // (a dead peer).
 //
@@ -30,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device_counters.hpp"
-#include "core/registry.hpp"
+#include "plugins/registry.hpp"
+#include "tensor/device_counters.hpp"
 
 namespace gpt2 {
 
@@ -142,35 +144,6 @@ class Communicator {
  protected:
   virtual void complete(Request& r) = 0;  // blocks the host until r is done
 };
-
-// Host-side helpers over an MPI communicator, for small control values (loss, norms, flags).
-// Like every wait here, they abort the job after the timeout instead of hanging on a dead peer.
-double allreduce_sum(MPI_Comm comm, double x);
-int64_t allreduce_max(MPI_Comm comm, int64_t x);
-// Completes an MPI request, polling; after Communicator::timeout_seconds() prints which operation
-// (and peer) it waited for and calls MPI_Abort.
-void mpi_wait(MPI_Request& r, const char* what, int peer = -1);
-// Called while any wait spins: moves operations that run on their own on a device (the
-// mpi-ordered backend sets it, so queued operations of every communicator start while a rank waits
-// on one -- as NCCL's streams go on while the host blocks).
-void set_background_progress(void (*progress)());
-void background_progress();
-
-// What this rank is doing while it may wait, for the watchdog's message: a scope that names it
-// (the pipeline's pass and peer, say). Scopes nest; the text is made only when a wait times out.
-class WaitContext {
- public:
-  explicit WaitContext(std::function<std::string()> describe);
-  ~WaitContext();
-  WaitContext(const WaitContext&) = delete;
-  WaitContext& operator=(const WaitContext&) = delete;
-  static std::string describe();  // the open scopes, outermost first ("" when none)
-};
-// The watchdog's end: prints "error: rank R waited S s for WHAT (CONTEXT)" and what to do next, gives
-// the other stuck ranks a grace period to say what they wait for, then aborts the job with exit 3.
-[[noreturn]] void abort_on_hang(double waited, const std::string& what);
-// The world rank of rank `rank` of communicator comm (for messages).
-int world_rank_of(MPI_Comm comm, int rank);
 
 // ---- the backend registry (modules/comm) ----
 struct CommContext {

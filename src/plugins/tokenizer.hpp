@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/registry.hpp"
+#include "plugins/registry.hpp"
 
 namespace gpt2 {
 

@@ -1,4 +1,4 @@
-#include "data/tokenizer.hpp"
+#include "plugins/tokenizer.hpp"
 
 namespace gpt2 {
 
