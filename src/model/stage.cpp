@@ -169,6 +169,15 @@ Vec<T> Stage<T>::unit_vec(const T* unit, int u, Param kind) const {
 
 template <class T>
 void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
+  forward_blocks(a);
+  if (has_head()) {
+    Probed p(probe_, Pass::forward, head_unit_id());
+    head_forward(a, losses, need_grad, dloss);
+  }
+}
+
+template <class T>
+void Stage<T>::forward_blocks(Activations<T>& a) {
   if (has_embedding()) {
     Probed p(probe_, Pass::forward, 0);
     embedding_forward_(a);
@@ -179,10 +188,25 @@ void Stage<T>::forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss
     block_forward(l, a, x);
     x = a.blocks[l - first_].res3;
   }
-  if (has_head()) {
-    Probed p(probe_, Pass::forward, head_unit_id());
-    head_forward(a, losses, need_grad, dloss);
-  }
+}
+
+template <class T>
+void Stage<T>::decode(Activations<T>& a, const int* host_tokens, int n, int position, Vec<T> logits) {
+  const size_t N = size_t(n);
+  if (a.decoding.kv.empty() || n <= 0 || N > a.tokens.extent(0) || position < 0 ||
+      size_t(position) + N > a.decoding.kv.front().extent(0))
+    fail("Stage::decode: ", n, " rows at position ", position, " do not fit the decoding activations");
+  slice_activations(a, decoding_shape(n));
+  a.decoding.position = position;
+  using HostInts = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  Kokkos::deep_copy(ExecSpace(), Kokkos::subview(a.tokens, Kokkos::make_pair(size_t(0), N)), HostInts(host_tokens, N));
+  const auto positions = a.doc_positions;  // each row's position (the embedding's wpe row)
+  Kokkos::parallel_for(
+      "decode_positions", IndexRange(0, int64_t(n)), KOKKOS_LAMBDA(int64_t i) { positions(i) = position + int(i); });
+  forward_blocks(a);
+  const size_t C = size_t(config().n_embd);
+  Probed p(probe_, Pass::forward, head_unit_id());
+  decode_head(a, CMat<T>(a.output().data() + (N - 1) * C, 1, C), logits);
 }
 
 template <class T>

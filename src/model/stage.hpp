@@ -98,6 +98,16 @@ struct Activations : DocumentRows {
     Kokkos::fence();  // device_sync-ok: outside a step (group_host is written again by the next load)
   }
   std::vector<int> group_host;
+  // Decoding (Stage::decode): the rows are new positions [position, position + rows) of one
+  // sequence, every block's slices the same memory; each block's attention reads and extends its
+  // cached keys and values (kv[block]: max_len x 2C) with `scores` (n_head x rows x (position +
+  // rows) values) as scratch. Empty kv: a training microbatch.
+  struct Decoding {
+    int position = 0;
+    std::vector<Mat<T>> kv;
+    Vec<T> scores;
+  };
+  Decoding decoding;
   Mat<T> output() const { return blocks.back().res3; }  // (rows,C) sent to the next stage
   size_t bytes() const { return mem.extent(0) * sizeof(T) + mem16.extent(0) * sizeof(uint16_t); }
 };
@@ -184,6 +194,15 @@ class Stage {
   // with d(loss)/d(each token loss) = dloss.
   void forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
 
+  // Decoding with a key/value cache (model/kv_decoder; the whole model on one rank, in T):
+  // activations for up to max_rows new rows of one sequence, over the cache `kv` (n_layer x max_len x
+  // 2C values) with attention scratch `scores` (n_head x max_rows x max_len values), both the caller's.
+  Activations<T> make_decoding(int max_rows, int max_len, Vec<T> kv, Vec<T> scores) const;
+  // Tokens host_tokens[0, n) at positions [position, position + n) through the training forward's
+  // embedding and blocks, their attention over every cached position (which they extend); the final
+  // LayerNorm and the logits (Vp) of the last of them into `logits`.
+  void decode(Activations<T>& a, const int* host_tokens, int n, int position, Vec<T> logits);
+
   // Backward one microbatch (see the header comment for dres). Each unit's gradient is handed to
   // the store (grads_done) as soon as this microbatch's part of it is complete: the final norm
   // first, then the blocks from the last, then the embeddings.
@@ -209,6 +228,11 @@ class Stage {
   void allocate_scratch(int max_batch);
   void allocate_recompute_scratch(int max_batch, const ActivationSizes& sizes);
   void check_scratch(const ActivationSizes& sizes) const;
+  // Activations of a shape: allocated as the size table says, and cut into slices (again, for fewer
+  // rows, in the same memory: decoding); slice_activations returns the values and 16-bit values taken.
+  Activations<T> allocate_activations(const ActivationShape& shape) const;
+  std::pair<size_t, size_t> slice_activations(Activations<T>& a, const ActivationShape& shape) const;
+  ActivationShape decoding_shape(int rows) const;  // one sequence of `rows`, one block's memory for all
   struct BlockParams {
     Vec<T> ln1w, ln1b, qkvb, attprojb, ln2w, ln2b, fcb, fcprojb;
     Mat<T> qkvw, attprojw, fcw, fcprojw;
@@ -227,6 +251,7 @@ class Stage {
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
+  void forward_blocks(Activations<T>& a);  // the embedding (first stage) and the blocks
   void block_forward(int layer, Activations<T>& a, CMat<T> in, bool recomputing = false);
   // Fused attention (tensor/flash_attention.hpp), under context parallelism over the ring's K/V
   // blocks: y and the log-sum-exp per row and head out, and their backward into dqkv.
@@ -235,9 +260,11 @@ class Stage {
   void fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B, DocStarts doc);
   void recompute_block(int layer, Activations<T>& a, CMat<T> in, bool split);
   void attention(typename Activations<T>::Block& s, int B, DocStarts doc, bool keep_output);
+  void cached_attention(typename Activations<T>::Block& s, const typename Activations<T>::Decoding& d, int block);
   bool recomputed(int layer) const { return rc_.covers(layer); }
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
+  void decode_head(Activations<T>& a, CMat<T> row, Vec<T> logits);  // one row's final LayerNorm and logits
   void head_backward(Activations<T>& a, Pass pass);
   void run_backward(Activations<T>& a, Pass pass);
   // dln (stream rows) = the tp ranks' sum of dout (N, out) @ w: a column-parallel input gradient.

@@ -1,6 +1,9 @@
 // Stage: a microbatch's activations -- their shape (model/activation_sizes.hpp sizes them) and their
 // slices, each block's and the ends', out of one allocation (and one of 16-bit values under mixed
 // precision), what recomputed blocks drop taken from the stage's shared scratch instead.
+#include <algorithm>
+#include <utility>
+
 #include "core/error.hpp"
 #include "model/stage.hpp"
 
@@ -99,21 +102,38 @@ void slice_block(Slicer<T>& sl, typename Activations<T>::Block& s, const BlockDi
 
 template <class T>
 Activations<T> Stage<T>::make_activations(int B, bool split) const {
-  const ModelConfig& c = config();
-  const size_t tp = size_t(par_.tp->size()), N = size_t(B) * T_, R = size_t(stream_rows(B)), C = c.n_embd;
-  // attention's probabilities (B*nh, T, T), or when fused its log-sum-exp (B*nh*T, 1) (with 16-bit
-  // GEMM inputs, followed by attention's output y in fp32: the fused backward's row dots read it)
-  const size_t att_cols = fused() ? 1 : size_t(T_);
-  const bool mixed = lin_.mixed();
-  const size_t att = size_t(B) * c.n_head / tp * T_ * att_cols + (fused() && mixed ? N * C / tp : 0);
-  const int nblocks = end_ - first_;
-  const size_t embed = split && has_embedding() ? 1 : 0;
-  const ActivationSizes sizes = activation_sizes(activation_shape(B, split));
+  return allocate_activations(activation_shape(B, split));
+}
+
+template <class T>
+ActivationShape Stage<T>::decoding_shape(int rows) const {
+  ActivationShape s = activation_shape(1, false);
+  s.seq_len = rows;
+  s.blocks = 1;  // (every block's slices are the first's: a block reads only its input)
+  s.recompute = Recompute::none;
+  s.fused_attention = true;  // (cached attention keeps no probabilities: its scores are the caller's)
+  return s;
+}
+
+template <class T>
+Activations<T> Stage<T>::make_decoding(int max_rows, int max_len, Vec<T> kv, Vec<T> scores) const {
+  const size_t C = size_t(config().n_embd), L = size_t(max_len), blocks = size_t(end_ - first_);
+  if (kv.extent(0) < blocks * L * 2 * C || scores.extent(0) < size_t(config().n_head) * size_t(max_rows) * L)
+    fail("Stage::make_decoding: the cache or the scores are smaller than ", max_len, " positions need");
+  Activations<T> a = allocate_activations(decoding_shape(max_rows));
+  a.doc_positions = decltype(a.doc_positions)("decode_positions", size_t(max_rows));
+  for (size_t b = 0; b < blocks; ++b) a.decoding.kv.push_back(Mat<T>(kv.data() + b * L * 2 * C, L, 2 * C));
+  a.decoding.scores = scores;
+  return a;
+}
+
+template <class T>
+Activations<T> Stage<T>::allocate_activations(const ActivationShape& shape) const {
+  const size_t N = size_t(shape.B) * size_t(shape.seq_len);
+  const ActivationSizes sizes = activation_sizes(shape);
   Activations<T> a;
-  a.B = B;
-  a.seq_len = T_;
   a.mem = uninitialized<T>("activations", sizes.values);
-  if (mixed) a.mem16 = uninitialized<uint16_t>("activations16", sizes.values16);
+  if (lin_.mixed()) a.mem16 = uninitialized<uint16_t>("activations16", sizes.values16);
   a.tokens = decltype(a.tokens)("tokens", N);
   a.targets = decltype(a.targets)("targets", N);
   if (has_embedding()) a.groups.allocate(int(N));
@@ -122,34 +142,63 @@ Activations<T> Stage<T>::make_activations(int B, bool split) const {
     a.doc_positions = decltype(a.doc_positions)("doc_positions", N);
     a.position_groups.allocate(int(N));
   }
+  const std::pair<size_t, size_t> taken = slice_activations(a, shape);
+  if (taken.first != sizes.values || taken.second != sizes.values16)
+    fail("Stage::make_activations: the slices take ", taken.first, " + ", taken.second, " values, the size table says ",
+         sizes.values, " + ", sizes.values16, " (model/activation_sizes)");
+  return a;
+}
+
+template <class T>
+std::pair<size_t, size_t> Stage<T>::slice_activations(Activations<T>& a, const ActivationShape& shape) const {
+  const ModelConfig& c = config();
+  const int B = shape.B;
+  const size_t Tn = size_t(shape.seq_len), tp = size_t(par_.tp->size()), N = size_t(B) * Tn, C = c.n_embd;
+  const size_t R = par_.sp ? N / tp : N;
+  // attention's probabilities (B*nh, T, T), or when fused its log-sum-exp (B*nh*T, 1) (with 16-bit
+  // GEMM inputs, followed by attention's output y in fp32: the fused backward's row dots read it)
+  const bool fused_att = shape.fused_attention || shape.cp > 1;
+  const size_t att_cols = fused_att ? 1 : Tn;
+  const bool mixed = lin_.mixed(), split = shape.split, shared = shape.blocks < end_ - first_;
+  const size_t att = size_t(B) * c.n_head / tp * Tn * att_cols + (fused_att && mixed ? N * C / tp : 0);
+  a.B = B;
+  a.seq_len = int(Tn);
   // (Recomputed blocks' dropped tensors: views of the stage's shared memory, the same for each.)
   Slicer<T> sl{a.mem.data(), a.mem16.data(), rc_.mem.data(), rc_.mem16.data(), mixed};
   a.input = sl.m(R, C);
-  const BlockDims dims{N, R, C, tp, att, size_t(B) * c.n_head / tp * T_, att_cols};
-  a.blocks.resize(nblocks);
-  for (int i = 0; i < nblocks; ++i) {
-    const bool full = recomputed(first_ + i) && rc_.mode == Recompute::full;
-    const bool selective = recomputed(first_ + i) && rc_.mode == Recompute::selective;
-    slice_block(sl, a.blocks[size_t(i)], dims, full, selective, split);
+  const BlockDims dims{N, R, C, tp, att, size_t(B) * c.n_head / tp * Tn, att_cols};
+  const size_t block_at = sl.off, block_at16 = sl.off16;
+  size_t end = 0, end16 = 0;
+  a.blocks.resize(size_t(end_ - first_));
+  for (int i = 0; i < end_ - first_; ++i) {
+    const bool rec = shape.recompute != Recompute::none && recomputed(first_ + i);
+    if (shared) sl.off = block_at, sl.off16 = block_at16;
+    slice_block(sl, a.blocks[size_t(i)], dims, rec && rc_.mode == Recompute::full,
+                rec && rc_.mode == Recompute::selective, split);
+    end = std::max(end, sl.off), end16 = std::max(end16, sl.off16);
     if (sl.shared_off > rc_.mem.extent(0) || sl.shared_off16 > rc_.mem16.extent(0))
       fail("Stage::make_activations: a recomputed block takes ", sl.shared_off, " + ", sl.shared_off16,
            " values of the stage's ", rc_.mem.extent(0), " + ", rc_.mem16.extent(0));
   }
+  sl.off = end, sl.off16 = end16;
   if (has_head()) {
     a.lnf_mean = Vec<T>(sl.take(R), R);
     a.lnf_rstd = Vec<T>(sl.take(R), R);
     a.dlnf = sl.m(R, C);
   }
-  if (embed) a.dembed = sl.m(R, C);
-  if (sl.off != sizes.values || sl.off16 != sizes.values16)
-    fail("Stage::make_activations: the slices take ", sl.off, " + ", sl.off16, " values, the size table says ",
-         sizes.values, " + ", sizes.values16, " (model/activation_sizes)");
-  return a;
+  if (split && has_embedding()) a.dembed = sl.m(R, C);
+  if (sl.off > a.mem.extent(0) || sl.off16 > a.mem16.extent(0))
+    fail("Stage: activations of ", N, " rows do not fit their memory (", sl.off, " of ", a.mem.extent(0), " values)");
+  return {sl.off, sl.off16};
 }
 
 #define GPT2_STAGE_ACTIVATIONS(T)                                               \
   template ActivationShape Stage<T>::activation_shape(int, bool) const; \
-  template Activations<T> Stage<T>::make_activations(int, bool) const;
+  template Activations<T> Stage<T>::make_activations(int, bool) const;                 \
+  template ActivationShape Stage<T>::decoding_shape(int) const;                        \
+  template Activations<T> Stage<T>::make_decoding(int, int, Vec<T>, Vec<T>) const;     \
+  template Activations<T> Stage<T>::allocate_activations(const ActivationShape&) const; \
+  template std::pair<size_t, size_t> Stage<T>::slice_activations(Activations<T>&, const ActivationShape&) const;
 GPT2_STAGE_ACTIVATIONS(float)
 GPT2_STAGE_ACTIVATIONS(double)
 #undef GPT2_STAGE_ACTIVATIONS

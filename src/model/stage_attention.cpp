@@ -118,12 +118,23 @@ void Stage<T>::attention(typename Activations<T>::Block& s, int B, DocStarts doc
   }
 }
 
+// Decoding: the new rows' keys and values into block i's cache, their queries against every cached
+// position (tensor/attention.hpp's cached attention: no probabilities kept, nothing to go back over).
+template <class T>
+void Stage<T>::cached_attention(typename Activations<T>::Block& s, const typename Activations<T>::Decoding& d,
+                                int i) {
+  kv_cache_store<T>(d.kv[size_t(i)], s.qkv, d.position);
+  attention_forward_cached<T>(s.atty.full, d.scores, s.qkv, d.kv[size_t(i)], d.position, config().n_head);
+}
+
 // The class is instantiated in stage.cpp; these are the members defined here.
 #define GPT2_STAGE_ATTENTION(T)                                                                         \
   template void Stage<T>::fused_attention_forward(Mat<T>, Vec<T>, CMat<T>, int, DocStarts);             \
   template void Stage<T>::fused_attention_backward(Mat<T>, CMat<T>, CMat<T>, CMat<T>, CVec<T>, int, DocStarts); \
   template void Stage<T>::recompute_block(int, Activations<T>&, CMat<T>, bool);                        \
-  template void Stage<T>::attention(typename Activations<T>::Block&, int, DocStarts, bool);
+  template void Stage<T>::attention(typename Activations<T>::Block&, int, DocStarts, bool);          \
+  template void Stage<T>::cached_attention(typename Activations<T>::Block&,                          \
+                                           const typename Activations<T>::Decoding&, int);
 GPT2_STAGE_ATTENTION(float)
 GPT2_STAGE_ATTENTION(double)
 #undef GPT2_STAGE_ATTENTION

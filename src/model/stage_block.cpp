@@ -64,7 +64,8 @@ void Stage<T>::block_forward(int l, Activations<T>& a, CMat<T> in, bool recomput
   };
   lin_.write(s.ln1, [&](auto out) { layernorm_forward<T>(out, s.ln1_mean, s.ln1_rstd, in, p.ln1w, p.ln1b); });
   lin_.forward(s.qkv, par_.gather_input(s.ln1, a.B), w16.qkvw, p.qkvb);
-  attention(s, a.B, a.docs(), true);
+  if (a.decoding.kv.empty()) attention(s, a.B, a.docs(), true);
+  else cached_attention(s, a.decoding, l - first_);
   // res2 = in + attproj, then ln2 of it: the bias and residual in the product where the library adds
   // them, else in LayerNorm's pass (one rank) or after the tp ranks' sum.
   if (par_.tp->size() == 1 && !lin_.fuses_epilogue()) {

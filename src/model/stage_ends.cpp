@@ -142,6 +142,22 @@ void Stage<T>::head_backward(Activations<T>& a, Pass pass) {
   store_->release_params(norm);
 }
 
+// Decoding's head: the final LayerNorm of one row (the last new position) and its logits, no loss.
+// (Its statistics and normalised row go in the head's slices; decoding keeps no gradient.)
+template <class T>
+void Stage<T>::decode_head(Activations<T>& a, CMat<T> row, Vec<T> logits) {
+  const size_t C = config().n_embd, Vl = size_t(layout_.local_vocab());
+  const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
+  const Mat<T> lnf(a.dlnf.data(), 1, C);
+  const T* pnorm = store_->params(norm);
+  layernorm_forward<T>(lnf, Vec<T>(a.lnf_mean.data(), 1), Vec<T>(a.lnf_rstd.data(), 1), row,
+                       unit_vec(pnorm, norm, Param::lnfw), unit_vec(pnorm, norm, Param::lnfb));
+  store_->release_params(norm);
+  const T* pw = store_->params(wu);
+  lin_.forward(Mat<T>(logits.data(), 1, Vl), GemmInput<T>(lnf), gemm_weight(wu, pw, CMat<T>(pw, Vl, C)), Vec<T>());
+  store_->release_params(wu);
+}
+
 // The class is instantiated in stage.cpp; these are the members defined here.
 #define GPT2_STAGE_ENDS(T)                                                            \
   template void Stage<T>::embedding_forward_(Activations<T>&);                         \
@@ -150,7 +166,8 @@ void Stage<T>::head_backward(Activations<T>& a, Pass pass) {
   template void Stage<T>::parallel_loss(Mat<T>, Tokens, Vec<T>, bool, T);               \
   template void Stage<T>::head_rows(Activations<T>&, size_t, size_t, const GemmInput<T>&, const GemmInput<T>&, \
                                     Mat<T>, Vec<T>, bool, T);                                                   \
-  template void Stage<T>::head_backward(Activations<T>&, Pass);
+  template void Stage<T>::head_backward(Activations<T>&, Pass);                                              \
+  template void Stage<T>::decode_head(Activations<T>&, CMat<T>, Vec<T>);
 GPT2_STAGE_ENDS(float)
 GPT2_STAGE_ENDS(double)
 #undef GPT2_STAGE_ENDS

@@ -121,3 +121,25 @@ TEST(KvCache, EachNewTokenRunsOneRow) {
   generate(sliding, {1, 2, 3, 4, 5}, o, rng);
   EXPECT_EQ(sliding.rows_run(), 5 + 11 + 2 * 16);
 }
+
+// One forward: decoding runs the Stage's own passes -- the embedding, every block and the head,
+// once each per append, as the stage's probe sees them -- not a copy of them.
+TEST(KvCache, DecodesThroughTheStageForward) {
+  const ModelConfig cfg = decoding_model();
+  const ParamLayout layout(cfg);
+  std::vector<int> units;
+  StageOptions<float> options;
+  options.probe = [&](Pass pass, int unit, bool begin) {
+    if (begin && pass == Pass::forward) units.push_back(unit);
+  };
+  Stage<float> stage(StageLayout(layout, 0, cfg.n_layer), 1, 16, options);
+  stage.init_params(5);
+  KvDecoder<float> decoder(stage);
+  const int prompt[3] = {1, 2, 3};
+  decoder.append(prompt, 3);
+  decoder.append(prompt, 1);
+  std::vector<int> want;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int u = 0; u <= cfg.n_layer + 1; ++u) want.push_back(u);  // embedding, blocks, head
+  EXPECT_EQ(units, want);
+}
