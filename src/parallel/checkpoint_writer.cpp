@@ -18,6 +18,7 @@
 #include "formats/checkpoint_h5.hpp"
 #include "hdf5/hdf5_attributes.hpp"
 #include "runtime/collective.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 
@@ -277,7 +278,9 @@ void H5CheckpointWriter::finish() {
   collective_phase(world_, [&] {
     if (!error_.empty()) fail_write(path_, error_);
   });
-  MPI_Allreduce(MPI_IN_PLACE, tally_.sums.data(), int(tally_.sums.size()), MPI_INT64_T, MPI_SUM, world_);
+  MPI_Request r;  // (polled: ranks end their writes at different times)
+  MPI_Iallreduce(MPI_IN_PLACE, tally_.sums.data(), int(tally_.sums.size()), MPI_INT64_T, MPI_SUM, world_, &r);
+  mpi_wait(r, "the checkpoint's checksum sums");
   // (each rank's part is below 2^48: the totals stay exact in 64 bits)
   collective_phase(world_, [&] {
     if (rank_ != 0) return;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace gpt2 {
 
@@ -25,7 +26,11 @@ void collective_phase(MPI_Comm comm, const std::function<void()>& f) {
   }
   const int mine = msg.empty() ? size : rank;
   int first = size;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  // (A phase often leaves the others waiting on one rank's work -- rank 0 writing a file: the wait
+  // polls and sleeps instead of MPI's spin, which would take the cores that rank needs.)
+  MPI_Request r;
+  MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &r);
+  mpi_wait(r, "the end of a set-up phase (every rank's errors compared)");
   if (first == size) return;
   int len = int(msg.size());
   int flag[2] = {len, input};
