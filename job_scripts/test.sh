@@ -15,5 +15,5 @@ job_scripts/fetch_gpt2_vocab.sh || echo "test: GPT-2 vocabulary unavailable; tho
 # Warnings are errors here (GPT2_WERROR=OFF in the environment to build with them anyway).
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPT2_HOST_KOKKOS=openmp -DGPT2_WERROR="${GPT2_WERROR:-ON}"
 cmake --build "$build" -j"$(nproc)"
-# Side by side where tests allow (each MPI test holds every core: tests/CMakeLists.txt).
+# Side by side, the longest first (their COST: tests/CMakeLists.txt); the Slurm tests take turns.
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"
