@@ -20,10 +20,11 @@
 # its output file and its run folder. Plots are required only for the analysis/*.py scripts present.
 # Then a job whose time runs out: dp.slurm with --time=1 --signal=B:USR1@45 (the warning comes at
 # slurmctld's next time-limit check, every 30 s; the test releases the job, submitted held, 15 s or
-# more before a check, suspends it once it trains and resumes it 2 s before that check, so that the
-# warning comes in the middle of its training whatever the load), so the job is warned, checkpoints,
-# requeues itself and resumes; it must end COMPLETED with every step, and its losses equal to an
-# uninterrupted run's (outside Slurm, afterwards, up to 200 steps past the resume) to 1e-5. (Slurm holds a requeued job back about two
+# more before a check, suspends it once it trains -- or, still starting 3 s before a check, through
+# that check -- and resumes it 2 s before the next, so that the warning comes in the middle of its
+# training whatever the load), so the job is warned, checkpoints, requeues itself and resumes; it
+# must end COMPLETED with every step, and its losses equal to an uninterrupted run's (outside Slurm,
+# afterwards, up to 200 steps past the resume) to 1e-5. (Slurm holds a requeued job back about two
 # minutes, its BeginTime; the test moves that to now and gives the requeued run 3 minutes, so that
 # it is not warned again at its first check.)
 #
@@ -395,22 +396,34 @@ fi
 sl scontrol release "$JOB_RQ" || die "scontrol release $JOB_RQ failed"
 say "requeue: job $JOB_RQ released $(next_check_in "$lc") s before slurmctld's next time-limit check"
 rq_steps() { local n; n=$(grep -c '"loss"' "$(run_dir "$JOB_RQ")/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
-# Training, before the next check comes near (else the check warns it while it starts: a note below).
-while (($(rq_steps) == 0)) && (($(echo "$(next_check_in "$lc") > 3" | bc))); do sleep 0.1; done
-for _ in 1 2 3; do
-  if (($(rq_steps) == 0)) || job_done "$JOB_RQ"; then break; fi
-  sl scontrol suspend "$JOB_RQ" || die "scontrol suspend $JOB_RQ failed"
-  say "requeue: job $JOB_RQ suspended at step $(rq_steps), $(next_check_in "$lc") s before the next check"
-  while (($(echo "$(next_check_in "$lc") > 2" | bc))); do sleep 0.1; done
-  sl scontrol resume "$JOB_RQ" || die "scontrol resume $JOB_RQ failed"
-  # The check comes (a little late on a busy box): warned? If the check found it still suspended (a
-  # slow resume), suspend it again for the next one.
-  l=$lc
+# next_check: waits for slurmctld's next time-limit check to show in its log (lc becomes its time).
+next_check() {
+  local l=$lc
   for _ in $(seq 200); do
     l=$(last_check) && [[ $l != "$lc" ]] && break
     sleep 0.1
   done
   lc=$l
+}
+for _ in 1 2 3; do
+  # Training, before the next check comes near.
+  while (($(rq_steps) == 0)) && (($(echo "$(next_check_in "$lc") > 3" | bc))); do sleep 0.1; done
+  job_done "$JOB_RQ" && break
+  sl scontrol suspend "$JOB_RQ" || die "scontrol suspend $JOB_RQ failed"
+  if (($(rq_steps) == 0)); then
+    # Still starting (a busy box can take longer than a period): kept suspended through this check,
+    # then let go on towards the next, so that the warning comes while it trains.
+    say "requeue: job $JOB_RQ still starting $(next_check_in "$lc") s before the next check: suspended through it"
+    next_check
+    sl scontrol resume "$JOB_RQ" || die "scontrol resume $JOB_RQ failed"
+    continue
+  fi
+  say "requeue: job $JOB_RQ suspended at step $(rq_steps), $(next_check_in "$lc") s before the next check"
+  while (($(echo "$(next_check_in "$lc") > 2" | bc))); do sleep 0.1; done
+  sl scontrol resume "$JOB_RQ" || die "scontrol resume $JOB_RQ failed"
+  # The check comes (a little late on a busy box): warned? If the check found it still suspended (a
+  # slow resume), suspend it again for the next one.
+  next_check
   for _ in $(seq 20); do warned && break; sleep 0.1; done
   warned && break
   say "requeue: the check at $(date -d "@$lc" +%T) did not warn job $JOB_RQ ($(job_field "$JOB_RQ" JobState)); again"
