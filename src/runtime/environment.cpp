@@ -14,6 +14,7 @@
 
 #include "tensor/device_counters.hpp"
 #include "runtime/process_memory.hpp"
+#include "runtime/watchdog.hpp"
 #include "tensor/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -127,6 +128,11 @@ Environment::~Environment() {
     MPI_Finalized(&finalized);
     if (!finalized) {
       if (local_size_ < size_) limit_finalize(rank_, exit_status_);  // ranks on other nodes
+      // Ranks end at different times (rank 0 writes last), and MPI_Finalize spins while it waits, on
+      // the cores a late rank needs: they meet first in a wait that polls and sleeps.
+      MPI_Request met;
+      MPI_Ibarrier(MPI_COMM_WORLD, &met);
+      mpi_wait(met, "every rank at the end (MPI_Finalize)");
       MPI_Finalize();
     }
   }
