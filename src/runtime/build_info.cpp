@@ -6,12 +6,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdio>
 
-#ifndef GPT2_GIT_REVISION
-#define GPT2_GIT_REVISION "unknown"
-#endif
-#ifndef GPT2_VERSION
-#define GPT2_VERSION "0"
-#endif
+#include "build_revision.hpp"  // generated: GPT2_GIT_REVISION, GPT2_VERSION
 
 namespace gpt2 {
 
