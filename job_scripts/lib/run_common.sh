@@ -140,14 +140,19 @@ gpt2_python() {
   return 1
 }
 
+# gpt2_script_takes SCRIPT OPTION: analysis/SCRIPT.py defines OPTION (an argparse add_argument line).
+gpt2_script_takes() { grep -q -- "add_argument(\"$2\"" "$GPT2_ROOT/analysis/$1.py"; }
+
 # gpt2_analyze OUTDIR SCRIPT... -- TRACE...: runs each analysis/SCRIPT.py that exists on the traces.
-# A script whose --help offers --out writes its files into OUTDIR; one without (report.py prints a
-# table) has its output saved as OUTDIR/SCRIPT.txt and shown. Extras when the script takes them:
+# A script that defines --out writes its files into OUTDIR; one without (report.py prints a table)
+# has its output saved as OUTDIR/SCRIPT.txt and shown. (What a script takes is read from its
+# argparse lines, not its --help: each python start with matplotlib costs about half a CPU second.)
+# Extras when the script takes them:
 # --peak-tflops $GPT2_PEAK_TFLOPS (MFU), --shards $GPT2_ANALYSIS_SHARDS (epoch size for scaling),
 # --group-by ${GPT2_SCALING_GROUP_BY:-pp} (plot_scaling: one line per pipeline depth).
 # A missing script or python is a note, a failing script a warning: never fatal.
 gpt2_analyze() {
-  local out=$1 py s help scripts=() traces args
+  local out=$1 py s scripts=() traces args
   shift
   while (($#)) && [[ $1 != -- ]]; do scripts+=("$1"); shift; done
   shift
@@ -164,12 +169,11 @@ gpt2_analyze() {
       gpt2_log "note: analysis/$s.py not found; skipped"
       continue
     fi
-    help=$(MPLBACKEND=Agg "$py" "$GPT2_ROOT/analysis/$s.py" --help 2>&1) || true
     args=()
-    [[ -n ${GPT2_PEAK_TFLOPS:-} && $help == *--peak-tflops* ]] && args+=(--peak-tflops "$GPT2_PEAK_TFLOPS")
-    [[ -n ${GPT2_ANALYSIS_SHARDS:-} && $help == *--shards* ]] && args+=(--shards "$GPT2_ANALYSIS_SHARDS")
-    [[ $s == plot_scaling && $help == *--group-by* ]] && args+=(--group-by "${GPT2_SCALING_GROUP_BY:-pp}")
-    if [[ $help == *--out* ]]; then
+    [[ -n ${GPT2_PEAK_TFLOPS:-} ]] && gpt2_script_takes "$s" --peak-tflops && args+=(--peak-tflops "$GPT2_PEAK_TFLOPS")
+    [[ -n ${GPT2_ANALYSIS_SHARDS:-} ]] && gpt2_script_takes "$s" --shards && args+=(--shards "$GPT2_ANALYSIS_SHARDS")
+    [[ $s == plot_scaling ]] && gpt2_script_takes "$s" --group-by && args+=(--group-by "${GPT2_SCALING_GROUP_BY:-pp}")
+    if gpt2_script_takes "$s" --out; then
       if MPLBACKEND=Agg "$py" "$GPT2_ROOT/analysis/$s.py" "${traces[@]}" "${args[@]}" --out "$out" \
         >>"$out/plots.log" 2>&1 </dev/null; then
         gpt2_log "analysis/$s.py -> $out"
