@@ -143,8 +143,8 @@ if [[ -n $UCS ]]; then
   done
   compgen -G "$BUNDLE/lib/ucx/*" >/dev/null && copy_deps "$BUNDLE"/lib/ucx/*
 fi
-# Libraries' own dependencies (ldd lists the closure already; this catches anything it missed).
-for _ in 1 2; do copy_deps "$BUNDLE"/lib/*.so*; done
+# (The libraries' own dependencies are in ldd's lists already, which give the whole closure; the
+# resolution check below fails on any that is not.)
 chmod 0755 "$BUNDLE"/libexec/* "$BUNDLE"/lib/*.so* "$BUNDLE"/lib/ucx/* 2>/dev/null || true
 
 # ---- wrappers -----------------------------------------------------------------------------------
@@ -272,17 +272,19 @@ log "  $(echo "$loaded" | grep -c "^$BUNDLE/") libraries loaded from the bundle,
   mapfile -t libs < <(cd "$BUNDLE" && find lib -type f -printf '%f\n' | sort -u)
   if ((${#libs[@]})); then
     while IFS= read -r line; do
-      name=$(basename "${line#*: }") src=${line%%: *}
+      name=${line#*: } src=${line%%: *}
+      name=${name##*/}
       src=${src%%,*} && src=${src%%:*}
       [[ -n ${pkg_of[$name]:-} ]] || pkg_of[$name]=$src
     done < <(dpkg -S "${libs[@]}" 2>/dev/null || true)
-    for name in "${!pkg_of[@]}"; do
-      pkg_of[$name]="${pkg_of[$name]} $(dpkg-query -W -f='${Version}' "${pkg_of[$name]}" 2>/dev/null || true)"
-    done
+    declare -A version_of=()  # and each package's version, from one dpkg-query call
+    while read -r p v; do version_of[$p]=$v; done < <(dpkg-query -W -f='${Package} ${Version}\n' \
+      $(printf '%s\n' "${pkg_of[@]}" | sort -u) 2>/dev/null || true)
+    for name in "${!pkg_of[@]}"; do pkg_of[$name]="${pkg_of[$name]} ${version_of[${pkg_of[$name]}]:-}"; done
   fi
   (cd "$BUNDLE" && find . -type f ! -name MANIFEST.txt -printf '%P\t%s\n' | sort | while IFS=$'\t' read -r f s; do
     pkg=""
-    [[ $f == lib/* && -n ${pkg_of[$(basename "$f")]:-} ]] && pkg=" [${pkg_of[$(basename "$f")]}]"
+    [[ $f == lib/* && -n ${pkg_of[${f##*/}]:-} ]] && pkg=" [${pkg_of[${f##*/}]}]"
     printf '  %-44s %10s%s\n' "$f" "$s" "$pkg"
   done)
 } >"$BUNDLE/MANIFEST.txt"
