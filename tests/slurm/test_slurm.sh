@@ -4,7 +4,7 @@
 #   tests/slurm/test_slurm.sh SOURCE_DIR GPT2_EXECUTABLE
 #
 # Starts a private one-node Slurm on 127.0.0.1 (job_scripts/local_cluster.sh start --loopback:
-# munged, slurmctld, slurmd; 4 CPUs, 2 fake GPUs) with all its state in a scratch folder and its own
+# munged, slurmctld, slurmd; 8 CPUs, 4 fake GPUs) with all its state in a scratch folder and its own
 # free ports, makes a tiny token shard and input deck of its own, then submits
 #   sbatch -N 1 -n 2 job_scripts/dp.slurm      -> COMPLETED, dp=2 x pp=1, trace, metrics, plots
 #   sbatch -N 1 -n 2 job_scripts/pp.slurm      -> COMPLETED, dp=1 x pp=2, trace, metrics, plots
@@ -81,8 +81,8 @@ st_need_root
 command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the test's token shard"
 mkdir -p "$D"/{data,runs,out,work}
 
-# ---- the cluster: one node on 127.0.0.1, 4 CPUs, 2 fake GPUs (job_scripts/local_cluster.sh) ----------
-st_cluster_start --loopback --cpus 4 --gpus 2
+# ---- the cluster: one node on 127.0.0.1, 8 CPUs, 4 fake GPUs (job_scripts/local_cluster.sh) ----------
+st_cluster_start --loopback --cpus 8 --gpus 4
 HOST=$(hostname -s)
 say "cluster up: node $HOST idle ($(sl sinfo -h -o '%c CPUs, gres %G'))"
 
