@@ -5,7 +5,8 @@
 # every schedule, tp 2 (and with sequence parallelism), cp 2 -- each equal to the same model's
 # one-GPU run on this machine (losses and validation losses, 1e-4 absolute).
 # Environment (for trying the phase without GPUs): GPT2_MULTI_COMM (nccl), GPT2_MULTI_FORCE=1 (run
-#   whatever number of GPUs nvidia-smi lists).
+#   whatever number of GPUs nvidia-smi lists), GPT2_MULTI_LIMIT=N (only the first N 2-rank cases:
+#   dp, tp, tp with sp, cp, then pp in each schedule).
 
 gpu_multi_phase() {
   local n
@@ -35,6 +36,7 @@ gpu_multi_phase() {
     esac
   done
   local c args k
+  [[ -n ${GPT2_MULTI_LIMIT:-} ]] && cases=("${cases[@]:0:$GPT2_MULTI_LIMIT}")
   for c in "${cases[@]}"; do
     args=()
     for k in $c; do args+=(--set "$k"); done
