@@ -143,7 +143,8 @@ BYTES0=$(link_bytes)
 
 # From a folder outside the repository, by the scripts' absolute paths (as test_slurm.sh does).
 cd "$D/work" || die "cd $D/work"
-EXPORT="ALL,GPT2_BIN=$BIN,GPT2_RUNS_DIR=$D/runs,GPT2_PLOTS=0"
+# (Every network device for UCX: ctest's environment names the loopback alone.)
+EXPORT="ALL,GPT2_BIN=$BIN,GPT2_RUNS_DIR=$D/runs,GPT2_PLOTS=0,UCX_NET_DEVICES=all"
 JOB_DP=$(submit "$EXPORT" -N 2 "$SRC/job_scripts/dp.slurm" "$DECK") || die "sbatch dp.slurm failed"
 JOB_PP=$(submit "$EXPORT" -N 2 "$SRC/job_scripts/pp.slurm" "$DECK") || die "sbatch pp.slurm failed"
 JOB_HY=$(submit "$EXPORT" -N 2 "$SRC/job_scripts/hybrid.slurm" "$DECK") || die "sbatch hybrid.slurm failed"
