@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "app/commands.hpp"
+#include "core/choice.hpp"
 #include "core/json.hpp"
 #include "formats/model_file.hpp"
 #include "model/param_layout.hpp"
@@ -74,7 +75,7 @@ void json_field(Json& j, const DeckField& f) {
         using D = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<D, Word>) {
           const std::string w = p->text();
-          if (w == "true" || w == "false") j.value(w == "true");
+          if (is_bool_word(w)) j.value(w == "true");
           else j.value(w);
         } else {
           j.value(*p);

@@ -22,13 +22,23 @@ const char* word(E e) {
   return Words<E>::list[size_t(e)];
 }
 
+// The position of `w` in `words`, or -1.
+inline int word_index(const WordList& words, const std::string& w) {
+  for (size_t i = 0; i < words.size(); ++i)
+    if (w == words[i]) return int(i);
+  return -1;
+}
+
 // `s` as an E if it is one of E's words; false (and `out` unchanged) if not.
 template <class E>
 bool parse_word(const std::string& s, E& out) {
-  for (size_t i = 0; i < Words<E>::list.size(); ++i)
-    if (s == Words<E>::list[i]) return out = E(i), true;
-  return false;
+  const int i = word_index(Words<E>::list, s);
+  if (i >= 0) out = E(i);
+  return i >= 0;
 }
+
+// A TOML boolean's word: "true" or "false".
+inline bool is_bool_word(const std::string& w) { return w == "true" || w == "false"; }
 
 // A switch that also has an automatic setting: true | false | "auto" (train.tf32, checkpoint.resume).
 enum class Toggle { on, off, automatic };
@@ -44,15 +54,11 @@ class Word {
   const char* text() const { return (*words_)[size_t(index_)]; }
   // Takes `w` if it is one of the words; false (and unchanged) if not.
   bool assign(const std::string& w) {
-    for (size_t i = 0; i < words_->size(); ++i)
-      if (w == (*words_)[i]) return index_ = int(i), true;
-    return false;
+    const int i = word_index(*words_, w);
+    if (i >= 0) index_ = i;
+    return i >= 0;
   }
-  bool has_word(const char* w) const {
-    for (const char* x : *words_)
-      if (std::string(x) == w) return true;
-    return false;
-  }
+  bool has_word(const char* w) const { return word_index(*words_, w) >= 0; }
 
  protected:
   Word(const WordList* words, int index) : words_(words), index_(index) {}

@@ -49,8 +49,6 @@ std::string type_name(const toml::node& n) {
   }
 }
 
-bool is_bool_word(const std::string& w) { return w == "true" || w == "false"; }
-
 // "fp32, bf16 or fp16"; a list that a boolean reads into quotes its other words: true, false or "auto".
 std::string word_list(const Word& w) {
   const bool booleans = w.has_word("true") || w.has_word("false");
