@@ -32,7 +32,7 @@ uint16_t* Linear<T>::scratch(int slot, size_t n) {
   Buffer<uint16_t>& s = scratch_[slot];
   if (s.extent(0) < n) {
     s = Buffer<uint16_t>();  // free first: the peak stays one copy
-    s = Buffer<uint16_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm16_scratch"), n);
+    s = uninitialized<uint16_t>("gemm16_scratch", n);
   }
   return s.data();
 }

@@ -24,7 +24,7 @@ void gather_bucket(const StoreParts& p, int id, float* whole, uint16_t* whole16,
 }
 
 void set_shard(const StoreParts& p, const std::vector<float>& values) {
-  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "whole"), values.size());
+  Buffer<float> whole = uninitialized<float>("whole", values.size());
   Kokkos::deep_copy(ExecSpace(), whole, HostFloats(const_cast<float*>(values.data()), values.size()));
   p.scatter_pieces(whole.data(), p.shard.params.data());
 }

@@ -19,7 +19,7 @@ void ParamStore::init(uint64_t seed) {
 }
 
 Buffer<float> ParamStore::gather_whole(const float* shard) {
-  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gathered"), layout_.local_size());
+  Buffer<float> whole = uninitialized<float>("gathered", layout_.local_size());
   std::vector<Request> pending;
   for (const Bucket& b : shards_.buckets())
     pending.push_back(parts_.dp.iall_gather(shard + b.shard_offset, whole.data() + b.range.begin, b.piece.size(), DType::f32));
@@ -106,7 +106,7 @@ void ParamStore::set_local_values(const std::string& section, const std::vector<
     Kokkos::deep_copy(ExecSpace(), vec(shard, n), host);
     return;
   }
-  Buffer<float> whole(Kokkos::view_alloc(Kokkos::WithoutInitializing, "whole"), n);
+  Buffer<float> whole = uninitialized<float>("whole", n);
   Kokkos::deep_copy(ExecSpace(), whole, host);
   parts_.scatter_pieces(whole.data(), shard);
 }

@@ -7,7 +7,7 @@ WorkingCopies::WorkingCopies(const StageLayout& layout, const ShardLayout& shard
   if (working == Precision::fp32) return;
   if (whole) {
     const size_t n = layout.local_size();
-    whole_buf_ = Buffer<uint16_t>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "params16"), n);
+    whole_buf_ = uninitialized<uint16_t>("params16", n);
     whole_ = WorkingCopy{Vec<uint16_t>(whole_buf_.data(), n), working};
   }
   if (sharded16) {

@@ -54,7 +54,7 @@ class BufferPool {
   Buffer<T> make(size_t n) {
     ++made_[n];
     bytes_ += n * sizeof(T);
-    return Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), n);
+    return uninitialized<T>(label_, n);
   }
   std::string label_;
   int spare_;

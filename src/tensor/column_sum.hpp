@@ -55,7 +55,7 @@ void grow_column_sum_parts(size_t n) {
   }();
   (void)hooked;
   if (column_sum_parts<T>().extent(0) < n)
-    column_sum_parts<T>() = Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "column_sum_parts"), n);
+    column_sum_parts<T>() = uninitialized<T>("column_sum_parts", n);
 }
 }  // namespace detail
 

@@ -85,8 +85,8 @@ void convert_gemm(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, 
                   float beta, float* C, int ldc) {
   Buffer<float>&a32 = g_a32, &b32 = g_b32;
   const size_t na = span(opA, M, K, lda), nb = span(opB, K, N, ldb);
-  if (a32.extent(0) < na) a32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_f32_copy"), na);
-  if (b32.extent(0) < nb) b32 = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_f32_copy"), nb);
+  if (a32.extent(0) < na) a32 = uninitialized<float>("gemm_f32_copy", na);
+  if (b32.extent(0) < nb) b32 = uninitialized<float>("gemm_f32_copy", nb);
   convert<float, L>(Vec<float>(a32.data(), na), Vec<const L>(A, na));
   convert<float, L>(Vec<float>(b32.data(), nb), Vec<const L>(B, nb));  // (host kernels: done on return)
   gemm<float>(opA, opB, M, N, K, alpha, a32.data(), lda, b32.data(), ldb, beta, C, ldc);
@@ -138,7 +138,7 @@ void gemm_lowp_force_convert(bool on) { g_force_convert = on; }
 void gemm_lowp_reserve(bool bf16_inputs, size_t elems) {
   if (gemm_lowp_backend(bf16_inputs) != "convert+BLAS") return;
   for (Buffer<float>* b : {&g_a32, &g_b32})
-    if (b->extent(0) < elems) *b = Buffer<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gemm_f32_copy"), elems);
+    if (b->extent(0) < elems) *b = uninitialized<float>("gemm_f32_copy", elems);
 }
 std::string gemm_lowp_backend(bool bf16_inputs) {
 #if defined(GPT2_HAVE_ONEDNN)

@@ -9,7 +9,7 @@ namespace gpt2 {
 
 void TokenGroups::allocate(int rows) {
   N = rows;
-  table = Buffer<int>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "token_groups"), table_size(rows));
+  table = uninitialized<int>("token_groups", table_size(rows));
 }
 
 void group_tokens(TokenGroups& g, const int* tokens, int N, int* host) {

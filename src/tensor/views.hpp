@@ -51,8 +51,8 @@ Mat<T> mat(T* p, size_t rows, size_t cols) {
 }
 // A buffer whose values the first kernel to use it writes: no pass setting it to zero.
 template <class T>
-Buffer<T> uninitialized(const char* label, size_t n) {
-  return Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), n);
+Buffer<T> uninitialized(const std::string& label, size_t n) {
+  return Buffer<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
 }
 // A matrix's elements as one vector (row-major: contiguous), for element-wise kernels.
 template <class T>
