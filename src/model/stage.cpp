@@ -28,7 +28,7 @@ void chunk_positions(Kokkos::View<int*, Kokkos::LayoutRight, MemSpace> positions
 template <class T>
 Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOptions<T> o)
     : layout_(layout), store_(o.store), probe_(std::move(o.probe)), k_{o.fused_attention, o.document_masks, o.loss_chunk_rows},
-      chunk_(o.chunk), T_(seq_len), lin_(o.precision) {
+      chunk_(o.chunk), lin_(o.precision) {
   par_.tp = o.tp, par_.cp = o.cp, par_.sp = o.sequence_parallel;
   rc_.on = std::move(o.on_recompute), rc_.mode = o.recompute, rc_.every = o.recompute_every;
   buf_.max_batch = max_batch;
@@ -40,9 +40,8 @@ Stage<T>::Stage(const StageLayout& layout, int max_batch, int seq_len, StageOpti
   make_missing_parts();
   const int cp = par_.cp->size();
   if (seq_len % (2 * cp) != 0 && cp > 1) fail("Stage: context parallelism over ", cp, " ranks needs T divisible by ", 2 * cp);
-  T_ = seq_len / cp;
-  par_.seq = T_, par_.C = config().n_embd;
-  par_.positions = decltype(par_.positions)("positions", T_);
+  par_.seq = seq_len / cp, par_.C = config().n_embd;
+  par_.positions = decltype(par_.positions)("positions", par_.seq);
   chunk_positions(par_.positions, cp, par_.cp->rank());
   const size_t tp = size_t(par_.tp->size());
   if (tp != size_t(layout_.tp().size)) fail("Stage: a tensor-parallel group of ", tp, " for a layout split ", layout_.tp().size, " ways");
@@ -77,21 +76,21 @@ void Stage<T>::allocate_scratch(int max_batch) {
   const ModelConfig& c = config();
   const int cp = par_.cp->size();
   const size_t tp = size_t(par_.tp->size());
-  const size_t N = size_t(max_batch) * T_, C = c.n_embd;
+  const size_t N = size_t(max_batch) * par_.seq, C = c.n_embd;
   buf_.dres = uninitialized<T>("dres", N * C);
   buf_.dln = uninitialized<T>("dln", N * C);
   buf_.dqkv = uninitialized<T>("dqkv", N * 3 * C / tp);
   const size_t heads = size_t(max_batch) * c.n_head / tp;
-  if (!fused()) buf_.datt = uninitialized<T>("datt", heads * T_ * T_);
-  if (fused()) buf_.flash_d = uninitialized<T>("flash_d", heads * T_);
+  if (!fused()) buf_.datt = uninitialized<T>("datt", heads * par_.seq * par_.seq);
+  if (fused()) buf_.flash_d = uninitialized<T>("flash_d", heads * par_.seq);
   if (cp > 1) {
     for (int k = 0; k < 2; ++k) {
       par_.ring_kv[k] = uninitialized<T>("ring_kv", N * 2 * C / tp);
       par_.ring_dkv[k] = uninitialized<T>("ring_dkv", N * 2 * C / tp);
     }
-    par_.ring_l = uninitialized<T>("ring_l", heads * T_);
+    par_.ring_l = uninitialized<T>("ring_l", heads * par_.seq);
   }
-  if (fused()) reserve_flash_scratch<T>(int(C / c.n_head), cp > 1 ? T_ / 2 : T_);
+  if (fused()) reserve_flash_scratch<T>(int(C / c.n_head), cp > 1 ? par_.seq / 2 : par_.seq);
   buf_.dfch = uninitialized<T>("dfch", N * 4 * C / tp);
   buf_.datty = uninitialized<T>("datty", N * C / tp);
   if (tp > 1) par_.partial = uninitialized<T>("tp_partial", N * C);

@@ -161,7 +161,7 @@ class Stage {
   bool has_embedding() const { return first_ == 0; }
   bool has_head() const { return end_ == config().n_layer; }
   bool document_masks() const { return k_.document_masks; }  // every stage then loads each microbatch's documents
-  int seq_len() const { return T_; }  // the rank's tokens of a sequence (T / cp)
+  int seq_len() const { return par_.seq; }  // the rank's tokens of a sequence (T / cp)
   int max_batch() const { return buf_.max_batch; }
   bool sequence_parallel() const { return par_.sp; }
   // Rows of the residual stream this rank holds for a microbatch of B sequences: B*T, or B*T / tp.
@@ -215,7 +215,7 @@ class Stage {
 
   // Head stage, one tensor-parallel rank: the (B*T, Vp) logits of the last forward run with
   // need_grad = false.
-  Mat<T> logits(int B) const { return Mat<T>(buf_.logits.data(), size_t(B) * T_, layout_.local_vocab()); }
+  Mat<T> logits(int B) const { return Mat<T>(buf_.logits.data(), size_t(B) * par_.seq, layout_.local_vocab()); }
 
   // Gradient of the stage output (in) / stage input (out) for the microbatch in backward.
   Mat<T> dres(int B) const { return Mat<T>(buf_.dres.data(), size_t(stream_rows(B)), config().n_embd); }
@@ -265,6 +265,8 @@ class Stage {
   void block_backward(int layer, Activations<T>& a, CMat<T> in, Pass pass);
   void head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss);
   void decode_head(Activations<T>& a, CMat<T> row, Vec<T> logits);  // one row's final LayerNorm and logits
+  template <class S>
+  void final_norm(Mat<S> out, Vec<T> mean, Vec<T> rstd, CMat<T> in);  // the final LayerNorm of in's rows
   void head_backward(Activations<T>& a, Pass pass);
   void run_backward(Activations<T>& a, Pass pass);
   // dln (stream rows) = the tp ranks' sum of dout (N, out) @ w: a column-parallel input gradient.
@@ -296,7 +298,6 @@ class Stage {
   Recomputation<T> rc_;
   StageKernels k_;
   int chunk_, first_, end_;
-  int T_;
   StageScratch<T> buf_;
   Linear<T> lin_;
 };

@@ -13,7 +13,8 @@ template <class T>
 ActivationShape Stage<T>::activation_shape(int B, bool split) const {
   const ModelConfig& c = config();
   ActivationShape s;
-  s.B = B, s.seq_len = T_, s.n_embd = c.n_embd, s.n_head = c.n_head, s.tp = par_.tp->size(), s.cp = par_.cp->size();
+  s.B = B, s.seq_len = par_.seq, s.n_embd = c.n_embd, s.n_head = c.n_head;
+  s.tp = par_.tp->size(), s.cp = par_.cp->size();
   s.fused_attention = fused();
   s.blocks = end_ - first_;
   s.first = has_embedding(), s.last = has_head();

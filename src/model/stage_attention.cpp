@@ -14,17 +14,17 @@ template <class T>
 void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B, DocStarts doc) {
   const int c = par_.cp->size(), i = par_.cp->rank(), nh = config().n_head / par_.tp->size();
   const int C = int(qkv.extent(1) / 3), hs = C / nh;
-  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), doc, B, nh, hs,
-                    flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
+  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(par_.seq), AttnSpan::whole(par_.seq), doc, B, nh, hs,
+                    flash::tile_for<T>(hs, c > 1 ? par_.seq / 2 : par_.seq)};
   if (c == 1) {
     flash_attention_forward<T>(p, y, Vec<T>(), Vec<T>(), lse, FlashPass{});
     return;
   }
-  const int L = T_ / 2;
-  const size_t rows = size_t(B) * T_, n = rows * 2 * C;
+  const int L = par_.seq / 2;
+  const size_t rows = size_t(B) * par_.seq, n = rows * 2 * C;
   Mat<T> kv[2] = {mat(par_.ring_kv[0].data(), rows, 2 * C), mat(par_.ring_kv[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
-  const Vec<T> m(buf_.flash_d.data(), size_t(B) * nh * T_), l(par_.ring_l.data(), size_t(B) * nh * T_);
+  const Vec<T> m(buf_.flash_d.data(), size_t(B) * nh * par_.seq), l(par_.ring_l.data(), size_t(B) * nh * par_.seq);
   p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
     const Mat<T> cur = kv[s % 2];
@@ -44,17 +44,17 @@ void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CM
                                         DocStarts doc) {
   const int c = par_.cp->size(), i = par_.cp->rank(), nh = config().n_head / par_.tp->size();
   const int C = int(qkv.extent(1) / 3), hs = C / nh;
-  const Vec<T> D(buf_.flash_d.data(), size_t(B) * nh * T_);
-  flash_attention_row_dots<T>(D, dy, y, T_, nh);
-  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(T_), AttnSpan::whole(T_), doc, B, nh, hs,
-                    flash::tile_for<T>(hs, c > 1 ? T_ / 2 : T_)};
+  const Vec<T> D(buf_.flash_d.data(), size_t(B) * nh * par_.seq);
+  flash_attention_row_dots<T>(D, dy, y, par_.seq, nh);
+  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(par_.seq), AttnSpan::whole(par_.seq), doc, B, nh, hs,
+                    flash::tile_for<T>(hs, c > 1 ? par_.seq / 2 : par_.seq)};
   if (c == 1) {
     flash_attention_backward_dq<T>(p, dqkv, dy, lse, D, false);
     flash_attention_backward_dkv<T>(p, dqkv, dy, lse, D, false);  // (into dqkv's k and v columns)
     return;
   }
-  const int L = T_ / 2;
-  const size_t rows = size_t(B) * T_, n = rows * 2 * C;
+  const int L = par_.seq / 2;
+  const size_t rows = size_t(B) * par_.seq, n = rows * 2 * C;
   Mat<T> kv[2] = {mat(par_.ring_kv[0].data(), rows, 2 * C), mat(par_.ring_kv[1].data(), rows, 2 * C)};
   Mat<T> dkv[2] = {mat(par_.ring_dkv[0].data(), rows, 2 * C), mat(par_.ring_dkv[1].data(), rows, 2 * C)};
   Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
@@ -102,18 +102,18 @@ void Stage<T>::recompute_block(int l, Activations<T>& a, CMat<T> in, bool split)
 template <class T>
 void Stage<T>::attention(typename Activations<T>::Block& s, int B, DocStarts doc, bool keep_output) {
   const int nh = config().n_head / par_.tp->size();
-  const size_t rows = size_t(B) * T_;
+  const size_t rows = size_t(B) * par_.seq;
   const Mat<T> scratch = mat(buf_.datty.data(), rows, s.atty.cols());
   if (fused()) {
-    const Vec<T> lse(s.att.data(), size_t(B) * nh * T_);
+    const Vec<T> lse(s.att.data(), size_t(B) * nh * par_.seq);
     const Mat<T> y = s.atty.is_low() ? Mat<T>(s.att.data() + s.att.size(), rows, s.atty.cols())
                                      : keep_output ? s.atty.full : scratch;
     fused_attention_forward(y, lse, s.qkv, B, doc);
     if (keep_output && s.atty.is_low()) lin_.store(s.atty, y);
   } else if (keep_output && !s.atty.is_low()) {
-    attention_forward<T>(s.atty.full, s.att, s.qkv, B, T_, nh);
+    attention_forward<T>(s.atty.full, s.att, s.qkv, B, par_.seq, nh);
   } else {  // (16-bit: the output GEMM writes T, rounded into the saved copy after)
-    attention_forward<T>(scratch, s.att, s.qkv, B, T_, nh);
+    attention_forward<T>(scratch, s.att, s.qkv, B, par_.seq, nh);
     if (keep_output) lin_.store(s.atty, scratch);
   }
 }

@@ -118,7 +118,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   Mat<T> dqkv = keep ? s.dqkv : mat(buf_.dqkv.data(), N, 3 * C / tp);
   Mat<T> dln2 = keep ? s.dln2 : mat(buf_.dln.data(), R, C), dln1 = keep ? s.dln1 : mat(buf_.dln.data(), R, C);
   Mat<T> datty = mat(buf_.datty.data(), N, C / tp);
-  Mat<T> datt = mat(buf_.datt.data(), buf_.datt.extent(0) ? s.att.extent(0) : 0, T_);
+  Mat<T> datt = mat(buf_.datt.data(), buf_.datt.extent(0) ? s.att.extent(0) : 0, par_.seq);
   // A row-parallel projection's backward from the stream gradient d (kept for W when it comes later):
   // its input gradient (B), its weight and bias gradients (W).
   auto row_parallel_backward = [&](Mat<T> kept, Mat<T> din, const GemmInput<T>& act, const GemmInput<T>& w, Mat<T> dw,
@@ -164,7 +164,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
                                s.atty.is_low() ? CMat<T>(s.att.data() + s.att.size(), N, C / tp) : CMat<T>(s.atty.full),
                                Vec<T>(s.att.data(), s.att.size()), a.B, a.docs());
     else
-      attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, T_, nh);
+      attention_backward<T>(dqkv, datt, datty, s.qkv, s.att, a.B, par_.seq, nh);
   }
   column_parallel_backward(dln1, dqkv, par_.gather_input(s.ln1, a.B), w16.qkvw, g.qkvw, g.qkvb);
   if (do_in) layernorm_backward_input<T>(d, dln1, in, p.ln1w, s.ln1_mean, s.ln1_rstd);

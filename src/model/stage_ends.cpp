@@ -22,7 +22,7 @@ void Stage<T>::embedding_forward_(Activations<T>& a) {
   // (Document masks: each row's position in its document, a position per row.)
   const bool docs = a.doc_positions.extent(0) > 0;
   embedding_forward<T>(out, a.tokens, Mat<T>(const_cast<T*>(pwte), layout_.local_vocab(), c.n_embd),
-                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), docs ? int(a.rows()) : T_,
+                       Mat<T>(const_cast<T*>(pwpe), c.block_size, c.n_embd), docs ? int(a.rows()) : par_.seq,
                        layout_.vocab_begin(), par_.adds_once(), docs ? Vec<const int>(a.doc_positions) : Vec<const int>(par_.positions));
   par_.reduce_into(a.input, out);
   store_->release_params(wte);
@@ -40,7 +40,7 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   const Mat<T> dwpe = wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>();
   const CMat<T> dout = par_.gather(d, a.B);
   embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd), docs ? Mat<T>() : dwpe, dout,
-                        a.groups, Mat<T>(buf_.wte_parts.data(), size_t(a.groups.parts), c.n_embd), T_,
+                        a.groups, Mat<T>(buf_.wte_parts.data(), size_t(a.groups.parts), c.n_embd), par_.seq,
                         layout_.vocab_begin(), par_.positions);
   // Document masks: wpe's rows summed by the rows' positions in their documents (after wte's
   // partial sums are spent: the same stream).
@@ -55,19 +55,23 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
 // and d(lnf) for the backward -- a block of rows at a time (loss_chunk_rows), so the whole (N, V)
 // logits never exist.
 template <class T>
+template <class S>
+void Stage<T>::final_norm(Mat<S> out, Vec<T> mean, Vec<T> rstd, CMat<T> in) {
+  const int norm = layout_.unit_index(UnitKind::final_norm);
+  const T* p = store_->params(norm);
+  layernorm_forward<T>(out, mean, rstd, in, unit_vec(p, norm, Param::lnfw), unit_vec(p, norm, Param::lnfb));
+  store_->release_params(norm);
+}
+
+template <class T>
 void Stage<T>::head_forward(Activations<T>& a, Vec<T> losses, bool need_grad, T dloss) {
   const ModelConfig& c = config();
   const size_t N = a.rows(), R = size_t(stream_rows(a.B)), C = c.n_embd, Vl = size_t(layout_.local_vocab());
-  const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
+  const int wu = layout_.head_wte_unit();
   store_->prefetch_params(wu);
-  const T* pnorm = store_->params(norm);
   // lnf: the LM head's input, 16-bit under mixed precision (the head's GEMMs all read it).
   const GemmInput<T> lnf = lin_.mixed() ? GemmInput<T>::low_bits(buf_.lnf16.data(), R, C) : GemmInput<T>(Mat<T>(buf_.lnf.data(), R, C));
-  lin_.write(lnf, [&](auto out) {
-    layernorm_forward<T>(out, a.lnf_mean, a.lnf_rstd, a.output(), unit_vec(pnorm, norm, Param::lnfw),
-                         unit_vec(pnorm, norm, Param::lnfb));
-  });
-  store_->release_params(norm);
+  lin_.write(lnf, [&](auto out) { final_norm(out, a.lnf_mean, a.lnf_rstd, a.output()); });
   // wte is read by the forward GEMM and the input gradient's: the working copy, or rounded once here.
   const T* pw = store_->params(wu);
   GemmInput<T> wte = gemm_weight(wu, pw, CMat<T>(pw, Vl, C));
@@ -147,12 +151,9 @@ void Stage<T>::head_backward(Activations<T>& a, Pass pass) {
 template <class T>
 void Stage<T>::decode_head(Activations<T>& a, CMat<T> row, Vec<T> logits) {
   const size_t C = config().n_embd, Vl = size_t(layout_.local_vocab());
-  const int norm = layout_.unit_index(UnitKind::final_norm), wu = layout_.head_wte_unit();
+  const int wu = layout_.head_wte_unit();
   const Mat<T> lnf(a.dlnf.data(), 1, C);
-  const T* pnorm = store_->params(norm);
-  layernorm_forward<T>(lnf, Vec<T>(a.lnf_mean.data(), 1), Vec<T>(a.lnf_rstd.data(), 1), row,
-                       unit_vec(pnorm, norm, Param::lnfw), unit_vec(pnorm, norm, Param::lnfb));
-  store_->release_params(norm);
+  final_norm(lnf, Vec<T>(a.lnf_mean.data(), 1), Vec<T>(a.lnf_rstd.data(), 1), row);
   const T* pw = store_->params(wu);
   lin_.forward(Mat<T>(logits.data(), 1, Vl), GemmInput<T>(lnf), gemm_weight(wu, pw, CMat<T>(pw, Vl, C)), Vec<T>());
   store_->release_params(wu);
