@@ -278,8 +278,8 @@ log "  $(echo "$loaded" | grep -c "^$BUNDLE/") libraries loaded from the bundle,
       [[ -n ${pkg_of[$name]:-} ]] || pkg_of[$name]=$src
     done < <(dpkg -S "${libs[@]}" 2>/dev/null || true)
     declare -A version_of=()  # and each package's version, from one dpkg-query call
-    while read -r p v; do version_of[$p]=$v; done < <(dpkg-query -W -f='${Package} ${Version}\n' \
-      $(printf '%s\n' "${pkg_of[@]}" | sort -u) 2>/dev/null || true)
+    mapfile -t pkgs < <(printf '%s\n' "${pkg_of[@]}" | sort -u)
+    while read -r p v; do version_of[$p]=$v; done < <(dpkg-query -W -f='${Package} ${Version}\n' "${pkgs[@]}" 2>/dev/null || true)
     for name in "${!pkg_of[@]}"; do pkg_of[$name]="${pkg_of[$name]} ${version_of[${pkg_of[$name]}]:-}"; done
   fi
   (cd "$BUNDLE" && find . -type f ! -name MANIFEST.txt -printf '%P\t%s\n' | sort | while IFS=$'\t' read -r f s; do
