@@ -129,13 +129,17 @@ gpt2_load_site() {
 }
 
 # ---- python for the analysis scripts -----------------------------------------------------------
+# Prints the interpreter itself (sys.executable), so that later calls skip a wrapper such as a
+# pyenv shim (about 15 shell starts a call). The modules are looked up, not imported: importing
+# matplotlib costs about half a CPU second.
 gpt2_python() {
   local p
   for p in ${GPT2_PYTHON:-} python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import numpy, h5py, matplotlib' >/dev/null 2>&1; then
-      echo "$p"
-      return 0
-    fi
+    command -v "$p" >/dev/null 2>&1 && "$p" -c '
+import importlib.util, sys
+if any(importlib.util.find_spec(m) is None for m in ("numpy", "h5py", "matplotlib")):
+    sys.exit(1)
+print(sys.executable or sys.argv[1])' "$p" 2>/dev/null && return 0
   done
   return 1
 }
@@ -191,15 +195,22 @@ gpt2_analyze() {
 }
 
 # ---- helpers ------------------------------------------------------------------------------------
-# Prints the value at a dotted PATH (e.g. config.parallel.dp, grid.world_size) of the JSON object
-# `gpt2 info --json` printed, read from stdin; a list prints one item a line.
+# Prints the value at each dotted PATH (e.g. config.parallel.dp, grid.world_size) of the JSON object
+# `gpt2 info --json` printed, read from stdin, a line each (a list: its items joined by spaces; a
+# missing PATH: an empty line). One python start for all of them: a job reads several. Only the
+# standard library is needed, so the system's interpreter serves where there is one: it starts
+# without a wrapper (a pyenv shim is about 15 shell starts a call).
 gpt2_info_get() {
-  python3 -c '
+  local py=/usr/bin/python3
+  [[ -x $py ]] || py=python3
+  "$py" -c '
 import json, sys
-v = json.load(sys.stdin)
-for k in sys.argv[1].split("."):
-    v = v[k]
-print("\n".join(map(str, v)) if isinstance(v, list) else v)' "$1"
+v0 = json.load(sys.stdin)
+for path in sys.argv[1:]:
+    v = v0
+    for k in path.split("."):
+        v = v.get(k, "") if isinstance(v, dict) else ""
+    print(" ".join(map(str, v)) if isinstance(v, list) else v)' "$@"
 }
 
 gpt2_is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
@@ -412,13 +423,11 @@ gpt2_job() {
   train_args=("${sets[@]}" "${user_args[@]}")
   ((metrics_given)) || train_args+=(--metrics-jsonl "$run_dir/metrics.jsonl")
   printf '%s\n' "$info" >"$run_dir/info.json"
-  gpt2_info_get config_toml <<<"$info" >"$run_dir/config.effective.toml"
   local eff_dp eff_pp eff_cp eff_tp trace nranks
-  eff_dp=$(gpt2_info_get grid.dp <<<"$info")
-  eff_pp=$(gpt2_info_get grid.pp <<<"$info")
-  eff_cp=$(gpt2_info_get grid.cp <<<"$info" 2>/dev/null) || eff_cp=1  # (an older gpt2 has no cp)
-  eff_tp=$(gpt2_info_get grid.tp <<<"$info")
-  trace=$(gpt2_info_get config.trace.file <<<"$info")
+  # (config_toml last: it spans lines, and the rest of the output is it; an older gpt2 has no cp)
+  { read -r eff_dp && read -r eff_pp && read -r eff_cp && read -r eff_tp && IFS= read -r trace &&
+    cat >"$run_dir/config.effective.toml"; } < <(gpt2_info_get grid.dp grid.pp grid.cp grid.tp \
+    config.trace.file config_toml <<<"$info")
   gpt2_is_uint "$eff_dp" && gpt2_is_uint "$eff_pp" && gpt2_is_uint "$eff_tp" ||
     gpt2_die 2 "could not read the grid (parallel.dp / pp / tp) from \`gpt2 info --json\`"
   gpt2_is_uint "$eff_cp" || eff_cp=1
