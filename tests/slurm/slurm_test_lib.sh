@@ -104,9 +104,13 @@ st_dump_logs() {
 die() { echo "[$TAG] FAIL: $*"; st_dump_logs; exit 1; }
 
 # ---- data -----------------------------------------------------------------------------------------
+# The tests' python: Debian's where there is one (a python3 found on PATH may be a wrapper, such as
+# pyenv's shim, that starts a dozen shells a call), else the first python3.
+PY=/usr/bin/python3
+[[ -x $PY ]] || PY=python3
 # st_write_shards DIR: train_000.bin (4096 tokens) and val_000.bin (1024) of a learnable sequence.
 st_write_shards() {
-  python3 - "$1" <<'EOF'
+  $PY - "$1" <<'EOF'
 import random, struct, sys
 # llm.c token shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
 rng = random.Random(1234)
@@ -122,10 +126,16 @@ EOF
 
 # ---- jobs -----------------------------------------------------------------------------------------
 job_field() { sl scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
-submit() { # submit EXPORTS SBATCH_ARGS... -> prints the job id; output files go to $D/out
-  local exp=$1
+# submit EXPORTS SBATCH_ARGS... -> prints the job id; output files go to $D/out. EXPORTS is
+# ALL,NAME=VALUE,...: the values go into sbatch's own environment, and the job gets --export=ALL.
+# (Named in --export, they would make slurmd run the user's login shell, su - USER, at every job's
+# start: root's profile here starts pyenv, about a CPU second a job.)
+submit() {
+  local exp=$1 vars=()
   shift
-  sl sbatch --parsable --export="$exp" -o "$D/out/%x-%j.out" "$@" | cut -d';' -f1
+  [[ $exp == ALL* ]] || die "submit: EXPORTS must start with ALL: $exp"
+  [[ $exp == ALL,* ]] && IFS=, read -ra vars <<<"${exp#ALL,}"
+  sl env "${vars[@]}" sbatch --parsable --export=ALL -o "$D/out/%x-%j.out" "$@" | cut -d';' -f1
 }
 FINAL_STATES=" COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL OUT_OF_MEMORY PREEMPTED BOOT_FAIL DEADLINE "
 job_done() { # the job has ended (any final state)

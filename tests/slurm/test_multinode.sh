@@ -42,7 +42,6 @@ chmod 755 "$D"
 # shellcheck source=tests/slurm/slurm_test_lib.sh
 source "$SRC/tests/slurm/slurm_test_lib.sh"
 [[ -x $BIN ]] || die "gpt2 executable not found: $BIN"
-PY=/usr/bin/python3
 $PY -c 'import h5py, numpy' 2>/dev/null || PY=python3
 $PY -c 'import h5py, numpy' 2>/dev/null || { rm -rf "$D"; skip "python3 with h5py and numpy is needed to read the traces"; }
 

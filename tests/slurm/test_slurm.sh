@@ -78,7 +78,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 st_need_root
-command -v python3 >/dev/null 2>&1 || skip "python3 is needed to write the test's token shard"
+command -v "$PY" >/dev/null 2>&1 || skip "python3 is needed to write the test's token shard"
 mkdir -p "$D"/{data,runs,out,work}
 
 # ---- the cluster: one node on 127.0.0.1, 8 CPUs, 4 fake GPUs (job_scripts/local_cluster.sh) ----------
@@ -195,8 +195,8 @@ while :; do
   for js in "${STOP_JOBS[@]}"; do
     IFS=: read -r j sig how <<<"$js"
     [[ -n ${STOP_SENT[$j]:-} ]] && continue
-    m=$(ls "$D/runs/"*-"$j"/metrics.jsonl 2>/dev/null | head -n1)
-    if [[ -n $m ]] && (($(logged_steps "$m") >= STOP_AFTER)); then
+    for m in "$D/runs/"*-"$j"/metrics.jsonl; do break; done # (a glob: no process a poll)
+    if [[ -f $m ]] && (($(logged_steps "$m") >= STOP_AFTER)); then
       if [[ $how == cancel ]]; then sc=(scancel "$j"); else sc=(scancel --signal="$sig" "$j"); fi
       sl "${sc[@]}" || fail "${sc[*]} failed"
       STOP_SENT[$j]=1
@@ -304,7 +304,7 @@ check_stopped() {
   latest=$(cat "$run/checkpoints/latest" 2>/dev/null)
   [[ $latest == "$(printf 'ckpt_%08d.h5' "$n")" && -s $run/checkpoints/$latest ]] ||
     fail "stop job $j: checkpoints/latest is '$latest', expected the checkpoint of step $n"
-  python3 - "$run/metrics.jsonl" "$n" <<'PYEOF' || fail "stop job $j: metrics.jsonl does not hold steps 1..$n"
+  $PY - "$run/metrics.jsonl" "$n" <<'PYEOF' || fail "stop job $j: metrics.jsonl does not hold steps 1..$n"
 import json, sys
 steps = [m["step"] for m in map(json.loads, filter(str.strip, open(sys.argv[1]))) if "loss" in m]
 sys.exit(0 if steps == list(range(1, int(sys.argv[2]) + 1)) else f"metrics steps {steps[:3]}..{steps[-3:]}")
@@ -366,13 +366,34 @@ dir = "$D/work/requeue_checkpoints"
 [parallel]
 microbatches = 2
 EOF
-# slurmctld checks time limits (and sends --signal warnings) every 30 s: the last check in its log.
+# slurmctld checks time limits (and sends --signal warnings) every 30 s. Times here are milliseconds
+# from bash's own clock, and the waits sleep until the moment they wait for rather than poll: a poll
+# of date, bc and grep ten times a second cost the 2-core box more CPU than the job it waited on.
+now_ms() { local t=${EPOCHREALTIME//[!0-9]/}; NOW_MS=$((10#$t / 1000)); }
+sleep_ms() { local s; ((${1} > 0)) || return 0; printf -v s '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); sleep "$s"; }
+# last_check: LC_NEW becomes the time of the last check in slurmctld's log (empty: none yet).
+LC_TS="" LC_NEW=""
 last_check() {
   local ts
-  ts=$(grep "Testing job time limits" "$CLUSTER/log/slurmctld.log" | tail -n1 | sed -n 's/^\[\([^]]*\)\].*/\1/p')
-  [[ -n $ts ]] && date -d "$ts" +%s.%N
+  ts=$(sed -n 's/^\[\([^]]*\)\].*Testing job time limits.*/\1/p' "$CLUSTER/log/slurmctld.log" | tail -n1)
+  [[ $ts == "$LC_TS" ]] && return 0
+  LC_TS=$ts LC_NEW=""
+  [[ -n $ts ]] && LC_NEW=$(date -d "$ts" +%s%3N)
 }
-next_check_in() { echo "$1 + 30 - $(date +%s.%N)" | bc; } # next_check_in LAST_CHECK: seconds
+# until_check: UNTIL_MS becomes the milliseconds to the check after the one at lc; UNTIL_S says them.
+until_check() { now_ms; UNTIL_MS=$((lc + 30000 - NOW_MS)); printf -v UNTIL_S '%.1f' "${UNTIL_MS}e-3"; }
+# wait_check_after T: waits for a check later than T (ms; empty: any) to show in the log, sleeping
+# until shortly before it is due; lc becomes its time. Returns 1 when none came in 40 s.
+wait_check_after() {
+  local after=$1
+  [[ -n $after ]] && { now_ms; sleep_ms $((after + 30000 - 300 - NOW_MS)); }
+  for _ in $(seq 400); do
+    last_check
+    [[ -n $LC_NEW && $LC_NEW != "$after" ]] && { lc=$LC_NEW; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
 warned() { grep -q "warning signal 10 to JobId=$JOB_RQ\$" "$CLUSTER/log/slurmctld.log"; }
 # The warning must come while the job trains. Its time is not predicted (a reference run's duration
 # said nothing about the job's once the load changed: on a busy box the job trained faster than the
@@ -382,51 +403,45 @@ warned() { grep -q "warning signal 10 to JobId=$JOB_RQ\$" "$CLUSTER/log/slurmctl
 # before the next check, which warns it with most of its steps ahead.
 JOB_RQ=$(submit "$EXPORT,GPT2_PLOTS=0" --hold -N 1 -n 2 -J requeue --time=1 --signal=B:USR1@45 \
   "$SRC/job_scripts/dp.slurm" "$RQ_DECK") || die "sbatch of the requeue job failed"
-lc0=$(last_check) || lc0=""
-if [[ -z $lc0 ]] || (($(echo "$(next_check_in "$lc0") < 15" | bc))); then
-  for _ in $(seq 400); do
-    lc=$(last_check) || lc=""
-    [[ -n $lc && $lc != "$lc0" ]] && break
-    sleep 0.1
-  done
-  [[ -n $lc && $lc != "$lc0" ]] || die "no time-limit check in slurmctld's log for 40 s"
-else
-  lc=$lc0
+last_check
+lc=$LC_NEW
+[[ -n $lc ]] && until_check
+if [[ -z $lc ]] || ((UNTIL_MS < 15000)); then
+  wait_check_after "$lc" || die "no time-limit check in slurmctld's log for 40 s"
 fi
 sl scontrol release "$JOB_RQ" || die "scontrol release $JOB_RQ failed"
-say "requeue: job $JOB_RQ released $(next_check_in "$lc") s before slurmctld's next time-limit check"
+until_check
+say "requeue: job $JOB_RQ released $UNTIL_S s before slurmctld's next time-limit check"
 rq_steps() { local n; n=$(grep -c '"loss"' "$(run_dir "$JOB_RQ")/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
-# next_check: waits for slurmctld's next time-limit check to show in its log (lc becomes its time).
-next_check() {
-  local l=$lc
-  for _ in $(seq 200); do
-    l=$(last_check) && [[ $l != "$lc" ]] && break
-    sleep 0.1
-  done
-  lc=$l
+rq_trains() { # the job has logged a step (its run folder's metrics hold a loss)
+  local m
+  for m in "$D/runs/"*-"$JOB_RQ"/metrics.jsonl; do grep -q '"loss"' "$m" 2>/dev/null && return 0; done
+  return 1
 }
 for _ in 1 2 3; do
   # Training, before the next check comes near.
-  while (($(rq_steps) == 0)) && (($(echo "$(next_check_in "$lc") > 3" | bc))); do sleep 0.1; done
+  until_check
+  while ! rq_trains && ((UNTIL_MS > 3000)); do sleep 0.1; until_check; done
   job_done "$JOB_RQ" && break
   sl scontrol suspend "$JOB_RQ" || die "scontrol suspend $JOB_RQ failed"
-  if (($(rq_steps) == 0)); then
+  until_check
+  if ! rq_trains; then
     # Still starting (a busy box can take longer than a period): kept suspended through this check,
     # then let go on towards the next, so that the warning comes while it trains.
-    say "requeue: job $JOB_RQ still starting $(next_check_in "$lc") s before the next check: suspended through it"
-    next_check
+    say "requeue: job $JOB_RQ still starting $UNTIL_S s before the next check: suspended through it"
+    wait_check_after "$lc"
     sl scontrol resume "$JOB_RQ" || die "scontrol resume $JOB_RQ failed"
     continue
   fi
-  say "requeue: job $JOB_RQ suspended at step $(rq_steps), $(next_check_in "$lc") s before the next check"
-  while (($(echo "$(next_check_in "$lc") > 2" | bc))); do sleep 0.1; done
+  say "requeue: job $JOB_RQ suspended at step $(rq_steps), $UNTIL_S s before the next check"
+  sleep_ms $((UNTIL_MS - 2000))
   sl scontrol resume "$JOB_RQ" || die "scontrol resume $JOB_RQ failed"
   # The check comes (a little late on a busy box): warned? If the check found it still suspended (a
   # slow resume), suspend it again for the next one.
-  next_check
+  wait_check_after "$lc"
   for _ in $(seq 20); do warned && break; sleep 0.1; done
   warned && break
-  say "requeue: the check at $(date -d "@$lc" +%T) did not warn job $JOB_RQ ($(job_field "$JOB_RQ" JobState)); again"
+  say "requeue: the check at $(date -d "@$((lc / 1000))" +%T) did not warn job $JOB_RQ ($(job_field "$JOB_RQ" JobState)); again"
 done
 if warned; then
   say "requeue: slurmctld warned job $JOB_RQ at step $(rq_steps)"
@@ -434,12 +449,13 @@ fi
 deadline=$((SECONDS + 150))
 ((deadline > T_START + 560)) && deadline=$((T_START + 560))  # inside ctest's TIMEOUT (600 s)
 while :; do
-  st=$(job_field "$JOB_RQ" JobState)
+  rec=" $(sl scontrol show job --oneliner "$JOB_RQ" 2>/dev/null) " # one call for the three fields
+  [[ $rec =~ \ JobState=([A-Z_]+)\  ]] && st=${BASH_REMATCH[1]} || st=unknown
   case $st in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;; esac
   # Requeued: start it soon, with 3 minutes (with 1, slurmctld would warn it again at its first check).
   # Not in the second of the requeue: slurmd revoked the job's first credential then, and refuses
   # ("credential revoked", the job FAILED) a launch whose credential is not from a later second.
-  if [[ $st == PENDING && $(job_field "$JOB_RQ" Restarts) != 0 && $(job_field "$JOB_RQ" Reason) == BeginTime ]]; then
+  if [[ $st == PENDING && $rec != *" Restarts=0 "* && $rec == *" Reason=BeginTime "* ]]; then
     [[ -n ${requeued_at:-} ]] || requeued_at=$SECONDS
     if ((SECONDS - requeued_at >= 3)); then sl scontrol update JobId="$JOB_RQ" StartTime=now TimeLimit=3; fi
   else
@@ -476,7 +492,7 @@ else
   else
     grep -q "^resuming from $D/work/requeue_checkpoints/ckpt_" "$f" || fail "requeue job $JOB_RQ: no run resumed from its checkpoint"
   fi
-  python3 - "$D/out/requeue_reference.jsonl" "$run/metrics.jsonl" "$RQ_STEPS" "$REF_STEPS" <<'PYEOF' || fail "requeue job $JOB_RQ: losses differ from the uninterrupted run's"
+  $PY - "$D/out/requeue_reference.jsonl" "$run/metrics.jsonl" "$RQ_STEPS" "$REF_STEPS" <<'PYEOF' || fail "requeue job $JOB_RQ: losses differ from the uninterrupted run's"
 import json, sys
 ref, got = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
 a = {m["step"]: m["loss"] for m in ref if "loss" in m}
