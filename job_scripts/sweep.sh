@@ -107,8 +107,10 @@ else
   dir_abs=$(cd "$dir" && pwd)
   cp "$config" "$dir_abs/config.toml"
 fi
-[[ $dir_abs != *,* ]] || die "the sweep folder must not contain a comma (sbatch --export): $dir_abs"
 
+# The jobs' variables travel in sbatch's own environment with --export=ALL. (Named in --export,
+# ALL,NAME=VALUE, they make slurmd run a login shell of the user on the node, su - USER, for every
+# job, to merge the login environment beneath them: the user's profile at each job start.)
 ids=()
 # submit JOBNAME RANKS SCRIPT VAR=VALUE|"" [gpt2 train options]: one training job
 submit() {
@@ -118,9 +120,9 @@ submit() {
   per=$((n < tpn ? n : tpn))
   gpus=${gpn:-$tpn}
   ((gpus > per)) && gpus=$per
-  cmd=(sbatch --parsable -J "$name-$jobname" -N "$nodes" -n "$n" --ntasks-per-node="$per")
-  cmd+=(--gpus-per-node="$gpus")
-  cmd+=(-o "$dir_abs/%x-%j.out" --export="ALL,GPT2_ROOT=$ROOT,GPT2_RUNS_DIR=$dir_abs${extra_env:+,$extra_env}")
+  cmd=(env "GPT2_ROOT=$ROOT" "GPT2_RUNS_DIR=$dir_abs" ${extra_env:+"$extra_env"})
+  cmd+=(sbatch --parsable -J "$name-$jobname" -N "$nodes" -n "$n" --ntasks-per-node="$per")
+  cmd+=(--gpus-per-node="$gpus" -o "$dir_abs/%x-%j.out" --export=ALL)
   # shellcheck disable=SC2206
   cmd+=($sbatch_args "$ROOT/job_scripts/$script" "$config" "$@")
   if ((dry)); then
@@ -150,8 +152,8 @@ done
 ((${#ids[@]})) || die "nothing to submit (--ranks '$ranks', --pp '$pps')"
 
 dep=$(IFS=:; echo "afterany:${ids[*]}")
-cmd=(sbatch --parsable -J "$name-analysis" -N 1 -n 1 -t 00:15:00 --dependency="$dep"
-  -o "$dir_abs/%x-%j.out" --export="ALL,GPT2_ROOT=$ROOT")
+cmd=(env "GPT2_ROOT=$ROOT" sbatch --parsable -J "$name-analysis" -N 1 -n 1 -t 00:15:00 --dependency="$dep"
+  -o "$dir_abs/%x-%j.out" --export=ALL)
 # shellcheck disable=SC2206
 cmd+=($analysis_args "$ROOT/job_scripts/sweep.sh" --analyze "$dir_abs")
 if ((dry)); then
