@@ -6,6 +6,28 @@
 
 namespace gpt2 {
 
+namespace {
+
+// The whole-sequence problem of a layer's attention: queries, keys and values side by side in qkv,
+// tiled for the rank's rows of a sequence (half a sequence a chunk under the ring). The ring moves
+// its spans and K/V block.
+template <class T>
+FlashProblem<T> layer_problem(CMat<T> qkv, int B, int nh, int seq, bool ring, DocStarts doc) {
+  const int C = int(qkv.extent(1) / 3), hs = C / nh;
+  return FlashProblem<T>{qkv, qkv, C, 2 * C, AttnSpan::whole(seq), AttnSpan::whole(seq), doc, B, nh, hs,
+                         flash::tile_for<T>(hs, ring ? seq / 2 : seq)};
+}
+
+// The ring's two K/V blocks (one in use, one on its way), the rank's own keys and values copied into
+// the first.
+template <class T>
+void ring_start(Mat<T> (&kv)[2], Buffer<T> (&bufs)[2], CMat<T> qkv, size_t rows, int C) {
+  for (int k = 0; k < 2; ++k) kv[k] = mat(bufs[k].data(), rows, 2 * C);
+  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
+}
+
+}  // namespace
+
 // Fused attention (tensor/flash_attention.hpp). One rank: one call over the whole sequence. Context
 // parallelism's ring: the rank's queries (its two chunks of each sequence) against every rank's K/V
 // block in turn -- its own first, then each received from the previous rank while the next is on its
@@ -13,17 +35,15 @@ namespace gpt2 {
 template <class T>
 void Stage<T>::fused_attention_forward(Mat<T> y, Vec<T> lse, CMat<T> qkv, int B, DocStarts doc) {
   const int c = par_.cp->size(), i = par_.cp->rank(), nh = config().n_head / par_.tp->size();
-  const int C = int(qkv.extent(1) / 3), hs = C / nh;
-  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(par_.seq), AttnSpan::whole(par_.seq), doc, B, nh, hs,
-                    flash::tile_for<T>(hs, c > 1 ? par_.seq / 2 : par_.seq)};
+  FlashProblem<T> p = layer_problem<T>(qkv, B, nh, par_.seq, c > 1, doc);
   if (c == 1) {
     flash_attention_forward<T>(p, y, Vec<T>(), Vec<T>(), lse, FlashPass{});
     return;
   }
-  const int L = par_.seq / 2;
+  const int L = par_.seq / 2, C = p.kcol;
   const size_t rows = size_t(B) * par_.seq, n = rows * 2 * C;
-  Mat<T> kv[2] = {mat(par_.ring_kv[0].data(), rows, 2 * C), mat(par_.ring_kv[1].data(), rows, 2 * C)};
-  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
+  Mat<T> kv[2];
+  ring_start<T>(kv, par_.ring_kv, qkv, rows, C);
   const Vec<T> m(buf_.flash_d.data(), size_t(B) * nh * par_.seq), l(par_.ring_l.data(), size_t(B) * nh * par_.seq);
   p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
@@ -43,21 +63,19 @@ template <class T>
 void Stage<T>::fused_attention_backward(Mat<T> dqkv, CMat<T> dy, CMat<T> qkv, CMat<T> y, CVec<T> lse, int B,
                                         DocStarts doc) {
   const int c = par_.cp->size(), i = par_.cp->rank(), nh = config().n_head / par_.tp->size();
-  const int C = int(qkv.extent(1) / 3), hs = C / nh;
   const Vec<T> D(buf_.flash_d.data(), size_t(B) * nh * par_.seq);
   flash_attention_row_dots<T>(D, dy, y, par_.seq, nh);
-  FlashProblem<T> p{qkv, qkv, C, 2 * C, AttnSpan::whole(par_.seq), AttnSpan::whole(par_.seq), doc, B, nh, hs,
-                    flash::tile_for<T>(hs, c > 1 ? par_.seq / 2 : par_.seq)};
+  FlashProblem<T> p = layer_problem<T>(qkv, B, nh, par_.seq, c > 1, doc);
   if (c == 1) {
     flash_attention_backward_dq<T>(p, dqkv, dy, lse, D, false);
     flash_attention_backward_dkv<T>(p, dqkv, dy, lse, D, false);  // (into dqkv's k and v columns)
     return;
   }
-  const int L = par_.seq / 2;
+  const int L = par_.seq / 2, C = p.kcol;
   const size_t rows = size_t(B) * par_.seq, n = rows * 2 * C;
-  Mat<T> kv[2] = {mat(par_.ring_kv[0].data(), rows, 2 * C), mat(par_.ring_kv[1].data(), rows, 2 * C)};
+  Mat<T> kv[2];
+  ring_start<T>(kv, par_.ring_kv, qkv, rows, C);
   Mat<T> dkv[2] = {mat(par_.ring_dkv[0].data(), rows, 2 * C), mat(par_.ring_dkv[1].data(), rows, 2 * C)};
-  Kokkos::deep_copy(ExecSpace(), kv[0], Kokkos::subview(qkv, Kokkos::ALL, Kokkos::make_pair(C, 3 * C)));
   p.qs = AttnSpan::ring(L, c, i);
   for (int s = 0; s < c; ++s) {
     const Mat<T> cur = kv[s % 2], dcur = dkv[s % 2];
