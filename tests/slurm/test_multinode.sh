@@ -23,8 +23,9 @@
 #     within 60 s with a node-failure message in the job's output (written on gpt2n1), nothing
 #     left running, every checkpoint on disk verifies (gpt2 info --checkpoint); Slurm requeues the
 #     job (NODE_FAIL, --requeue); the test moves it to the surviving node (scontrol update
-#     NumNodes=1 NumTasks=2 NumCPUs=2), where it resumes from the newest checkpoint and completes
-#     with every step's loss equal to the unbroken one-rank run's (1e-5).
+#     NumNodes=1 NumTasks=2 NumCPUs=2), where it resumes from the checkpoint the lost run published
+#     (checkpoints/latest) and completes with every step's loss equal to the unbroken one-rank
+#     run's (1e-5).
 # Then it stops the cluster (local_cluster.sh stop returns once each daemon it signalled has exited
 # and each namespace and link is gone) and checks on its own that no namespace, link, daemon or job
 # process is left (st_nothing_left), before it exits.
@@ -342,11 +343,15 @@ say "killed gpt2n2 at step $steps_before of job $JOB_LOST"
 while [[ $(job_field "$JOB_LOST" JobState) == RUNNING ]] && ((SECONDS - T_KILL <= 90)); do sleep 0.5; done
 T_END=$((SECONDS - T_KILL))
 touch "$D/left_running"  # (what the requeued run may write later is newer than this)
-state=$(job_field "$JOB_LOST" JobState)
+# The checkpoint the lost run last published (checkpoints/latest): the one to resume from. A newer
+# file may lie beside it, complete, when the kill came between a checkpoint's write and its
+# publication; the trainer takes a checkpoint newer than latest for another run's, and so does this.
+published=$(cat "$lost_run/checkpoints/latest" 2>/dev/null)
+lost_state=$(job_field "$JOB_LOST" JobState)
 if ((T_END <= 60)); then
-  ok "node-loss job $JOB_LOST left RUNNING $T_END s after the kill (now $state, restarts $(job_field "$JOB_LOST" Restarts))"
+  ok "node-loss job $JOB_LOST left RUNNING $T_END s after the kill (now $lost_state, restarts $(job_field "$JOB_LOST" Restarts))"
 else
-  fail "node-loss job $JOB_LOST still $state $T_END s after gpt2n2 was killed"
+  fail "node-loss job $JOB_LOST still $lost_state $T_END s after gpt2n2 was killed"
 fi
 # Either Slurm noticed first (NODE_FAIL: it ends the job and requeues it) or MPI did (the ranks
 # abort; the job script asks Slurm which node is gone, says so and waits for Slurm's NODE_FAIL).
@@ -358,20 +363,20 @@ done
 [[ -n $msg ]] && ok "its output (from gpt2n1) says: $msg" || { fail "the node-loss job's output has no node-failure message"; show_job "$JOB_LOST"; }
 # Nothing of the first run is left: no rank on gpt2n1 either (Slurm gives them KillWait, 5 s).
 for _ in $(seq 30); do
-  left=$(pgrep -f -- "train $LOST" || true)
-  [[ -z $left ]] && break
+  lost_left=$(pgrep -f -- "train $LOST" || true)
+  [[ -z $lost_left ]] && break
   sleep 0.5
 done
-[[ -z $left ]] && ok "no rank of the lost run is left running" || fail "processes of the lost run still run: $(ps -o pid,args -p "$(paste -sd, <<<"$left")" | tail -n +2)"
-# The checkpoints on disk verify; the newest the lost run wrote is the one to resume from (Slurm may
-# already have started the requeued run, whose own checkpoints are newer than the stop).
+[[ -z $lost_left ]] && ok "no rank of the lost run is left running" || fail "processes of the lost run still run: $(ps -o pid,args -p "$(paste -sd, <<<"$lost_left")" | tail -n +2)"
+# The checkpoints on disk verify; the published one is the lost run's (Slurm may already have
+# started the requeued run, whose own checkpoints are newer than the stop).
 newest=""
 for f in "$lost_run"/checkpoints/ckpt_*.h5; do
   if ! "$BIN" info --checkpoint "$f" 2>&1 | grep -q "checksums verified"; then fail "checkpoint $f does not verify"
-  elif [[ ! $f -nt $D/left_running ]]; then newest=$f; fi
+  elif [[ $f == */"$published" && ! $f -nt $D/left_running ]]; then newest=$f; fi
 done
-[[ -n $newest ]] && ok "checkpoints on disk verify: $(cd "$lost_run/checkpoints" && ls ckpt_*.h5 | paste -sd' ')" ||
-  fail "no checkpoint of the lost run verifies"
+[[ -n $newest ]] && ok "checkpoints on disk verify: $(cd "$lost_run/checkpoints" && ls ckpt_*.h5 | paste -sd' '); published: $published" ||
+  fail "the lost run published no checkpoint that verifies (latest: '$published')"
 
 # The requeued job: onto the surviving node, two ranks there.
 deadline=$((SECONDS + 60))
@@ -386,8 +391,8 @@ say "the requeued and the resume jobs ended"
 f=$(out_file "$JOB_LOST")
 if [[ $(job_field "$JOB_LOST" JobState) == COMPLETED && $(job_field "$JOB_LOST" ExitCode) == 0:0 ]]; then
   resumed=$(grep -o "^resuming from [^ ]*" "$f" | tail -n1 | sed 's/^resuming from //')
-  [[ $resumed == "$newest" ]] && ok "requeued job $JOB_LOST resumed on $(job_field "$JOB_LOST" NodeList) from the newest checkpoint $(basename "$newest")" ||
-    fail "requeued job $JOB_LOST resumed from '$resumed', not the newest checkpoint $newest"
+  [[ $resumed == "$newest" ]] && ok "requeued job $JOB_LOST resumed on $(job_field "$JOB_LOST" NodeList) from the published checkpoint $(basename "$newest")" ||
+    fail "requeued job $JOB_LOST resumed from '$resumed', not the published checkpoint $newest"
   if out=$(compare_losses "$D/out/ref_lost.jsonl" "$lost_run/metrics.jsonl" 1 "$LOST_STEPS" 2>&1); then
     ok "the requeued run's losses: $out"
   else
