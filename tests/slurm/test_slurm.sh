@@ -446,6 +446,19 @@ done
 if warned; then
   say "requeue: slurmctld warned job $JOB_RQ at step $(rq_steps)"
 fi
+# The requeued run need only go 200 steps past the checkpoint it resumes from, which the warned run
+# said in its last line ("stopped by SIGUSR1 after step N"): the deck is cut to that before the run
+# starts again (it reads the deck anew; the learning rate is constant, so only the end moves).
+RQ_FINAL=$RQ_STEPS
+shorten_requeued_run() {
+  local n
+  ((RQ_FINAL == RQ_STEPS)) || return 0
+  n=$(sed -n 's/^gpt2 train: stopped by SIGUSR1 after step \([0-9]*\):.*/\1/p' "$(out_file "$JOB_RQ")" | tail -n1)
+  [[ -n $n ]] && ((n > 0 && n + 200 < RQ_STEPS)) || return 0
+  RQ_FINAL=$((n + 200))
+  sed -i "s/^steps = $RQ_STEPS\$/steps = $RQ_FINAL/" "$RQ_DECK"
+  say "requeue: job $JOB_RQ stopped after step $n; the deck's steps cut to $RQ_FINAL for the requeued run"
+}
 deadline=$((SECONDS + 150))
 ((deadline > T_START + 560)) && deadline=$((T_START + 560))  # inside ctest's TIMEOUT (600 s)
 while :; do
@@ -456,7 +469,7 @@ while :; do
   # Not in the second of the requeue: slurmd revoked the job's first credential then, and refuses
   # ("credential revoked", the job FAILED) a launch whose credential is not from a later second.
   if [[ $st == PENDING && $rec != *" Restarts=0 "* && $rec == *" Reason=BeginTime "* ]]; then
-    [[ -n ${requeued_at:-} ]] || requeued_at=$SECONDS
+    [[ -n ${requeued_at:-} ]] || { requeued_at=$SECONDS; shorten_requeued_run; }
     if ((SECONDS - requeued_at >= 3)); then sl scontrol update JobId="$JOB_RQ" StartTime=now TimeLimit=3; fi
   else
     requeued_at=""
@@ -471,7 +484,7 @@ f=$(out_file "$JOB_RQ")
 # 1e-5 (a one-rank reference differed by 0.016 at the end; 1.4e-7 after 1000 steps).
 resumed=$(sed -n "s|^resuming from $D/work/requeue_checkpoints/ckpt_0*\([0-9][0-9]*\).*|\1|p" "$f" | sort -n | tail -n1)
 REF_STEPS=$((${resumed:-0} + 200))
-((REF_STEPS > RQ_STEPS)) && REF_STEPS=$RQ_STEPS
+((REF_STEPS > RQ_FINAL)) && REF_STEPS=$RQ_FINAL
 OPENBLAS_NUM_THREADS=1 mpiexec -n 2 "$BIN" train "$RQ_DECK" --set parallel.dp=2 --set parallel.pp=1 -q \
   --stop-at "$REF_STEPS" --set checkpoint.dir="$D/work/requeue_reference_checkpoints" \
   --metrics-jsonl "$D/out/requeue_reference.jsonl" >"$D/out/requeue_reference.log" 2>&1 ||
@@ -492,7 +505,7 @@ else
   else
     grep -q "^resuming from $D/work/requeue_checkpoints/ckpt_" "$f" || fail "requeue job $JOB_RQ: no run resumed from its checkpoint"
   fi
-  $PY - "$D/out/requeue_reference.jsonl" "$run/metrics.jsonl" "$RQ_STEPS" "$REF_STEPS" <<'PYEOF' || fail "requeue job $JOB_RQ: losses differ from the uninterrupted run's"
+  $PY - "$D/out/requeue_reference.jsonl" "$run/metrics.jsonl" "$RQ_FINAL" "$REF_STEPS" <<'PYEOF' || fail "requeue job $JOB_RQ: losses differ from the uninterrupted run's"
 import json, sys
 ref, got = ([json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:3])
 a = {m["step"]: m["loss"] for m in ref if "loss" in m}
