@@ -129,17 +129,21 @@ gpt2_load_site() {
 }
 
 # ---- python for the analysis scripts -----------------------------------------------------------
-# Prints the interpreter itself (sys.executable), so that later calls skip a wrapper such as a
-# pyenv shim (about 15 shell starts a call). The modules are looked up, not imported: importing
-# matplotlib costs about half a CPU second.
+# GPT2_PYTHON is used as given (it may be a wrapper on purpose). A python3 found on PATH is replaced
+# by the interpreter it runs (sys.executable, when that is here), so that later calls skip a wrapper
+# such as a pyenv shim (about 15 shell starts a call). The modules are looked up, not imported:
+# importing matplotlib costs about half a CPU second.
 gpt2_python() {
-  local p
+  local p exe
   for p in ${GPT2_PYTHON:-} python3 /usr/bin/python3; do
-    command -v "$p" >/dev/null 2>&1 && "$p" -c '
+    command -v "$p" >/dev/null 2>&1 || continue
+    exe=$("$p" -c '
 import importlib.util, sys
 if any(importlib.util.find_spec(m) is None for m in ("numpy", "h5py", "matplotlib")):
     sys.exit(1)
-print(sys.executable or sys.argv[1])' "$p" 2>/dev/null && return 0
+print(sys.executable)' 2>/dev/null) || continue
+    if [[ $p != "${GPT2_PYTHON:-}" && -n $exe && -x $exe ]]; then echo "$exe"; else echo "$p"; fi
+    return 0
   done
   return 1
 }
