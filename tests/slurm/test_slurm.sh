@@ -334,7 +334,8 @@ n=$(grep -c '^sw-' "$SWEEP/summary.txt" 2>/dev/null)
 ((n == 3)) || fail "sweep: summary.txt lists $n runs, expected 3: $(cat "$SWEEP/summary.txt" 2>/dev/null)"
 if [[ -f $SRC/analysis/plot_scaling.py ]]; then
   if ls "$SWEEP"/plots/scaling*.png >/dev/null 2>&1; then
-    ok "sweep: $(ls "$SWEEP"/plots/*.png | xargs -n1 basename | paste -sd' ')"
+    pngs=("$SWEEP"/plots/*.png)
+    ok "sweep: ${pngs[*]##*/}"
   else
     fail "sweep: no scaling plot in $SWEEP/plots: $(tail -n 5 "$SWEEP/plots/plots.log" 2>/dev/null)"
   fi
