@@ -363,6 +363,9 @@ MUTATIONS = [
              "src/perf/layout_check.cpp", "constexpr int64_t kMaxTensorElements = (int64_t(1) << 31) - 1;",
              "constexpr int64_t kMaxTensorElements = (int64_t(1) << 33) - 1;",
              "^StepModel\\.RefusesWhatTheTrainerRefuses$"),
+    Mutation("resume-skips-published", "a resume passes over the checkpoint `latest` names for an older one",
+             "src/formats/checkpoint_dir.cpp", "  if (!latest.empty()) out.push_back(latest);",
+             "  if (false) out.push_back(latest);", "^slurm_multinode$"),
 ]
 
 
