@@ -414,11 +414,7 @@ sl scontrol release "$JOB_RQ" || die "scontrol release $JOB_RQ failed"
 until_check
 say "requeue: job $JOB_RQ released $UNTIL_S s before slurmctld's next time-limit check"
 rq_steps() { local n; n=$(grep -c '"loss"' "$(run_dir "$JOB_RQ")/metrics.jsonl" 2>/dev/null); echo "${n:-0}"; }
-rq_trains() { # the job has logged a step (its run folder's metrics hold a loss)
-  local m
-  for m in "$D/runs/"*-"$JOB_RQ"/metrics.jsonl; do grep -q '"loss"' "$m" 2>/dev/null && return 0; done
-  return 1
-}
+rq_trains() { grep -qs '"loss"' "$D/runs/"*-"$JOB_RQ"/metrics.jsonl; } # the job has logged a step
 for _ in 1 2 3; do
   # Training, before the next check comes near.
   until_check
