@@ -65,8 +65,8 @@ TensorInfo split(const TensorInfo& g, const ModelConfig& c, TpSplit tp) {
 }
 }  // namespace
 
-StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp, size_t unit_multiple)
-    : global_(&global), chunks_(std::move(chunks)), tp_(tp) {
+StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp, size_t shard_ranks)
+    : global_(&global), chunks_(std::move(chunks)), tp_(tp), shard_ranks_(shard_ranks) {
   const int L = global.config().n_layer;
   if (chunks_.empty()) fail("StageLayout: no blocks");
   for (const BlockRange& c : chunks_) {
@@ -77,44 +77,62 @@ StageLayout::StageLayout(const ParamLayout& global, std::vector<BlockRange> chun
   }
   if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) fail("StageLayout: bad tensor-parallel rank ", tp.rank, " of ", tp.size);
   const ModelConfig& c = global.config();
-  // Local tensors in order, each packed after the one before.
-  auto add = [&](const TensorInfo& g) {
-    TensorInfo t = split(g, c, tp);
-    t.range = {size_, size_ + t.global.size()};
-    size_ += t.global.size();
-    local_.push_back(t);
-  };
-  if (unit_multiple < 1) fail("StageLayout: unit multiple ", unit_multiple);
-  auto unit = [&](UnitKind kind, int layer, size_t begin) {
-    size_ = (size_ + unit_multiple - 1) / unit_multiple * unit_multiple;
-    units_.push_back({kind, layer, {begin, size_}});
+  if (shard_ranks < 1) fail("StageLayout: ", shard_ranks, " shard ranks");
+  std::vector<TensorInfo> pending;  // the unit's tensors, placed when it closes
+  auto add = [&](const TensorInfo& g) { pending.push_back(split(g, c, tp)); };
+  auto unit = [&](UnitKind kind, int layer) {
+    place_unit(kind, layer, std::move(pending), shard_ranks);
+    pending.clear();
   };
   const TensorInfo& wte = global.tensor(Param::wte);
   if (head_ && !embedding_) {
     add(wte);
-    unit(UnitKind::tied_wte, -1, 0);
+    unit(UnitKind::tied_wte, -1);
     tied_ = size_;
   }
   if (embedding_) {
-    size_t b = size_;
     add(wte);
-    unit(UnitKind::wte, -1, b);
-    b = size_;
+    unit(UnitKind::wte, -1);
     add(global.tensor(Param::wpe));
-    unit(UnitKind::wpe, -1, b);
+    unit(UnitKind::wpe, -1);
   }
   for (const BlockRange& ch : chunks_)
     for (int l = ch.first; l < ch.end; ++l) {
-      const size_t b = size_;
       for (size_t i = global.index(Param::ln1w, l); i <= global.index(Param::fcprojb, l); ++i) add(global.tensors()[i]);
-      unit(UnitKind::block, l, b);
+      unit(UnitKind::block, l);
     }
   if (head_) {
-    const size_t b = size_;
     add(global.tensor(Param::lnfw));
     add(global.tensor(Param::lnfb));
-    unit(UnitKind::final_norm, -1, b);
+    unit(UnitKind::final_norm, -1);
   }
+}
+
+// Without sharding the unit's tensors keep the global order, one segment of values (one stage is
+// then the global layout itself). With it they go by row length, longest first (the block's
+// matrices, then its vectors); a run of one row length is a segment, padded to whole rows for each
+// of the shard ranks.
+void StageLayout::place_unit(UnitKind kind, int layer, std::vector<TensorInfo> ts, size_t shard_ranks) {
+  auto row = [&](const TensorInfo& t) { return shard_ranks > 1 ? row_length(t) : size_t(1); };
+  std::stable_sort(ts.begin(), ts.end(), [&](const TensorInfo& a, const TensorInfo& b) { return row(a) > row(b); });
+  const size_t begin = size_;
+  auto close = [&] {
+    RowSegment& s = segments_.back();
+    const size_t grain = shard_ranks * s.row_len;
+    size_ = s.range.begin + (size_ - s.range.begin + grain - 1) / grain * grain;
+    s.range.end = size_;
+  };
+  for (TensorInfo& t : ts) {
+    if (size_ == begin || segments_.back().row_len != row(t)) {
+      if (size_ != begin) close();
+      segments_.push_back({int(units_.size()), {size_, size_}, row(t)});
+    }
+    t.range = {size_, size_ + t.global.size()};
+    size_ += t.global.size();
+    local_.push_back(std::move(t));
+  }
+  if (size_ != begin) close();
+  units_.push_back({kind, layer, {begin, size_}});
 }
 
 int StageLayout::vocab_begin() const { return tp_.rank * local_vocab(); }
@@ -127,7 +145,9 @@ const TensorInfo& StageLayout::tensor(Param kind, int layer) const {
 }
 
 Range StageLayout::block(int layer) const {
-  return {tensor(Param::ln1w, layer).range.begin, tensor(Param::fcprojb, layer).range.end};
+  const int u = unit_index(UnitKind::block, layer);
+  if (u < 0) fail("the rank's layout holds no block ", layer);
+  return units_[size_t(u)].range;
 }
 
 int StageLayout::unit_index(UnitKind kind, int layer) const {
@@ -139,6 +159,15 @@ int StageLayout::unit_index(UnitKind kind, int layer) const {
 int StageLayout::head_wte_unit() const {
   const int tied = unit_index(UnitKind::tied_wte);
   return tied >= 0 ? tied : unit_index(UnitKind::wte);
+}
+
+int block_segments(const ModelConfig& model, int tp, size_t shard_ranks) {
+  ModelConfig one = model;
+  one.n_layer = 1;
+  const ParamLayout global(one);
+  const StageLayout l(global, {{0, 1}}, TpSplit{tp, 0}, shard_ranks);
+  const int u = l.unit_index(UnitKind::block, 0);
+  return int(std::count_if(l.segments().begin(), l.segments().end(), [&](const RowSegment& s) { return s.unit == u; }));
 }
 
 void local_to_global(const StageLayout& layout, const float* local, float* global) {

@@ -8,6 +8,11 @@
 //   [wte] [wpe]      a rank with the embedding (its LM head, if it has one, uses this wte)
 //   the blocks of each chunk, chunk by chunk
 //   [final norm]     a rank with the head (lnfw, lnfb)
+// With ZeRO over D ranks the tensors inside a unit go by row length, longest first (a block's
+// matrices, then its vectors: a vector's rows are its values); a run of tensors with one row length
+// is a segment, padded at its end to a multiple of D rows (the padding belongs to no tensor and stays
+// 0), so the shard plan (parallel/shard_layout.hpp) can deal out whole rows. Without, a unit keeps
+// the global order and is one segment of values.
 // Units are what the stage asks its UnitStore for one at a time (a block's twelve tensors, ...): the
 // grain of gradient buckets, of ZeRO shards and of parameter gathers. With one stage and no tied
 // copy, local == global.
@@ -36,6 +41,21 @@ struct Unit {
   const char* name() const;
 };
 
+// Consecutive tensors of a unit with one row length (values a row; 1 for vectors, and for the
+// values of an unsharded unit).
+struct RowSegment {
+  int unit;
+  Range range;  // in the local buffer, its padding included
+  size_t row_len;
+};
+
+// Values in one row of a tensor: the product of its shape after the first dimension.
+inline size_t row_length(const TensorInfo& t) {
+  size_t n = 1;
+  for (size_t i = 1; i < t.shape.size(); ++i) n *= t.shape[i];
+  return n;
+}
+
 struct TpSplit {
   int size = 1, rank = 0;  // tensor-parallel ranks, and this one
 };
@@ -46,11 +66,10 @@ struct BlockRange {
 
 class StageLayout {
  public:
-  // unit_multiple: each unit padded at its end to a multiple of it (ZeRO shares every unit out
-  // evenly over its replicas; the padding belongs to no tensor and stays 0).
+  // shard_ranks: the ranks ZeRO shares the buffer over (each segment padded to whole rows for all).
   StageLayout(const ParamLayout& global, int first_layer, int end_layer, TpSplit tp = {})
       : StageLayout(global, std::vector<BlockRange>{{first_layer, end_layer}}, tp) {}
-  StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp = {}, size_t unit_multiple = 1);
+  StageLayout(const ParamLayout& global, std::vector<BlockRange> chunks, TpSplit tp = {}, size_t shard_ranks = 1);
 
   const ParamLayout& global() const { return *global_; }
   const TpSplit& tp() const { return tp_; }
@@ -64,28 +83,36 @@ class StageLayout {
 
   size_t tied_size() const { return tied_; }   // wte copy at local offset 0, or 0
   size_t local_size() const { return size_; }
+  size_t shard_ranks() const { return shard_ranks_; }
 
   // Tensors this stage holds, with `range` rewritten to local offsets (tied wte first if any);
   // `global` says where each one's elements are in the global layout.
   const std::vector<TensorInfo>& tensors() const { return local_; }
   const TensorInfo& tensor(Param kind, int layer = -1) const;
-  // Local range of block `layer` (must belong to this stage).
+  // Local range of block `layer`'s unit (must belong to this stage).
   Range block(int layer) const;
 
   const std::vector<Unit>& units() const { return units_; }
+  const std::vector<RowSegment>& segments() const { return segments_; }  // in local order
   int unit_index(UnitKind kind, int layer = -1) const;  // -1 when the stage has no such unit
   // The unit whose wte the LM head uses: the tied copy, or wte itself on a one-stage model.
   int head_wte_unit() const;
 
  private:
+  void place_unit(UnitKind kind, int layer, std::vector<TensorInfo> ts, size_t shard_ranks);
+
   const ParamLayout* global_;
   std::vector<BlockRange> chunks_;
   TpSplit tp_;
   bool embedding_ = false, head_ = false;
-  size_t tied_ = 0, size_ = 0;
+  size_t tied_ = 0, size_ = 0, shard_ranks_ = 1;
   std::vector<TensorInfo> local_;
   std::vector<Unit> units_;
+  std::vector<RowSegment> segments_;
 };
+
+// Segments of a block of `model` on a tp rank of `tp`, with ZeRO over `shard_ranks` (the planner's).
+int block_segments(const ModelConfig& model, int tp, size_t shard_ranks);
 
 // Moving a local buffer's values to and from the global layout, tensor by tensor along their
 // GlobalMaps (checkpoints, gathers). local_to_global leaves the tied copy out (stage 0 owns wte);

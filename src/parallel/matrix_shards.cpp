@@ -12,6 +12,12 @@ namespace {
 constexpr int kTag = 0x4d55;  // the exchanges' point-to-point messages
 
 bool row_parallel(const TensorInfo& t) { return t.kind == Param::attprojw || t.kind == Param::fcprojw; }
+
+Range run_in_shard(const ShardLayout& shards, const TensorInfo& t) {
+  for (const TensorInfo& s : shards.shard_tensors())
+    if (s.kind == t.kind && s.layer == t.layer) return s.range;
+  return {0, 0};  // (a rank may hold none of a small matrix's rows)
+}
 }  // namespace
 
 CommMatrixShards::CommMatrixShards(const StageLayout& layout, const ShardLayout& shards, Communicator& replicas,
@@ -28,22 +34,12 @@ CommMatrixShards::CommMatrixShards(const StageLayout& layout, const ShardLayout&
     p.columns = T > 1 && row_parallel(t);
     m.rows = int(t.shape[0]) * (T > 1 && !p.columns ? T : 1);
     m.cols = int(t.shape[1]) * (p.columns ? T : 1);
+    // The shard plan's rows of the matrix, rank by rank (a row's values one after another).
+    const size_t row = row_length(t);
     p.held.resize(size_t(D_));
-    bool started = false;
-    for (const Bucket& b : shards.buckets()) {
-      const size_t part = b.range.size() / size_t(D_);
-      for (int q = 0; q < D_; ++q) {
-        const size_t pb = b.range.begin + size_t(q) * part;
-        const size_t lo = std::max(pb, t.range.begin), hi = std::min(pb + part, t.range.end);
-        if (lo >= hi) continue;
-        p.held[size_t(q)].push_back({lo - t.range.begin, hi - t.range.begin});
-        if (q != me_) continue;
-        const size_t at = b.shard_offset + (lo - pb);
-        if (!started) m.run = {at, at}, started = true;
-        if (at != m.run.end) fail("CommMatrixShards: ", t.name(), "'s parts are not one run of the shard");
-        m.run.end += hi - lo;
-      }
-    }
+    for (int q = 0; q < D_; ++q)
+      for (const Range& r : shards.rows_of(t, q)) p.held[size_t(q)].push_back({r.begin * row, r.end * row});
+    m.run = run_in_shard(shards, t);
     cost.push_back(newton_schulz_flops(m.rows, m.cols, 1));
     matrices_.push_back(m);
     parts_.push_back(std::move(p));

@@ -1,7 +1,7 @@
 #pragma once
 // MatrixShards (plugins/optimizer.hpp) over a rank's replica group and its tp group. Where a matrix's
-// values are: ShardLayout gives rank q of D the q-th D-th of every bucket, so q holds a few ranges of
-// a matrix ("held"), one after another in its shard (its run); tensor parallelism gives each tp rank
+// values are: the shard plan (ShardLayout) gives rank q of D a few ranges of whole rows of a matrix
+// ("held"), one after another in its shard (its run); tensor parallelism gives each tp rank
 // a block of rows (column-parallel: qkv with the heads divided, fc) or of columns (row-parallel: the
 // projections). The owner -- dealt by Newton-Schulz cost (deal_by_cost) among the replica ranks --
 // receives each holder's run of the matrix as one message into a staging buffer and puts its ranges

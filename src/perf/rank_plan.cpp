@@ -73,7 +73,7 @@ void plan_forward(RankPricing& pr, const BlockRange& c, double data, ChunkPlan& 
   for (int layer = c.first; layer < c.end; ++layer) {
     const UnitTime t = pr.units.time(1 + layer);
     cp.forward.push_back({t.forward + pr.units.tp_forward(1 + layer) + pr.s.cp_fwd,
-                          pr.dp.gather(pr.dp.value_bytes(UnitKind::block) * pr.elems(UnitKind::block, layer)), {}});
+                          pr.dp.gather(pr.dp.value_bytes(UnitKind::block) * pr.elems(UnitKind::block, layer), pr.dp.block_segments()), {}});
   }
   if (c.end == pr.s.L) cp.forward.push_back(head_forward(pr, emb ? 0.0 : data));
 }
@@ -112,9 +112,10 @@ void plan_block_backward(RankPricing& pr, int layer, ChunkPlan& cp) {
   const double e = pr.elems(UnitKind::block, layer), tp_b = pr.units.tp_backward(1 + layer) + pr.s.cp_bwd;
   const Recomputed again = recomputed(pr, layer, t);
   const double params = pr.dp.value_bytes(UnitKind::block) * e;
-  cp.backward.push_back({again.whole + t.backward() + tp_b, pr.dp.gather(params), {pr.dp.reduce(e)}});
-  cp.input.push_back({again.split + t.backward_input + tp_b, pr.dp.gather(params), {}});
-  cp.weight.push_back({t.backward_weight, 0, {pr.dp.reduce(e)}});
+  const int n = pr.dp.block_segments();
+  cp.backward.push_back({again.whole + t.backward() + tp_b, pr.dp.gather(params, n), {pr.dp.reduce(e, n)}});
+  cp.input.push_back({again.split + t.backward_input + tp_b, pr.dp.gather(params, n), {}});
+  cp.weight.push_back({t.backward_weight, 0, {pr.dp.reduce(e, n)}});
 }
 
 // The embedding's backward: only weights, all of it in W.

@@ -106,30 +106,36 @@ class UnitPrices {
   bool priced_[3] = {false, false, false};
 };
 
-// A unit's collectives over the parameters' replicas, one per bucket (ShardLayout cuts every unit
-// into buckets). (Remembered for the last size asked: every block asks for the same.)
+// A unit's collectives over the parameters' replicas, one per bucket (ShardLayout cuts every segment
+// of a unit into buckets: a sharded block has a few). (Remembered for the last size asked: every
+// block asks for the same.)
 class ReplicaCollectives {
  public:
   using Op = double (CostModel::*)(double, int, int) const;
   explicit ReplicaCollectives(const StepContext& s)
       : s_(s),
         grad_bytes_(s.l.grad_reduce_dtype == ValueType::bf16 ? 2.0 : 4.0),  // parallel.grad_reduce_dtype
-        bucket_((s.l.bucket_mb > 0 ? s.l.bucket_mb : s.ov < 0.5 ? 1.0 : 25.0) * 1048576.0) {}
-  double bucketed(double bytes, Op op) {
+        bucket_((s.l.bucket_mb > 0 ? s.l.bucket_mb : s.ov < 0.5 ? 1.0 : 25.0) * 1048576.0),
+        block_segments_(s.policy.optimizer && s.replicas > 1 ? gpt2::block_segments(s.m, s.l.tp, size_t(s.replicas)) : 1) {}
+  // `bytes` in the buckets of `segments` segments.
+  double bucketed(double bytes, Op op, int segments = 1) {
     if (s_.replicas <= 1) return 0.0;
-    if (bytes == last_.bytes && op == last_.op) return last_.seconds;
-    const double buckets = std::max(1.0, std::ceil(bytes / bucket_));
+    if (bytes == last_.bytes && op == last_.op && segments == last_.segments) return last_.seconds;
+    const double buckets = std::max(1.0, std::ceil(bytes / bucket_)) + segments - 1;
     const double first = (s_.cm.*op)(bytes, s_.replicas, s_.dp_stride);
-    last_ = {bytes, first + (buckets - 1) * (s_.cm.*op)(0, s_.replicas, s_.dp_stride), op};
+    last_ = {bytes, first + (buckets - 1) * (s_.cm.*op)(0, s_.replicas, s_.dp_stride), op, segments};
     return last_.seconds;
   }
+  int block_segments() const { return block_segments_; }  // a block's (ZeRO's layout)
   // Its gradient reduction (all-reduce, or reduce-scatter when the optimizer state is sharded) ...
-  double reduce(double elems) {
+  double reduce(double elems, int segments = 1) {
     const bool scatter = s_.policy.optimizer && !s_.l.grad_all_reduce;
-    return bucketed(elems * grad_bytes_, scatter ? &CostModel::reduce_scatter : &CostModel::all_reduce);
+    return bucketed(elems * grad_bytes_, scatter ? &CostModel::reduce_scatter : &CostModel::all_reduce, segments);
   }
   // ... and ZeRO-3's gather of its parameters before each use (bytes).
-  double gather(double bytes) { return s_.policy.params ? bucketed(bytes, &CostModel::all_gather) : 0.0; }
+  double gather(double bytes, int segments = 1) {
+    return s_.policy.params ? bucketed(bytes, &CostModel::all_gather, segments) : 0.0;
+  }
   // A gathered unit's bytes a value: under mixed precision a block's matrices and the LM head's tied
   // wte travel as 16-bit values, the rest in fp32 (parallel/mixed_gather).
   double value_bytes(UnitKind k) const {
@@ -140,9 +146,11 @@ class ReplicaCollectives {
   struct Last {
     double bytes = -1, seconds = 0;
     Op op = nullptr;
+    int segments = 1;
   };
   const StepContext& s_;
   const double grad_bytes_, bucket_;
+  const int block_segments_;
   Last last_;
 };
 

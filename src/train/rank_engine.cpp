@@ -32,7 +32,7 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
     plan_.stage_layers = partition_stages(cfg.model, p.pp, cfg.data.seq_len, p.stage_layers);
   else
     plan_.stage_layers.assign(size_t(placement.stages()), cfg.model.n_layer / placement.stages());
-  plan_.unit_multiple = p.zero > 0 ? size_t(p.dp) * size_t(p.cp) : 1;  // every unit shares out evenly
+  plan_.shard_ranks = p.zero > 0 ? size_t(p.dp) * size_t(p.cp) : 1;  // segments padded to whole rows each
   plan_.tp = topo_->tp();
   const StageLayout stage_layout = plan_.layout_of(topo_->coords());
 
@@ -119,7 +119,7 @@ StageLayout StagePlan::layout_of(const GridCoords& c) const {
     const int first = std::accumulate(stage_layers.begin(), stage_layers.begin() + k, 0);
     chunks.push_back({first, first + stage_layers[size_t(k)]});
   }
-  return StageLayout(*model, chunks, TpSplit{tp, c.tp}, unit_multiple);
+  return StageLayout(*model, chunks, TpSplit{tp, c.tp}, shard_ranks);
 }
 
 size_t RankPasses::activation_bytes() const {

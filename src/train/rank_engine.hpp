@@ -25,7 +25,7 @@ struct StagePlan {
   std::unique_ptr<ParamLayout> model;
   Placement placement;
   std::vector<int> stage_layers;  // blocks of each virtual stage
-  size_t unit_multiple = 1;
+  size_t shard_ranks = 1;  // ZeRO's (the layout pads its segments for them)
   int tp = 1;
   StageLayout layout_of(const GridCoords& c) const;  // the local layout of the rank at c
   // The embedding and the head (which share wte) on different ranks.

@@ -91,7 +91,7 @@ namespace {
 void expect_sixteen_bit_gathers_train_as_fp32(Precision precision, int zero, int dp) {
   RunConfig c = tiny_config(data_dir());
   const ParamLayout layout(c.model);
-  const StageLayout sl(layout, 0, c.model.n_layer);
+  const StageLayout sl(layout, {{0, c.model.n_layer}}, {}, zero > 0 ? size_t(dp) : 1);
   MPI_Comm g;
   MPI_Comm_split(MPI_COMM_WORLD, rank_of(MPI_COMM_WORLD) / dp, 0, &g);
   const std::string what = std::string(precision_name(precision)) + ", zero " + std::to_string(zero) + ", dp " +

@@ -1,6 +1,7 @@
 // ParamStore on one rank (a serial communicator), as the trainer runs it. The squared gradient norm
 // taken unit by unit while backward runs equals the sum over the final gradients, also when
 // microbatches accumulate (a unit's part must wait for its last microbatch).
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -125,25 +126,58 @@ TEST(ParamStore, WorkingCopyTrainsAsRoundingPerGemm) {
     for (int zero : {0, 1, 2, 3}) expect_copy_trains_as_rounding_per_gemm(p, zero);
 }
 
-// The optimizer sees each tensor once, as one run of the shard, whatever the buckets cut: whole
-// without sharding (Muon needs its matrices so), and the ranks' runs adding up to the tensor with.
-TEST(ShardLayout, EachTensorIsOneRunOfTheShard) {
+// The shard plan: each rank holds whole rows of every tensor, one run of its shard, the optimizer
+// list saying which rows (a vector's rows are its values); over the ranks every row is held once,
+// also where the rows do not divide (D 3: 16 rows of 16, wpe's 8 rows); buckets of about 37 values
+// make most tensors span several. Without sharding each tensor is whole.
+TEST(ShardLayout, EachRankHoldsWholeRowsOfEveryTensorAsOneRun) {
   const ModelConfig cfg = tiny(2);
   const ParamLayout layout(cfg);
-  const StageLayout sl(layout, 0, cfg.n_layer);
-  for (int D : {1, 2, 4}) {
-    std::map<std::pair<int, int>, size_t> held;  // (kind, layer) -> values over the ranks
+  for (int D : {1, 2, 3, 4}) {
+    const StageLayout sl(layout, {{0, cfg.n_layer}}, {}, size_t(D));
+    std::map<std::pair<int, int>, std::vector<int>> held;  // (kind, layer) -> times each row is held
+    for (const TensorInfo& t : sl.tensors()) held[{int(t.kind), t.layer}].assign(t.shape[0], 0);
     for (int r = 0; r < D; ++r) {
-      const ShardLayout shards(sl, D, r, 37);  // buckets of 36-37 values: most tensors span several
+      const ShardLayout shards(sl, D, r, 37);
       std::set<std::pair<int, int>> seen;
-      for (const TensorInfo& t : shards.shard_tensors()) {
-        EXPECT_TRUE(seen.insert({int(t.kind), t.layer}).second) << t.name() << " twice, D " << D << " rank " << r;
-        held[{int(t.kind), t.layer}] += t.range.size();
+      for (const TensorShard& t : shards.optimizer_shards()) {
+        const TensorInfo& whole = *std::find_if(sl.tensors().begin(), sl.tensors().end(),
+                                                [&](const TensorInfo& w) { return w.name() == t.name; });
+        EXPECT_TRUE(seen.insert({int(whole.kind), whole.layer}).second) << t.name << " twice, D " << D << " rank " << r;
+        const std::vector<size_t> s = t.held_shape();
+        size_t n = 1;
+        for (size_t d : s) n *= d;
+        EXPECT_EQ(n, t.run.size()) << t.name << ": the run is not its rows, D " << D << " rank " << r;
+        const std::vector<Range> rows = shards.rows_of(whole, r);
+        ASSERT_EQ(t.rows.size(), rows.size()) << t.name;
+        for (size_t i = 0; i < rows.size(); ++i)
+          EXPECT_TRUE(t.rows[i].begin == rows[i].begin && t.rows[i].end == rows[i].end) << t.name;
+        for (const Range& rows : t.rows)
+          for (size_t i = rows.begin; i < rows.end; ++i) ++held[{int(whole.kind), whole.layer}][i];
         if (D == 1) {
-          EXPECT_EQ(t.range.size(), sl.tensor(t.kind, t.layer).range.size()) << t.name();
+          EXPECT_TRUE(t.whole()) << t.name;
         }
       }
     }
-    for (const TensorInfo& t : sl.tensors()) EXPECT_EQ((held[{int(t.kind), t.layer}]), t.range.size()) << t.name();
+    for (const auto& [key, times] : held)
+      for (size_t i = 0; i < times.size(); ++i)
+        EXPECT_EQ(times[i], 1) << "D " << D << ": row " << i << " of tensor kind " << key.first << " layer " << key.second;
   }
+}
+
+// Every bucket of a sharded layout is whole rows of one row length: a matrix's, or vectors' values.
+TEST(ShardLayout, BucketsLieInOneSegment) {
+  const ModelConfig cfg = tiny(2);
+  const StageLayout sl(ParamLayout(cfg), {{0, cfg.n_layer}}, {}, 3);
+  const ShardLayout shards(sl, 3, 1, 37);
+  for (const Bucket& b : shards.buckets()) {
+    int in = 0;
+    for (const RowSegment& s : sl.segments())
+      if (s.range.begin <= b.range.begin && b.range.end <= s.range.end) {
+        ++in;
+        EXPECT_EQ(b.range.size() % (3 * s.row_len), 0u);
+      }
+    EXPECT_EQ(in, 1) << "bucket [" << b.range.begin << ", " << b.range.end << ")";
+  }
+  EXPECT_THROW(ShardLayout(StageLayout(ParamLayout(cfg), 0, cfg.n_layer), 3, 0, 37), std::runtime_error);
 }
