@@ -6,6 +6,14 @@
 
 namespace gpt2 {
 
+namespace {
+// Rank q's piece of a bucket shared out over D ranks: its q-th D-th.
+Range piece_of(const Range& bucket, int D, int q) {
+  const size_t part = bucket.size() / size_t(D);
+  return {bucket.begin + size_t(q) * part, bucket.begin + size_t(q + 1) * part};
+}
+}  // namespace
+
 ShardLayout::ShardLayout(const StageLayout& layout, int D, int r, size_t bucket_elems) : D_(D), me_(r) {
   if (D < 1 || r < 0 || r >= D) fail("ShardLayout: rank ", r, " of ", D);
   if (D > 1 && layout.shard_ranks() != size_t(D))
@@ -19,12 +27,11 @@ ShardLayout::ShardLayout(const StageLayout& layout, int D, int r, size_t bucket_
     cut_segment(s, bucket_elems);
     for (size_t b = first; b < buckets_.size(); ++b) add_tensor_parts(layout, buckets_[b]);
   }
-  std::vector<TensorShard> whole = tensor_shards(shard_tensors_);
-  for (size_t i = 0; i < whole.size(); ++i) {
+  optimizer_shards_ = tensor_shards(shard_tensors_);
+  for (size_t i = 0; i < optimizer_shards_.size(); ++i) {
     const TensorInfo& t = shard_tensors_[i];
-    whole[i].rows = rows_of(layout.tensor(t.kind, t.layer), me_);
+    optimizer_shards_[i].rows = rows_of(layout.tensor(t.kind, t.layer), me_);
   }
-  optimizer_shards_ = std::move(whole);
 }
 
 // The segment's buckets in local order, cut from its end: a multiple of D rows each.
@@ -39,10 +46,10 @@ void ShardLayout::cut_segment(const RowSegment& s, size_t bucket_elems) {
   }
   std::reverse(cuts.begin(), cuts.end());
   for (const Range& c : cuts) {
-    const size_t part = c.size() / size_t(D_);
+    const Range piece = piece_of(c, D_, me_);
     by_unit_[size_t(s.unit)].push_back(int(buckets_.size()));
-    buckets_.push_back({s.unit, c, {c.begin + size_t(me_) * part, c.begin + size_t(me_ + 1) * part}, shard_});
-    shard_ += part;
+    buckets_.push_back({s.unit, c, piece, shard_});
+    shard_ += piece.size();
   }
 }
 
@@ -67,9 +74,8 @@ void ShardLayout::add_tensor_parts(const StageLayout& layout, const Bucket& b) {
 std::vector<Range> ShardLayout::rows_of(const TensorInfo& t, int q) const {
   std::vector<Range> held;  // values of t, relative to its first
   for (const Bucket& b : buckets_) {
-    const Range& r = b.range;
-    const size_t part = r.size() / size_t(D_), pb = r.begin + size_t(q) * part;
-    const size_t lo = std::max(pb, t.range.begin), hi = std::min(pb + part, t.range.end);
+    const Range p = piece_of(b.range, D_, q);
+    const size_t lo = std::max(p.begin, t.range.begin), hi = std::min(p.end, t.range.end);
     if (lo >= hi) continue;
     if (!held.empty() && held.back().end == lo - t.range.begin)
       held.back().end = hi - t.range.begin;
