@@ -109,6 +109,12 @@ bool Linear<T>::fuses_epilogue() const {
 }
 
 template <class T>
+bool Linear<T>::stores_faster() const {
+  if (!std::is_same_v<T, float>) return false;
+  return mixed() ? gemm_lowp_stores_faster(p_ == Precision::bf16) : gemm_stores_faster();
+}
+
+template <class T>
 void Linear<T>::backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmInput<T>& w, bool accumulate) {
   if (!mixed()) return matmul_backward_input<T>(din, dout.full, w.full, accumulate);
   const int N = int(dout.rows()), C = int(w.cols()), OC = int(w.rows());
@@ -117,11 +123,12 @@ void Linear<T>::backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmI
 }
 
 template <class T>
-void Linear<T>::backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in) {
-  if (!mixed()) return matmul_backward_weight<T>(dw, db, dout.full, in.full);
+void Linear<T>::backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in, bool store) {
+  store = store && stores_faster();  // (adding to zeros gives the same sum)
+  if (!mixed()) return matmul_backward_weight<T>(dw, db, dout.full, in.full, store);
   if (db.extent(0) != 0 && dout.is_low()) fail("Linear: a bias gradient needs the output gradient in full precision");
   const int N = int(in.rows()), C = int(in.cols()), OC = int(dw.extent(0));
-  gemm_low(Op::T, Op::N, OC, C, N, low_operand(0, dout), OC, low_operand(1, in), C, 1.0f, dw.data(), C);
+  gemm_low(Op::T, Op::N, OC, C, N, low_operand(0, dout), OC, low_operand(1, in), C, store ? 0.0f : 1.0f, dw.data(), C);
   if (db.extent(0) != 0) bias_backward<T>(db, dout.full);
 }
 

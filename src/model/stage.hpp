@@ -249,6 +249,9 @@ class Stage {
   GemmInput<T> gemm_weight(int u, const T* unit, CMat<T> w);
   Vec<T> unit_vec(const T* unit, int u, Param kind) const;  // one tensor of a (non-block) unit
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
+  // Whether a product may store into g, part of unit u's gradient: nothing added to it yet
+  // (UnitStore::first_write; marks it written).
+  bool first_write(int u, Mat<T> g) { return store_->first_write(u, g.data(), g.size()); }
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
   void forward_blocks(Activations<T>& a);  // the embedding (first stage) and the blocks

@@ -39,7 +39,10 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   const bool wpe_here = !par_.sp || par_.adds_once(), docs = a.doc_positions.extent(0) > 0;
   const Mat<T> dwpe = wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>();
   const CMat<T> dout = par_.gather(d, a.B);
-  embedding_backward<T>(Mat<T>(store_->grads(wte), layout_.local_vocab(), c.n_embd), docs ? Mat<T>() : dwpe, dout,
+  const Mat<T> dwte(store_->grads(wte), layout_.local_vocab(), c.n_embd);
+  first_write(wte, dwte);  // added to (scatters): a product after them must add too
+  first_write(wpe, dwpe);
+  embedding_backward<T>(dwte, docs ? Mat<T>() : dwpe, dout,
                         a.groups, Mat<T>(buf_.wte_parts.data(), size_t(a.groups.parts), c.n_embd), par_.seq,
                         layout_.vocab_begin(), par_.positions);
   // Document masks: wpe's rows summed by the rows' positions in their documents (after wte's
@@ -112,7 +115,8 @@ void Stage<T>::head_rows(Activations<T>& a, size_t r0, size_t n, const GemmInput
   // d(lnf) = dlogits @ wte: a column-parallel input gradient over the vocabulary; wte's gradient
   // accumulates the blocks'.
   lin_.backward_input(Mat<T>(din.data() + r0 * din.extent(1), n, din.extent(1)), dlogits, wte);
-  lin_.backward_weight(Mat<T>(store_->grads(wu), Vl, config().n_embd), Vec<T>(), dlogits, in);
+  const Mat<T> dwte(store_->grads(wu), Vl, config().n_embd);
+  lin_.backward_weight(dwte, Vec<T>(), dlogits, in, first_write(wu, dwte));
 }
 
 template <class T>

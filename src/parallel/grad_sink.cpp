@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "core/error.hpp"
+
 namespace gpt2 {
 
 namespace {
@@ -78,6 +80,7 @@ float* WorkspaceGrads::grads(int u) {
   if (!ws.extent(0)) {
     ws = p_.workspaces.take<float>(p_.unit(u).range.size());
     Kokkos::deep_copy(ExecSpace(), ws, 0.0f);
+    zeroed(u);
   }
   return ws.data();
 }
@@ -94,6 +97,17 @@ void WorkspaceGrads::done(int u) {
 }
 
 }  // namespace
+
+bool GradSink::first_write(int u, const float* at, size_t n) {
+  if (n == 0) return false;
+  const float* base = grads(u);
+  if (at < base) fail("GradSink::first_write: a region before unit ", u, "'s gradients");
+  const Range r{size_t(at - base), size_t(at - base) + n};
+  std::vector<Range>& w = written_[size_t(u)];
+  const bool fresh = std::none_of(w.begin(), w.end(), [&](const Range& x) { return x.begin < r.end && r.begin < x.end; });
+  w.push_back(r);
+  return fresh;
+}
 
 std::unique_ptr<GradSink> make_grad_sink(const ShardPolicy& policy, const StoreParts& parts, Buffer<float> whole) {
   if (policy.grads) return std::make_unique<WorkspaceGrads>(parts);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/range.hpp"
 #include "parallel/store_parts.hpp"
 #include "parallel/zero.hpp"
 
@@ -22,7 +23,10 @@ class GradSink {
     microbatches_ = microbatches;
     for (int& d : done_) d = 0;
     zero(zeroed);
+    for (auto& w : written_) w.clear();  // every buffer is 0 now
   }
+  // UnitStore::first_write of the buffer grads(u) gives.
+  bool first_write(int u, const float* at, size_t n);
   virtual void finish() = 0;  // every unit's reduction launched (the reducer then completes them)
   // The optimizer's pass reads the accumulating buffer and may zero it in place; not so where
   // ZeRO-1's reduce-scatter overwrites the shard from the whole gradients.
@@ -30,12 +34,16 @@ class GradSink {
   virtual size_t whole_size() const { return 0; }  // values of a whole-layout buffer kept
 
  protected:
-  explicit GradSink(size_t units) : done_(units, 0) {}
+  explicit GradSink(size_t units) : done_(units, 0), written_(units) {
+    for (auto& w : written_) w.reserve(16);  // a block's writers: no step allocates
+  }
   virtual void zero(bool zeroed) = 0;
+  void zeroed(int u) { written_[size_t(u)].clear(); }  // u's buffer was set to 0 again
   bool last_of_step(int u) { return ++done_[size_t(u)] == microbatches_; }
   bool incomplete(int u) const { return done_[size_t(u)] < microbatches_; }
 
   std::vector<int> done_;  // each unit's microbatches seen this step
+  std::vector<std::vector<Range>> written_;  // per unit: what was added to since it was 0 (unit offsets)
   int microbatches_ = 1;
 };
 

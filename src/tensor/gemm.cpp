@@ -101,6 +101,7 @@ void gemm_set_tf32(bool on) {
           "cublasSetMathMode");
 }
 bool gemm_fuses_epilogue() { return false; }
+bool gemm_stores_faster() { return true; }
 void gemm_with_epilogue(int, int, int, const float*, int, const float*, int, float*, int, const GemmEpilogue&) {
   fail("gemm_with_epilogue: this build's products add no epilogue (gemm_fuses_epilogue)");
 }
@@ -196,6 +197,13 @@ void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const doubl
 bool gemm_fuses_epilogue() {
 #if defined(GPT2_HAVE_ONEDNN)
   return on_dnnl(true);  // (a forward product is never sliced: its reduction is the model's width)
+#else
+  return false;
+#endif
+}
+bool gemm_stores_faster() {
+#if defined(GPT2_HAVE_ONEDNN)
+  return on_dnnl(openblas_below_cpu());  // where gemm<float> sends a weight gradient
 #else
   return false;
 #endif

@@ -24,6 +24,10 @@ struct GemmEpilogue {
 // Whether this build's fp32 forward products apply an epilogue inside the library's call (oneDNN on
 // the host); where not, the caller adds the bias and residual in a pass of its own.
 bool gemm_fuses_epilogue();
+// Whether this build's fp32 weight-gradient product (op(A) = A^T) storing its sum (beta 0) is faster
+// than adding it to zeros (beta 1): where the library then skips reading C (oneDNN, cuBLAS), not
+// where it first zeroes C in a pass of its own (OpenBLAS).
+bool gemm_stores_faster();
 // The forward product C(M,N) = A(M,K) B(N,K)^T + e (x * w^T); only where gemm_fuses_epilogue().
 void gemm_with_epilogue(int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                         const GemmEpilogue& e);

@@ -56,6 +56,7 @@ GPT2_GEMM_LOWP(bf16)
 GPT2_GEMM_LOWP(fp16)
 #undef GPT2_GEMM_LOWP
 bool gemm_lowp_fuses_epilogue(bool) { return false; }
+bool gemm_lowp_stores_faster(bool) { return true; }
 template <class L>
 void gemm_lowp_with_epilogue(int, int, int, const L*, int, const L*, int, float*, int, const GemmEpilogue&) {
   fail("gemm_lowp_with_epilogue: this build's products add no epilogue (gemm_lowp_fuses_epilogue)");
@@ -119,6 +120,9 @@ bool gemm_lowp_fuses_epilogue(bool bf16_inputs) {  // (per forward product: no s
   (void)bf16_inputs;
   return false;
 #endif
+}
+bool gemm_lowp_stores_faster(bool bf16_inputs) {  // oneDNN's bf16 matmul, else fp32 products after converting
+  return gemm_lowp_fuses_epilogue(bf16_inputs) || gemm_stores_faster();
 }
 template <class L>
 void gemm_lowp_with_epilogue(int M, int N, int K, const L* A, int lda, const L* B, int ldb, float* C, int ldc,

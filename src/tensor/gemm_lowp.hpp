@@ -19,6 +19,8 @@ void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int
 // Whether this build's 16-bit forward products (bf16 inputs: true) apply an epilogue (gemm.hpp's
 // GemmEpilogue) inside the library's call: oneDNN's bf16 matmul on the host.
 bool gemm_lowp_fuses_epilogue(bool bf16_inputs);
+// gemm.hpp's gemm_stores_faster for this build's 16-bit weight-gradient products.
+bool gemm_lowp_stores_faster(bool bf16_inputs);
 // The forward product C(M,N) (fp32) = A(M,K) B(N,K)^T + e; only where gemm_lowp_fuses_epilogue().
 template <class L>
 void gemm_lowp_with_epilogue(int M, int N, int K, const L* A, int lda, const L* B, int ldb, float* C, int ldc,

@@ -71,11 +71,12 @@ void matmul_backward_input(Mat<T> din, CMat<T> dout, CMat<T> w, bool accumulate_
   const int N = dout.extent(0), C = w.extent(1), OC = w.extent(0);
   gemm<T>(Op::N, Op::N, N, C, OC, T(1), dout.data(), OC, w.data(), C, accumulate_din ? T(1) : T(0), din.data(), C);
 }
-// dw (OC,C) += dout^T @ in (N,C);   db (OC) += colsum(dout), when db is not empty
+// dw (OC,C) += dout^T @ in (N,C) (store: =, dw's zeros not read);   db (OC) += colsum(dout), when
+// db is not empty
 template <class T>
-void matmul_backward_weight(Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in) {
+void matmul_backward_weight(Mat<T> dw, Vec<T> db, CMat<T> dout, CMat<T> in, bool store = false) {
   const int N = in.extent(0), C = in.extent(1), OC = dw.extent(0);
-  gemm<T>(Op::T, Op::N, OC, C, N, T(1), dout.data(), OC, in.data(), C, T(1), dw.data(), C);
+  gemm<T>(Op::T, Op::N, OC, C, N, T(1), dout.data(), OC, in.data(), C, store ? T(0) : T(1), dw.data(), C);
   if (db.extent(0) != 0) bias_backward<T>(db, dout);
 }
 

@@ -9,6 +9,7 @@
 #include "model/stage.hpp"
 #include "parallel/param_store.hpp"
 #include "runtime/serial_communicator.hpp"
+#include "tensor/gemm.hpp"
 #include "parallel/zero.hpp"
 #include "test_util.hpp"
 #include "../common/store_training.hpp"
@@ -180,4 +181,88 @@ TEST(ShardLayout, BucketsLieInOneSegment) {
     EXPECT_EQ(in, 1) << "bucket [" << b.range.begin << ", " << b.range.end << ")";
   }
   EXPECT_THROW(ShardLayout(StageLayout(ParamLayout(cfg), 0, cfg.n_layer), 3, 0, 37), std::runtime_error);
+}
+
+// A weight gradient's product stores its sum (beta 0) where nothing was added to the region since it
+// was zeroed (UnitStore::first_write), and adds to it otherwise: the gradients equal those of a
+// store that always adds (the stage's own buffers), bit for bit, over accumulating microbatches.
+namespace {
+void expect_stored_products_equal_added(int microbatches, Precision precision) {
+  const ModelConfig cfg = tiny(2);
+  const ParamLayout layout(cfg);
+  const StageLayout sl(layout, 0, cfg.n_layer);
+  SerialCommunicator dp;
+  Tracer tracer;
+  ParamStore store(sl, dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, tracer, DType::f32, precision);
+  store.init(5);
+  const int B = 2, T = 8, N = B * T;
+  StageOptions<float> so;
+  so.precision = precision;
+  Stage<float> own(sl, B, T, so);
+  so.store = &store;
+  Stage<float> stored(sl, B, T, so);
+  Kokkos::deep_copy(own.params, from_host<float>(store.local_values("params")));
+  own.zero_grads();
+  Buffer<float> losses("losses", N);
+  auto a = stored.make_activations(B), b = own.make_activations(B);
+  Rng r(13);
+  auto ht = Kokkos::create_mirror_view(a.tokens);
+  store.begin_step(0, microbatches);
+  for (int mb = 0; mb < microbatches; ++mb) {
+    for (size_t i = 0; i < ht.extent(0); ++i) ht(i) = int(r.below(cfg.vocab_size));
+    a.load(ht.data(), ht.data());
+    b.load(ht.data(), ht.data());
+    for (auto [st, act] : {std::pair{&stored, &a}, std::pair{&own, &b}}) {
+      st->forward(*act, Vec<float>(losses.data(), N), true, 1.0f / N);
+      st->backward(*act);
+    }
+  }
+  store.finish_gradients();
+  const auto got = to_host<float>(Vec<const float>(store.grads(0), sl.local_size()));
+  const auto want = to_host<float>(own.grads);
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(got[i], want[i]) << microbatches << " microbatches, " << precision_name(precision) << ", value " << i;
+}
+}  // namespace
+
+TEST(ParamStore, StoredProductsGiveTheAddedGradients) {
+  // fp32 products store only where their library is faster so (oneDNN's, not OpenBLAS's): both.
+  for (HostGemm f32 : {HostGemm::automatic, HostGemm::onednn}) {
+    gemm_set_host_f32(f32);
+    for (Precision p : {Precision::fp32, Precision::bf16})
+      for (int m : {1, 3}) expect_stored_products_equal_added(m, p);
+  }
+  gemm_set_host_f32(HostGemm::automatic);
+}
+
+// What first_write answers: yes for a region nothing was added to since the step began (the whole
+// gradients, ZeRO 0-1) or since the unit's workspace was taken (ZeRO 2-3, one a microbatch); no
+// for any overlap with a region written before.
+TEST(ParamStore, FirstWriteSaysWhetherNothingWasAdded) {
+  const ModelConfig cfg = tiny(2);
+  const ParamLayout layout(cfg);
+  const StageLayout sl(layout, 0, cfg.n_layer);
+  SerialCommunicator dp;
+  Tracer tracer;
+  for (int zero : {0, 1, 2, 3}) {
+    ParamStore store(sl, dp, zero_policy(zero), 1000, "adamw", OptimizerConfig{}, tracer);
+    store.init(5);
+    const int u = sl.unit_index(UnitKind::block, 1);
+    const std::string what = "ZeRO-" + std::to_string(zero);
+    for (int step = 0; step < 2; ++step) {
+      store.begin_step(step, 2);
+      for (int mb = 0; mb < 2; ++mb) {
+        const float* g = store.grads(u);
+        const bool fresh = mb == 0 || zero >= 2;  // a workspace of its own each microbatch
+        EXPECT_EQ(store.first_write(u, g + 10, 20), fresh) << what << ", step " << step << ", microbatch " << mb;
+        EXPECT_FALSE(store.first_write(u, g + 29, 5)) << what << ": overlaps the last value written";
+        EXPECT_FALSE(store.first_write(u, g, 11)) << what << ": overlaps the first";
+        EXPECT_EQ(store.first_write(u, g + 34, 6), fresh) << what << ": next to what was written";
+        EXPECT_FALSE(store.first_write(u, g + 34, 6)) << what << ": written just now";
+        EXPECT_FALSE(store.first_write(u, g, 0)) << what << ": nothing to write";
+        store.grads_done(u, false);
+      }
+      store.finish_gradients();
+    }
+  }
 }
