@@ -31,7 +31,7 @@ CheckpointFileMap::CheckpointFileMap(const ModelConfig& model, const StageLayout
   }
 }
 
-// The parts of each local tensor this rank holds (its ranges, in local order), each mapped through
+// The parts of each local tensor this rank holds (its ranges, their values at mine.at), each mapped through
 // the tensor's GlobalMap (count runs of len, stride apart) to flat ranges of the global tensor, which
 // is a contiguous row-major dataset: a flat range is a run of bytes in the file.
 std::vector<CheckpointFileMap::Piece> CheckpointFileMap::pieces(size_t section, const ParamStore::Owned& mine,
@@ -43,12 +43,12 @@ std::vector<CheckpointFileMap::Piece> CheckpointFileMap::pieces(size_t section, 
     if (!part || bool(joinable_[ti]) != joinable) continue;
     const GlobalMap& gm = part->global;
     const size_t dataset = section * global_.size() + ti;
-    size_t held = 0;  // where the range starts in mine.values
-    for (const Range& r : mine.ranges) {
+    for (size_t k = 0; k < mine.ranges.size(); ++k) {
+      const Range& r = mine.ranges[k];
       const size_t lo = std::max(r.begin, part->range.begin), hi = std::min(r.end, part->range.end);
       for (size_t i = lo; i < hi;) {  // local element index i - part->range.begin
         const size_t e = i - part->range.begin, run = e / gm.len, in_run = e % gm.len;
-        const size_t value = held + (i - r.begin);
+        const size_t value = mine.at[k] + (i - r.begin);
         const size_t n = std::min(gm.len - in_run, hi - i);
         const uint64_t element = gm.begin + run * gm.stride + in_run - global_[ti].range.begin;
         i += n;
@@ -61,7 +61,6 @@ std::vector<CheckpointFileMap::Piece> CheckpointFileMap::pieces(size_t section, 
         else
           out.push_back(p);
       }
-      held += r.size();
     }
   }
   sort_by_offset(out);

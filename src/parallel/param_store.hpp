@@ -87,13 +87,16 @@ class ParamStore final : public UnitStore<float> {
   std::vector<float> local_values(const std::string& section);  // local layout, on the host
   void set_local_values(const std::string& section, const std::vector<float>& values);
   // What this rank itself holds of a section, without gathering (an HDF5 checkpoint writes it):
-  // ranges of the local layout and their values, in order. Sharded state: the rank's pieces; whole
-  // state: all of it (every dp rank holds the same: one of them writes it).
+  // ranges of the local layout and where their values lie in what it holds. Sharded state: the
+  // shard plan's rows of each tensor (ShardLayout::optimizer_shards), their values at the tensor's
+  // run of the shard (the padding between runs is no tensor's); whole state: all of it (every dp
+  // rank holds the same: one of them writes it).
   struct Owned {
-    std::vector<Range> ranges;
+    std::vector<Range> ranges;  // local layout
+    std::vector<size_t> at;     // per range: its first value's index in what is held (ascending)
     std::vector<float> values;  // empty from owned_ranges
     bool sharded = false;
-    size_t size() const;  // values held: the ranges' total
+    size_t size() const;  // values held, up to the last range's end
   };
   Owned owned_ranges(const std::string& section) const;
   // Values [begin, begin + n) of what the rank holds of a section, to host memory (a bounded buffer).

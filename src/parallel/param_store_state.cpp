@@ -50,24 +50,28 @@ std::vector<float> ParamStore::local_values(const std::string& section) {
   return out;
 }
 
-size_t ParamStore::Owned::size() const {
-  size_t n = 0;
-  for (const Range& r : ranges) n += r.size();
-  return n;
-}
+size_t ParamStore::Owned::size() const { return ranges.empty() ? 0 : at.back() + ranges.back().size(); }
 
 ParamStore::Owned ParamStore::owned_ranges(const std::string& section) const {
   Owned out;
   out.sharded = section == "params" ? params_sharded() : policy_.optimizer;
-  if (out.sharded) {
-    size_t at = 0;
-    for (const Bucket& b : shards_.buckets()) {  // the shard is the pieces in local order
-      if (b.shard_offset != at) fail("ParamStore: the shard's pieces are not in local order");
-      out.ranges.push_back(b.piece);
-      at += b.piece.size();
-    }
-  } else {
+  if (!out.sharded) {
     out.ranges.push_back({0, layout_.local_size()});
+    out.at.push_back(0);
+    return out;
+  }
+  const std::vector<TensorShard>& plan = shards_.optimizer_shards();
+  for (size_t i = 0; i < plan.size(); ++i) {  // each tensor's held rows, one run of the shard
+    const TensorInfo& part = shards_.shard_tensors()[i];
+    const TensorInfo& t = layout_.tensor(part.kind, part.layer);
+    const size_t row = row_length(t);
+    size_t value = plan[i].run.begin;
+    for (const Range& r : plan[i].rows) {
+      out.ranges.push_back({t.range.begin + r.begin * row, t.range.begin + r.end * row});
+      out.at.push_back(value);
+      value += r.size() * row;
+    }
+    if (value != plan[i].run.end) fail("ParamStore: the plan's rows of ", t.name(), " are not its run of the shard");
   }
   return out;
 }

@@ -38,6 +38,7 @@ std::string shared_path(const std::string& name) {
 }
 
 // What this rank holds of each section: `ranges` of its local layout (all of it when empty).
+constexpr float kPadding = -7777.0f;  // a shard's padding between the runs: no value of the file
 struct Held {
   StageLayout layout;
   std::vector<ParamStore::Owned> owned;  // per section, with values
@@ -56,7 +57,11 @@ Held hold(const ModelConfig& m, TpSplit tp, const std::vector<Range>& ranges, co
     ParamStore::Owned o;
     o.sharded = !ranges.empty();
     o.ranges = ranges.empty() ? std::vector<Range>{{0, local.size()}} : ranges;
-    for (const Range& r : o.ranges) o.values.insert(o.values.end(), local.begin() + long(r.begin), local.begin() + long(r.end));
+    for (const Range& r : o.ranges) {  // sharded: 3 values of padding before each run, never written
+      if (o.sharded) o.values.insert(o.values.end(), 3, kPadding);
+      o.at.push_back(o.values.size());
+      o.values.insert(o.values.end(), local.begin() + long(r.begin), local.begin() + long(r.end));
+    }
     h.owned.push_back(o);
   }
   return h;
