@@ -6,11 +6,11 @@
 //      tells every rank where each dataset's data starts;
 //   2. write each section: what the rank holds of it (ParamStore::owned_ranges: the shard plan's
 //      rows of each tensor of sharded state, the whole local state where dp replica 0 writes it --
-//      tp rank 0 for tp-replicated tensors, stage 0 for wte), mapped through each tensor's GlobalMap to runs of the
-//      file, coalesced, written by a DirectWriter. A tensor that tp splits into short runs (a column
-//      slice of every row) is first joined into whole rows on one rank of the tp group (join_tp; the
-//      tensors dealt out to balance the values each rank joins): long runs the disk takes at its
-//      rate, where the slices would be many short writes through the page cache
+//      tp rank 0 for tp-replicated tensors, stage 0 for wte), mapped through each tensor's GlobalMap
+//      to runs of the file, coalesced, written by a DirectWriter. A tensor that tp splits into short
+//      runs (a column slice of every row) is first joined into whole rows on one rank of the tp group
+//      (join_tp; the tensors dealt out to balance the values each rank joins): long runs the disk
+//      takes at its rate, where the slices would be many short writes through the page cache
 //      (core/direct_writer.hpp: whole blocks through
 //      O_DIRECT from aligned buffers that a thread writes while the next is filled, the ends through
 //      the page cache). The values are copied into those buffers once -- from the state

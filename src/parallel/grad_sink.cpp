@@ -105,7 +105,8 @@ bool GradSink::first_write(int u, const float* at, size_t n) {
   const Range r{size_t(at - base), size_t(at - base) + n};
   std::vector<Range>& w = written_[size_t(u)];
   const bool fresh = std::none_of(w.begin(), w.end(), [&](const Range& x) { return x.begin < r.end && r.begin < x.end; });
-  w.push_back(r);
+  // (the head's blocks of rows write wte's whole gradient each: kept once)
+  if (std::none_of(w.begin(), w.end(), [&](const Range& x) { return x.contains(r); })) w.push_back(r);
   return fresh;
 }
 
