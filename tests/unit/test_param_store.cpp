@@ -24,13 +24,21 @@ ModelConfig tiny(int layers) {
   return cfg;
 }
 
-void expect_norm_of_final_gradients(int microbatches) {
-  const ModelConfig cfg = tiny(3);
-  const ParamLayout layout(cfg);
-  const StageLayout sl(layout, 0, cfg.n_layer);
+// One rank's whole model of `layers` blocks: its one-stage layout, a serial dp group, a tracer.
+struct OneRank {
+  explicit OneRank(int layers) : cfg(tiny(layers)), layout(cfg), sl(layout, 0, cfg.n_layer) {}
+  const ModelConfig cfg;
+  const ParamLayout layout;  // (the stage's layout reads it)
+  const StageLayout sl;
   SerialCommunicator dp;
   Tracer tracer;
-  ParamStore store(sl, dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, tracer);
+};
+
+void expect_norm_of_final_gradients(int microbatches) {
+  OneRank one(3);
+  const ModelConfig& cfg = one.cfg;
+  const StageLayout& sl = one.sl;
+  ParamStore store(sl, one.dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, one.tracer);
   store.init(3);
   StageOptions<float> so;
   so.store = &store;
@@ -77,16 +85,14 @@ std::vector<uint16_t> rounded(const std::vector<float>& x, Precision p) {
 }
 
 void expect_copy_trains_as_rounding_per_gemm(Precision precision, int zero) {
-  const ModelConfig cfg = tiny(2);
-  const ParamLayout layout(cfg);
-  const StageLayout sl(layout, 0, cfg.n_layer);
-  SerialCommunicator dp;
-  Tracer tracer;
+  OneRank one(2);
+  const ModelConfig& cfg = one.cfg;
+  const StageLayout& sl = one.sl;
   OptimizerConfig oc;
   oc.weight_decay = 0.1;
   const std::string what = std::string(precision_name(precision)) + ", ZeRO-" + std::to_string(zero);
-  ParamStore with(sl, dp, zero_policy(zero), 100, "adamw", oc, tracer, DType::f32, precision);
-  ParamStore without(sl, dp, zero_policy(zero), 100, "adamw", oc, tracer, DType::f32, Precision::fp32);
+  ParamStore with(sl, one.dp, zero_policy(zero), 100, "adamw", oc, one.tracer, DType::f32, precision);
+  ParamStore without(sl, one.dp, zero_policy(zero), 100, "adamw", oc, one.tracer, DType::f32, Precision::fp32);
   // Memory: the whole copy (ZeRO 0-2) and the shard's (1-3) with the gather's small tables.
   const size_t extra = with.memory().params - without.memory().params,
                want = 2 * ((zero < 3 ? sl.local_size() : 0) + (zero > 0 ? with.shards().shard_size() : 0));
@@ -188,12 +194,10 @@ TEST(ShardLayout, BucketsLieInOneSegment) {
 // store that always adds (the stage's own buffers), bit for bit, over accumulating microbatches.
 namespace {
 void expect_stored_products_equal_added(int microbatches, Precision precision) {
-  const ModelConfig cfg = tiny(2);
-  const ParamLayout layout(cfg);
-  const StageLayout sl(layout, 0, cfg.n_layer);
-  SerialCommunicator dp;
-  Tracer tracer;
-  ParamStore store(sl, dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, tracer, DType::f32, precision);
+  OneRank one(2);
+  const ModelConfig& cfg = one.cfg;
+  const StageLayout& sl = one.sl;
+  ParamStore store(sl, one.dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, one.tracer, DType::f32, precision);
   store.init(5);
   const int B = 2, T = 8, N = B * T;
   StageOptions<float> so;
@@ -239,13 +243,10 @@ TEST(ParamStore, StoredProductsGiveTheAddedGradients) {
 // gradients, ZeRO 0-1) or since the unit's workspace was taken (ZeRO 2-3, one a microbatch); no
 // for any overlap with a region written before.
 TEST(ParamStore, FirstWriteSaysWhetherNothingWasAdded) {
-  const ModelConfig cfg = tiny(2);
-  const ParamLayout layout(cfg);
-  const StageLayout sl(layout, 0, cfg.n_layer);
-  SerialCommunicator dp;
-  Tracer tracer;
+  OneRank one(2);
+  const StageLayout& sl = one.sl;
   for (int zero : {0, 1, 2, 3}) {
-    ParamStore store(sl, dp, zero_policy(zero), 1000, "adamw", OptimizerConfig{}, tracer);
+    ParamStore store(sl, one.dp, zero_policy(zero), 1000, "adamw", OptimizerConfig{}, one.tracer);
     store.init(5);
     const int u = sl.unit_index(UnitKind::block, 1);
     const std::string what = "ZeRO-" + std::to_string(zero);
