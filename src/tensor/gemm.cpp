@@ -139,10 +139,6 @@ bool openblas_below_cpu() {
 bool on_dnnl(bool faster) {
   return g_f32_backend == HostGemm::onednn || (g_f32_backend == HostGemm::automatic && faster);
 }
-// A reduction long against the output (the LM head's input gradient, over the vocabulary) ran 5-10%
-// slower in one oneDNN call than in OpenBLAS, but 15-20% faster as a sum of calls over slices of K
-// 4x the output's longer side (a fixed order: the result does not depend on the threads).
-constexpr int kDnnlSlicePerSide = 4;
 CBLAS_TRANSPOSE op(Op o) { return o == Op::N ? CblasNoTrans : CblasTrans; }
 // OpenBLAS's OpenMP build (linked with the OpenMP Kokkos) ignores OPENBLAS_NUM_THREADS and follows
 // omp_get_max_threads(): honour the variable before the first GEMM, as its pthreads build does, so a
@@ -173,17 +169,8 @@ void gemm<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* 
   const GemmScope scope({opA, opB, M, N, K, 1, lda, ldb, ldc, beta != 0, "f32", "f32"});
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
-  if (on_dnnl(opA == Op::N || openblas_below_cpu())) {
-    const int slice = kDnnlSlicePerSide * std::max(M, N);
-    if (opA == Op::T || opB == Op::T || K <= 2 * slice)
-      return dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    // Row-major, op(A) = A: A's columns and B's rows k0 .. k0+k are one slice of the reduction.
-    for (int k0 = 0; k0 < K; k0 += slice) {
-      const int k = std::min(slice, K - k0);
-      dnnl_f32_gemm(opA, opB, M, N, k, alpha, A + k0, lda, B + size_t(k0) * ldb, ldb, k0 ? 1.0f : beta, C, ldc);
-    }
-    return;
-  }
+  if (on_dnnl(opA == Op::N || openblas_below_cpu()))
+    return dnnl_f32_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
   blas_gemm(opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

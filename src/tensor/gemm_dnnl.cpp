@@ -7,6 +7,7 @@
 // matmul's bias argument and its residual a binary-add post-op. It runs on the OpenMP runtime
 // with the thread count gemm_set_host_threads gave. Not thread-safe: a rank calls it from one thread.
 #include <dnnl.hpp>
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <omp.h>
@@ -95,10 +96,8 @@ Cached& primitive(dt in, Op opA, Op opB, int M, int N, int K, float alpha, int l
   return made;
 }
 
-void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
-         float beta, float* C, int ldc, const Batch& n = {}, const GemmEpilogue& e = {}) {
-  if (M == 0 || N == 0 || n.count == 0) return;
-  if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
+void run_one(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A, int lda, const void* B,
+             int ldb, float beta, float* C, int ldc, const Batch& n, const GemmEpilogue& e) {
   const int epilogue = (e.bias ? 1 : 0) | (e.residual ? 2 : 0);
   Cached& p = primitive(in, opA, opB, M, N, K, alpha, lda, ldb, beta, ldc, n, epilogue);
   static dnnl::stream s(engine());
@@ -107,6 +106,28 @@ void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A,
   if (e.residual) p.residual.set_data_handle(const_cast<float*>(e.residual));
   p.prim.execute(s, p.args);
   s.wait();
+}
+
+// A reduction long against the output (the LM head's input gradient, over the vocabulary) runs
+// faster as a sum of calls over slices of K 4x the output's longer side than in one call: fp32
+// 15-20%, bf16 14% (256 x 768 x 50304, AVX-512 BF16, 2 threads). A fixed order: the result does not
+// depend on the threads.
+constexpr int kSlicePerSide = 4;
+
+void run(dt in, Op opA, Op opB, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
+         float beta, float* C, int ldc, const Batch& n = {}, const GemmEpilogue& e = {}) {
+  if (M == 0 || N == 0 || n.count == 0) return;
+  if (g_threads > 0 && omp_get_max_threads() != g_threads) omp_set_num_threads(g_threads);
+  const int slice = kSlicePerSide * std::max(M, N);
+  const bool plain = opA == Op::N && opB == Op::N && n.count == 1 && !e.bias && !e.residual;
+  if (!plain || K <= 2 * slice) return run_one(in, opA, opB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, n, e);
+  // Row-major, op(A) = A: A's columns and B's rows k0 .. k0+k are one slice of the reduction.
+  const size_t bytes = in == dt::bf16 ? 2 : 4;
+  const auto* a = static_cast<const unsigned char*>(A);
+  const auto* b = static_cast<const unsigned char*>(B);
+  for (int k0 = 0; k0 < K; k0 += slice)
+    run_one(in, opA, opB, M, N, std::min(slice, K - k0), alpha, a + bytes * k0, lda, b + bytes * k0 * size_t(ldb),
+            ldb, k0 ? 1.0f : beta, C, ldc, n, e);
 }
 }  // namespace
 
