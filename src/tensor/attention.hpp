@@ -1,7 +1,8 @@
 #pragma once
 // Causal multi-head self-attention on a packed qkv (N,3C): q in columns [0,C), k in [C,2C), v in
 // [2C,3C); head h uses columns [h*hs, (h+1)*hs) of each. Scores and their softmax are materialised
-// (B, nh, T, T); the four products per head are strided-batched GEMMs (one call per sequence).
+// (B, nh, T, T); the products per head are strided-batched GEMMs, the heads the batch and the
+// sequences its groups (one call for all of them).
 #include "tensor/gemm.hpp"
 #include "tensor/math.hpp"
 #include "tensor/team_reduce.hpp"
@@ -69,18 +70,13 @@ template <class T>
 void attention_forward(Mat<T> out, Mat<T> att, CMat<T> qkv, int B, int Tn, int nh) {
   const int C3 = qkv.extent(1), C = C3 / 3, hs = C / nh;
   const T scale = T(1) / std::sqrt(T(hs));
-  const int64_t TT = int64_t(Tn) * Tn;
-  for (int b = 0; b < B; ++b) {
-    const T* q = qkv.data() + int64_t(b) * Tn * C3;
-    gemm_strided_batched<T>(Op::N, Op::T, Tn, Tn, hs, scale, q, C3, hs, q + C, C3, hs, T(0),
-                            att.data() + b * nh * TT, Tn, TT, nh);
-  }
+  const int64_t TT = int64_t(Tn) * Tn, seq_qkv = int64_t(Tn) * C3, seq_att = nh * TT, seq_out = int64_t(Tn) * C;
+  const T* q = qkv.data();
+  gemm_strided_batched<T>(Op::N, Op::T, Tn, Tn, hs, scale, q, C3, hs, q + C, C3, hs, T(0), att.data(), Tn, TT, nh,
+                          {B, seq_qkv, seq_qkv, seq_att});
   detail::causal_softmax_rows<T>(att, Tn);
-  for (int b = 0; b < B; ++b) {
-    const T* v = qkv.data() + int64_t(b) * Tn * C3 + 2 * C;
-    gemm_strided_batched<T>(Op::N, Op::N, Tn, hs, Tn, T(1), att.data() + b * nh * TT, Tn, TT, v,
-                            C3, hs, T(0), out.data() + int64_t(b) * Tn * C, C, hs, nh);
-  }
+  gemm_strided_batched<T>(Op::N, Op::N, Tn, hs, Tn, T(1), att.data(), Tn, TT, q + 2 * C, C3, hs, T(0), out.data(), C,
+                          hs, nh, {B, seq_att, seq_qkv, seq_out});
 }
 
 // ---- Decoding with a key/value cache (no backward: generation only) --------------------------------
@@ -120,31 +116,18 @@ void attention_backward(Mat<T> dqkv, Mat<T> datt, CMat<T> dout, CMat<T> qkv, CMa
                         int Tn, int nh) {
   const int C3 = qkv.extent(1), C = C3 / 3, hs = C / nh;
   const T scale = T(1) / std::sqrt(T(hs));
-  const int64_t TT = int64_t(Tn) * Tn;
-  for (int b = 0; b < B; ++b) {
-    const int64_t row = int64_t(b) * Tn;
-    const T* q = qkv.data() + row * C3;
-    const T* v = q + 2 * C;
-    const T* dy = dout.data() + row * C;
-    const T* a = att.data() + b * nh * TT;
-    T* da = datt.data() + b * nh * TT;
-    T* dv = dqkv.data() + row * C3 + 2 * C;
-    gemm_strided_batched<T>(Op::N, Op::T, Tn, Tn, hs, T(1), dy, C, hs, v, C3, hs, T(0), da, Tn, TT,
-                            nh);
-    gemm_strided_batched<T>(Op::T, Op::N, Tn, hs, Tn, T(1), a, Tn, TT, dy, C, hs, T(0), dv, C3, hs,
-                            nh);
-  }
+  const int64_t TT = int64_t(Tn) * Tn, seq_qkv = int64_t(Tn) * C3, seq_att = nh * TT, seq_out = int64_t(Tn) * C;
+  const T* q = qkv.data();
+  T* dq = dqkv.data();
+  gemm_strided_batched<T>(Op::N, Op::T, Tn, Tn, hs, T(1), dout.data(), C, hs, q + 2 * C, C3, hs, T(0), datt.data(),
+                          Tn, TT, nh, {B, seq_out, seq_qkv, seq_att});
+  gemm_strided_batched<T>(Op::T, Op::N, Tn, hs, Tn, T(1), att.data(), Tn, TT, dout.data(), C, hs, T(0), dq + 2 * C,
+                          C3, hs, nh, {B, seq_att, seq_out, seq_qkv});
   detail::causal_softmax_rows_backward<T>(datt, att, Tn);
-  for (int b = 0; b < B; ++b) {
-    const int64_t row = int64_t(b) * Tn;
-    const T* q = qkv.data() + row * C3;
-    const T* da = datt.data() + b * nh * TT;
-    T* dq = dqkv.data() + row * C3;
-    gemm_strided_batched<T>(Op::N, Op::N, Tn, hs, Tn, scale, da, Tn, TT, q + C, C3, hs, T(0), dq,
-                            C3, hs, nh);
-    gemm_strided_batched<T>(Op::T, Op::N, Tn, hs, Tn, scale, da, Tn, TT, q, C3, hs, T(0), dq + C,
-                            C3, hs, nh);
-  }
+  gemm_strided_batched<T>(Op::N, Op::N, Tn, hs, Tn, scale, datt.data(), Tn, TT, q + C, C3, hs, T(0), dq, C3, hs, nh,
+                          {B, seq_att, seq_qkv, seq_qkv});
+  gemm_strided_batched<T>(Op::T, Op::N, Tn, hs, Tn, scale, datt.data(), Tn, TT, q, C3, hs, T(0), dq + C, C3, hs, nh,
+                          {B, seq_att, seq_qkv, seq_qkv});
 }
 
 }  // namespace gpt2

@@ -73,25 +73,30 @@ void gemm<double>(Op opA, Op opB, int M, int N, int K, double alpha, const doubl
   check(cublasDgemm(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
         "Dgemm");
 }
+// One strided-batched call a group, each on the stream after the one before.
 template <>
 void gemm_strided_batched<float>(Op opA, Op opB, int M, int N, int K, float alpha, const float* A,
                                  int lda, int64_t sA, const float* B, int ldb, int64_t sB,
-                                 float beta, float* C, int ldc, int64_t sC, int batch) {
+                                 float beta, float* C, int ldc, int64_t sC, int batch, const GemmGroups& g) {
   const char* dt = g_tf32 ? "tf32" : "f32";
-  const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, dt, dt});
-  check(cublasSgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
-                                  sA, &beta, C, ldc, sC, batch),
-        "SgemmStridedBatched");
+  for (int i = 0; i < g.count; ++i) {
+    const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, dt, dt});
+    check(cublasSgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B + i * g.B, ldb, sB, A + i * g.A,
+                                    lda, sA, &beta, C + i * g.C, ldc, sC, batch),
+          "SgemmStridedBatched");
+  }
 }
 template <>
 void gemm_strided_batched<double>(Op opA, Op opB, int M, int N, int K, double alpha,
                                   const double* A, int lda, int64_t sA, const double* B, int ldb,
                                   int64_t sB, double beta, double* C, int ldc, int64_t sC,
-                                  int batch) {
-  const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, "f64", "f64"});
-  check(cublasDgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B, ldb, sB, A, lda,
-                                  sA, &beta, C, ldc, sC, batch),
-        "DgemmStridedBatched");
+                                  int batch, const GemmGroups& g) {
+  for (int i = 0; i < g.count; ++i) {
+    const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, "f64", "f64"});
+    check(cublasDgemmStridedBatched(handle(), op(opB), op(opA), N, M, K, &alpha, B + i * g.B, ldb, sB, A + i * g.A,
+                                    lda, sA, &beta, C + i * g.C, ldc, sC, batch),
+          "DgemmStridedBatched");
+  }
 }
 
 void gemm_set_tf32(bool on) {
@@ -204,33 +209,40 @@ void gemm_with_epilogue(int M, int N, int K, const float* A, int lda, const floa
   dnnl_f32_gemm(Op::N, Op::T, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, e);
 #endif
 }
-// Attention's small per-head GEMMs: the batch shared out over the host threads, each GEMM on one
-// (inside a parallel region OpenBLAS's OpenMP build runs single-threaded). One call each, one after
-// another, spent more time starting the library's threads than multiplying at T = 64. fp32 on
-// oneDNN (only where OpenBLAS runs below the CPU, unless forced): the whole batch one primitive.
+// Attention's small per-head GEMMs: every group's batch shared out over the host threads at once,
+// each GEMM on one (inside a parallel region OpenBLAS's OpenMP build runs single-threaded). One call
+// each, one after another, spent more time starting the library's threads than multiplying at T = 64;
+// a parallel region a group (a sequence's 12 heads) ran 1.1-1.3x the time of one for all of them.
+// fp32 on oneDNN (only where OpenBLAS runs below the CPU, unless forced): a primitive a group.
 template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
                           int64_t sA, const T* B, int ldb, int64_t sB, T beta, T* C, int ldc,
-                          int64_t sC, int batch) {
+                          int64_t sC, int batch, const GemmGroups& g) {
   const char* dt = std::is_same_v<T, double> ? "f64" : "f32";
-  const GemmScope scope({opA, opB, M, N, K, batch, lda, ldb, ldc, beta != 0, dt, dt});
+  const GemmScope scope({opA, opB, M, N, K, batch * g.count, lda, ldb, ldc, beta != 0, dt, dt});
   blas_threads_from_environment();
 #if defined(GPT2_HAVE_ONEDNN)
   if constexpr (std::is_same_v<T, float>)
-    if (on_dnnl(openblas_below_cpu()))
-      return dnnl_f32_gemm_batched(opA, opB, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, sC, batch);
+    if (on_dnnl(openblas_below_cpu())) {
+      for (int i = 0; i < g.count; ++i)
+        dnnl_f32_gemm_batched(opA, opB, M, N, K, alpha, A + i * g.A, lda, sA, B + i * g.B, ldb, sB, beta,
+                              C + i * g.C, ldc, sC, batch);
+      return;
+    }
 #endif
   Kokkos::parallel_for(
-      "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, batch), [=](int i) {
-        blas_gemm(opA, opB, M, N, K, alpha, A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+      "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, batch * g.count), [=](int j) {
+        const int64_t group = j / batch, i = j % batch;
+        blas_gemm(opA, opB, M, N, K, alpha, A + group * g.A + i * sA, lda, B + group * g.B + i * sB, ldb, beta,
+                  C + group * g.C + i * sC, ldc);
       });  // (done on return: Kokkos' host backends run a kernel to its end before returning)
 }
 template void gemm_strided_batched<float>(Op, Op, int, int, int, float, const float*, int, int64_t,
                                           const float*, int, int64_t, float, float*, int, int64_t,
-                                          int);
+                                          int, const GemmGroups&);
 template void gemm_strided_batched<double>(Op, Op, int, int, int, double, const double*, int,
                                            int64_t, const double*, int, int64_t, double, double*,
-                                           int, int64_t, int);
+                                           int, int64_t, int, const GemmGroups&);
 
 void gemm_set_tf32(bool) {}
 void gemm_set_host_f32(HostGemm b) { g_f32_backend = b; }

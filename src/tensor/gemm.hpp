@@ -32,11 +32,20 @@ bool gemm_stores_faster();
 void gemm_with_epilogue(int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc,
                         const GemmEpilogue& e);
 
-// `batch` independent GEMMs; matrix i starts at A + i*strideA (likewise B, C).
+// A second level of batching: `count` groups of the batch, group g's matrices g*A (B, C) further on
+// (attention's heads are the batch, its sequences the groups: no one stride steps through both).
+struct GemmGroups {
+  int count = 1;
+  int64_t A = 0, B = 0, C = 0;
+};
+
+// `batch` independent GEMMs (in each of groups.count groups); matrix i of group g starts at
+// A + g*groups.A + i*strideA (likewise B, C). The host shares every group's GEMMs out over its
+// threads at once; cuBLAS takes a strided-batched call a group.
 template <class T>
 void gemm_strided_batched(Op opA, Op opB, int M, int N, int K, T alpha, const T* A, int lda,
                           int64_t strideA, const T* B, int ldb, int64_t strideB, T beta, T* C,
-                          int ldc, int64_t strideC, int batch);
+                          int ldc, int64_t strideC, int batch, const GemmGroups& groups = {});
 
 // Which library multiplies fp32 on the host: automatic (oneDNN for x*w^T and dY*W where the build has it
 // -- every product when OpenBLAS's kernels are below the CPU --, OpenBLAS otherwise), or one library for

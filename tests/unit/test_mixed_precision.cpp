@@ -173,32 +173,41 @@ TEST(Kernels, GemmF32MatchesDoubleWhicheverLibrary) {
     });
 }
 
-// Attention's strided batches in every form, through each library choice: matrix i of A, B and C
-// starts i strides on (the strides longer than a matrix, as heads side by side in a row are not).
+// Attention's strided batches in every form, through each library choice: matrix i of group g of A, B
+// and C starts g group strides and i strides on (the strides longer than a matrix, as heads side by
+// side in a row are not; each operand's group stride its own, as a sequence's rows are).
 TEST(Kernels, GemmStridedBatchedF32MatchesDoubleWhicheverLibrary) {
   const int M = 9, N = 7, K = 11, batch = 3;
   const int64_t sA = M * K + 5, sB = K * N + 3, sC = M * N + 2;
+  const GemmGroups groups{2, batch * sA + 7, batch * sB + 11, batch * sC + 4};
+  const auto at = [&](int g, int i, int64_t s, int64_t gs) { return g * gs + i * s; };
   for_every_fp32_gemm_form([&](Op oa, Op ob, float beta) {
-    const std::vector<float> A = random_floats(size_t(sA) * batch, 4), B = random_floats(size_t(sB) * batch, 5),
-                             C0 = random_floats(size_t(sC) * batch, 6);
+    const std::vector<float> A = random_floats(size_t(groups.A) * 2, 4), B = random_floats(size_t(groups.B) * 2, 5),
+                             C0 = random_floats(size_t(groups.C) * 2, 6);
     const int lda = oa == Op::N ? K : M, ldb = ob == Op::N ? N : K;
     Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
     gemm_strided_batched<float>(oa, ob, M, N, K, 0.5f, a.data(), lda, sA, b.data(), ldb, sB, beta, c.data(), N,
-                                sC, batch);
+                                sC, batch, groups);
     Kokkos::fence();
     const std::vector<float> got = to_host(c);
-    for (int i = 0; i < batch; ++i) {
-      const auto part = [&](const std::vector<float>& v, int64_t s, size_t n) {
-        return std::vector<float>(v.begin() + i * s, v.begin() + i * s + long(n));
-      };
-      const std::vector<double> want = reference_gemm(oa, ob, M, N, K, 0.5, part(A, sA, size_t(M) * K),
-                                                      part(B, sB, size_t(K) * N), beta, part(C0, sC, size_t(M) * N));
-      EXPECT_LT(max_abs_error(part(got, sC, size_t(M) * N), want), 1e-4)
-          << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta << " matrix " << i;
-    }
-    // The gaps between the matrices are not written.
-    for (int i = 0; i < batch; ++i)
-      for (int64_t j = M * N; j < sC; ++j) EXPECT_EQ(got[size_t(i * sC + j)], C0[size_t(i * sC + j)]);
+    std::vector<bool> written(got.size(), false);
+    for (int g = 0; g < groups.count; ++g)
+      for (int i = 0; i < batch; ++i) {
+        const auto part = [&](const std::vector<float>& v, int64_t start, size_t n) {
+          return std::vector<float>(v.begin() + start, v.begin() + start + long(n));
+        };
+        const int64_t c0 = at(g, i, sC, groups.C);
+        const std::vector<double> want =
+            reference_gemm(oa, ob, M, N, K, 0.5, part(A, at(g, i, sA, groups.A), size_t(M) * K),
+                           part(B, at(g, i, sB, groups.B), size_t(K) * N), beta, part(C0, c0, size_t(M) * N));
+        EXPECT_LT(max_abs_error(part(got, c0, size_t(M) * N), want), 1e-4)
+            << gemm_host_f32_backend() << " op " << int(oa) << int(ob) << " beta " << beta << " group " << g
+            << " matrix " << i;
+        std::fill(written.begin() + c0, written.begin() + c0 + M * N, true);
+      }
+    // The gaps between the matrices and the groups are not written.
+    for (size_t j = 0; j < got.size(); ++j)
+      EXPECT_TRUE(written[j] || got[j] == C0[j]) << "element " << j << " written outside every matrix";
   });
 }
 
