@@ -25,19 +25,12 @@ void causal_softmax_rows(Mat<T> att, int Tn, int offset = 0) {
   Kokkos::parallel_for(
       "attention_softmax", team_policy<ExecSpace>(att.extent(0)), KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank(), len = offset + r % Tn + 1;
-        T mx = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, len),
-            [&](int j, T& m) { m = att(r, j) > m ? att(r, j) : m; }, Kokkos::Max<T>(mx));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, len),
-            [&](int j, T& s) {
-              const T e = km::expf_(att(r, j) - mx);
-              att(r, j) = e;
-              s += e;
-            },
-            sum);
+        const T mx = team_max<T>(team, len, [&](int j) { return att(r, j); });
+        const T sum = team_sum<T>(team, len, [&](int j) {
+          const T e = km::expf_(att(r, j) - mx);
+          att(r, j) = e;
+          return e;
+        });
         const T inv = T(1) / sum;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
                              [&](int j) { att(r, j) = j < len ? att(r, j) * inv : T(0); });
@@ -54,10 +47,7 @@ void causal_softmax_rows_backward(Mat<T> datt, CMat<T> att, int Tn) {
       "attention_softmax_backward", team_policy<ExecSpace>(att.extent(0)),
       KOKKOS_LAMBDA(const Member& team) {
         const int r = team.league_rank(), len = r % Tn + 1;
-        T dot = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, len), [&](int j, T& s) { s += att(r, j) * datt(r, j); },
-            dot);
+        const T dot = team_sum<T>(team, len, [&](int j) { return att(r, j) * datt(r, j); });
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, Tn), [&](int j) {
           datt(r, j) = j < len ? att(r, j) * (datt(r, j) - dot) : T(0);
         });

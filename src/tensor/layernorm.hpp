@@ -15,18 +15,11 @@ namespace detail {
 template <class T, class S, class Member, class In>
 KOKKOS_INLINE_FUNCTION void layernorm_row(const Member& team, int n, const In& in, S* out, T* mean, T* rstd,
                                           CVec<T> w, CVec<T> b, int C) {
-  T sum = 0;
-  Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, C), [&](int c, T& acc) { acc += in(c); }, sum);
-  const T m = sum / C;
-  T var = 0;
-  Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, C),
-      [&](int c, T& acc) {
-        const T d = in(c) - m;
-        acc += d * d;
-      },
-      var);
+  const T m = team_sum<T>(team, C, [&](int c) { return in(c); }) / C;
+  const T var = team_sum<T>(team, C, [&](int c) {
+    const T d = in(c) - m;
+    return d * d;
+  });
   const T s = T(1) / km::sqrt(var / C + T(kLayerNormEps));
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) { out[c] = S((in(c) - m) * s * w(c) + b(c)); });
   Kokkos::single(Kokkos::PerTeam(team), [&]() {
@@ -87,15 +80,9 @@ void layernorm_backward_input(Mat<T> din, CMat<T> dout, CMat<T> in, CVec<T> w, C
       "layernorm_backward_in", team_policy<ExecSpace>(N), KOKKOS_LAMBDA(const Member& team) {
         const int n = team.league_rank();
         const T m = mean(n), s = rstd(n);
-        T g_mean = 0, gx_mean = 0;  // mean of dnorm, mean of dnorm * norm
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, T& a) { a += w(c) * dout(n, c); }, g_mean);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, C),
-            [&](int c, T& a) { a += w(c) * dout(n, c) * (in(n, c) - m) * s; }, gx_mean);
-        g_mean /= C;
-        gx_mean /= C;
+        // the means of dnorm and of dnorm * norm
+        const T g_mean = team_sum<T>(team, C, [&](int c) { return w(c) * dout(n, c); }) / C;
+        const T gx_mean = team_sum<T>(team, C, [&](int c) { return w(c) * dout(n, c) * (in(n, c) - m) * s; }) / C;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, C), [&](int c) {
           const T norm = (in(n, c) - m) * s;
           din(n, c) += (w(c) * dout(n, c) - g_mean - norm * gx_mean) * s;
