@@ -182,8 +182,9 @@ TEST(Kernels, GemmStridedBatchedF32MatchesDoubleWhicheverLibrary) {
   const GemmGroups groups{2, batch * sA + 7, batch * sB + 11, batch * sC + 4};
   const auto at = [&](int g, int i, int64_t s, int64_t gs) { return g * gs + i * s; };
   for_every_fp32_gemm_form([&](Op oa, Op ob, float beta) {
-    const std::vector<float> A = random_floats(size_t(groups.A) * 2, 4), B = random_floats(size_t(groups.B) * 2, 5),
-                             C0 = random_floats(size_t(groups.C) * 2, 6);
+    const std::vector<float> A = random_floats(size_t(groups.A) * groups.count, 4),
+                             B = random_floats(size_t(groups.B) * groups.count, 5),
+                             C0 = random_floats(size_t(groups.C) * groups.count, 6);
     const int lda = oa == Op::N ? K : M, ldb = ob == Op::N ? N : K;
     Buffer<float> a = from_host(A), b = from_host(B), c = from_host(C0);
     gemm_strided_batched<float>(oa, ob, M, N, K, 0.5f, a.data(), lda, sA, b.data(), ldb, sB, beta, c.data(), N,
