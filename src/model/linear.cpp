@@ -92,10 +92,12 @@ void Linear<T>::forward(Mat<T> out, const GemmInput<T>& in, const GemmInput<T>& 
   const uint16_t *x = low_operand(0, in), *w16 = low_operand(1, w);
   if constexpr (std::is_same_v<T, float>) {
     if (fuses_epilogue() && (b.extent(0) || residual.extent(0))) {
+      const GemmEpilogue e = epilogue_of(b, residual);
       if (p_ == Precision::bf16)
         return gemm_lowp_with_epilogue<bf16>(N, OC, C, reinterpret_cast<const bf16*>(x), C,
-                                             reinterpret_cast<const bf16*>(w16), C, out.data(), OC,
-                                             epilogue_of(b, residual));
+                                             reinterpret_cast<const bf16*>(w16), C, out.data(), OC, e);
+      return gemm_lowp_with_epilogue<fp16>(N, OC, C, reinterpret_cast<const fp16*>(x), C,
+                                           reinterpret_cast<const fp16*>(w16), C, out.data(), OC, e);
     }
   }
   gemm_low(Op::N, Op::T, N, OC, C, x, C, w16, C, 0.0f, out.data(), OC);

@@ -19,6 +19,8 @@
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
+
+#include "tensor/gemm_lt.hpp"
 #else
 #include <cblas.h>
 #endif
@@ -105,10 +107,14 @@ void gemm_set_tf32(bool on) {
     check(cublasSetMathMode(g_handle, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
           "cublasSetMathMode");
 }
-bool gemm_fuses_epilogue() { return false; }
+bool gemm_fuses_epilogue() { return true; }  // (cuBLASLt's bias epilogue, its C the residual)
 bool gemm_stores_faster() { return true; }
-void gemm_with_epilogue(int, int, int, const float*, int, const float*, int, float*, int, const GemmEpilogue&) {
-  fail("gemm_with_epilogue: this build's products add no epilogue (gemm_fuses_epilogue)");
+void gemm_with_epilogue(int M, int N, int K, const float* A, int lda, const float* B, int ldb, float* C, int ldc,
+                        const GemmEpilogue& e) {
+  const GemmScope scope({Op::N, Op::T, M, N, K, 1, lda, ldb, ldc, false, g_tf32 ? "tf32" : "f32", "f32"});
+  count_epilogue(M, N, e);
+  detail::lt_gemm_epilogue(CUDA_R_32F, g_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, M, N, K, A, lda, B,
+                           ldb, C, ldc, e);
 }
 void gemm_set_host_f32(HostGemm) {}
 std::string gemm_host_f32_backend() { return "cuBLAS"; }
@@ -116,6 +122,7 @@ void gemm_set_host_threads(int) {}
 int gemm_host_threads() { return 0; }
 void gemm_finalize() {
   gemm_lowp_finalize();
+  detail::lt_finalize();
   if (g_handle) cublasDestroy(g_handle);
   g_handle = nullptr;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // GEMM dispatch to the execution space's vendor BLAS: OpenBLAS cblas (and oneDNN's matmul for the
-// forward products and most input gradients) on the host, cuBLAS on CUDA
-// (on Kokkos' own stream, so it is ordered with the Kokkos kernels around it).
+// forward products and most input gradients) on the host, cuBLAS on CUDA (cuBLASLt for a forward
+// product with its epilogue), on Kokkos' own stream, so it is ordered with the kernels around it.
 // All matrices are row-major with explicit leading dimensions:
 //   C(M,N) = alpha * op(A) * op(B) + beta * C,   op(A) is (M,K), op(B) is (K,N).
 #include <cstdint>
@@ -22,7 +22,7 @@ struct GemmEpilogue {
   const float* residual = nullptr;
 };
 // Whether this build's fp32 forward products apply an epilogue inside the library's call (oneDNN on
-// the host); where not, the caller adds the bias and residual in a pass of its own.
+// the host, cuBLASLt on CUDA); where not, the caller adds the bias and residual in a pass of its own.
 bool gemm_fuses_epilogue();
 // Whether this build's fp32 weight-gradient product (op(A) = A^T) storing its sum (beta 0) is faster
 // than adding it to zeros (beta 1): where the library then skips reading C (oneDNN, cuBLAS), not

@@ -12,6 +12,8 @@
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
+
+#include "tensor/gemm_lt.hpp"
 #endif
 
 namespace gpt2 {
@@ -55,11 +57,14 @@ void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int
 GPT2_GEMM_LOWP(bf16)
 GPT2_GEMM_LOWP(fp16)
 #undef GPT2_GEMM_LOWP
-bool gemm_lowp_fuses_epilogue(bool) { return false; }
+bool gemm_lowp_fuses_epilogue(bool) { return true; }  // (cuBLASLt, bf16 and fp16 alike)
 bool gemm_lowp_stores_faster(bool) { return true; }
 template <class L>
-void gemm_lowp_with_epilogue(int, int, int, const L*, int, const L*, int, float*, int, const GemmEpilogue&) {
-  fail("gemm_lowp_with_epilogue: this build's products add no epilogue (gemm_lowp_fuses_epilogue)");
+void gemm_lowp_with_epilogue(int M, int N, int K, const L* A, int lda, const L* B, int ldb, float* C, int ldc,
+                             const GemmEpilogue& e) {
+  const GemmScope scope({Op::N, Op::T, M, N, K, 1, lda, ldb, ldc, false, dtype_name<L>(), "f32"});
+  count_epilogue(M, N, e);
+  detail::lt_gemm_epilogue(cuda_type<L>(), CUBLAS_COMPUTE_32F, M, N, K, A, lda, B, ldb, C, ldc, e);
 }
 void gemm_lowp_force_convert(bool) {}
 void gemm_lowp_reserve(bool, size_t) {}

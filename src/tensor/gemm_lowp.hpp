@@ -17,7 +17,8 @@ void gemm_lowp(Op opA, Op opB, int M, int N, int K, float alpha, const L* A, int
                float beta, float* C, int ldc);
 
 // Whether this build's 16-bit forward products (bf16 inputs: true) apply an epilogue (gemm.hpp's
-// GemmEpilogue) inside the library's call: oneDNN's bf16 matmul on the host.
+// GemmEpilogue) inside the library's call: oneDNN's bf16 matmul on the host, cuBLASLt (bf16 and
+// fp16) on CUDA.
 bool gemm_lowp_fuses_epilogue(bool bf16_inputs);
 // gemm.hpp's gemm_stores_faster for this build's 16-bit weight-gradient products.
 bool gemm_lowp_stores_faster(bool bf16_inputs);

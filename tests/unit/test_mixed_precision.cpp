@@ -3,6 +3,7 @@
 // the rounded inputs, kernels writing 16-bit outputs, and Linear rounding every GEMM input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -355,36 +356,52 @@ TEST(Kernels, LinearBf16RoundsEveryGemmInput) {
 }
 
 // A forward product's bias and residual, added inside the library's call where the build can
-// (oneDNN: a bias argument and a binary-add post-op) or in a pass after it: in fp32 through each host
-// library choice and in bf16, with a bias, a residual or both, the output equals the double product
-// of the (rounded) inputs plus both.
+// (oneDNN: a bias argument and a binary-add post-op; cuBLASLt: its bias epilogue, the residual its C)
+// or in a pass after it: in fp32 through each host library choice, in bf16 and in fp16, with a bias,
+// a residual or both, on aligned and shifted operands, the output equals the double product of the
+// (rounded) inputs plus both.
 TEST(Kernels, LinearForwardAddsBiasAndResidualInsideTheProductOrAfter) {
   const int N = 7, C = 40, OC = 24;
   const std::vector<float> x = random_floats(size_t(N) * C, 11), w = random_floats(size_t(OC) * C, 12),
                            bias = random_floats(OC, 13), res = random_floats(size_t(N) * OC, 14);
-  Buffer<float> X = from_host(x), W = from_host(w), Bb = from_host(bias), R = from_host(res), Y("y", N * OC);
+  // Each operand `shift` values into its buffer: with shift 1 a library that picks its kernels by the
+  // pointers' alignment (cuBLASLt) meets operands aligned to 4 bytes, not only to the allocation's 256.
+  auto shifted = [](const std::vector<float>& v, int shift) {
+    std::vector<float> s(v.size() + size_t(shift), 0.0f);
+    std::copy(v.begin(), v.end(), s.begin() + shift);
+    return from_host(s);
+  };
   struct Case {
     Precision p;
     HostGemm lib;
   };
   for (Case c : {Case{Precision::fp32, HostGemm::automatic}, Case{Precision::fp32, HostGemm::openblas},
-                 Case{Precision::bf16, HostGemm::automatic}})
-    for (int adds : {1, 2, 3}) {  // bit 0 the bias, bit 1 the residual
-      gemm_set_host_f32(c.lib);
-      Linear<float> lin(c.p);
-      const CVec<float> b = adds & 1 ? CVec<float>(Bb.data(), OC) : CVec<float>();
-      const CMat<float> r = adds & 2 ? CMat<float>(R.data(), N, OC) : CMat<float>();
-      lin.forward(Mat<float>(Y.data(), N, OC), CMat<float>(X.data(), N, C), CMat<float>(W.data(), OC, C), b, r);
-      Kokkos::fence();
-      auto rd = [&](const std::vector<float>& v) { return c.p == Precision::bf16 ? rounded<bf16>(v) : v; };
-      std::vector<double> want =
-          reference_gemm(Op::N, Op::T, N, OC, C, 1, rd(x), rd(w), 0, std::vector<float>(size_t(N) * OC, 0.0f));
-      for (size_t i = 0; i < want.size(); ++i)
-        want[i] += (adds & 1 ? bias[i % OC] : 0.0) + (adds & 2 ? res[i] : 0.0);
-      EXPECT_LT(max_abs_error(to_host(Y), want), 1e-5)
-          << precision_name(c.p) << " " << gemm_host_f32_backend() << " adds " << adds
-          << (lin.fuses_epilogue() ? " (in the product)" : " (a pass after it)");
-    }
+                 Case{Precision::bf16, HostGemm::automatic}, Case{Precision::fp16, HostGemm::automatic}})
+    for (int shift : {0, 1})
+      for (int adds : {1, 2, 3}) {  // bit 0 the bias, bit 1 the residual
+        Buffer<float> X = shifted(x, shift), W = shifted(w, shift), Bb = shifted(bias, shift),
+                      R = shifted(res, shift), Y("y", N * OC + shift);
+        gemm_set_host_f32(c.lib);
+        Linear<float> lin(c.p);
+        const CVec<float> b = adds & 1 ? CVec<float>(Bb.data() + shift, OC) : CVec<float>();
+        const CMat<float> r = adds & 2 ? CMat<float>(R.data() + shift, N, OC) : CMat<float>();
+        lin.forward(Mat<float>(Y.data() + shift, N, OC), CMat<float>(X.data() + shift, N, C),
+                    CMat<float>(W.data() + shift, OC, C), b, r);
+        Kokkos::fence();
+        auto rd = [&](const std::vector<float>& v) {
+          return c.p == Precision::bf16 ? rounded<bf16>(v) : c.p == Precision::fp16 ? rounded<fp16>(v) : v;
+        };
+        std::vector<double> want =
+            reference_gemm(Op::N, Op::T, N, OC, C, 1, rd(x), rd(w), 0, std::vector<float>(size_t(N) * OC, 0.0f));
+        for (size_t i = 0; i < want.size(); ++i)
+          want[i] += (adds & 1 ? bias[i % OC] : 0.0) + (adds & 2 ? res[i] : 0.0);
+        std::vector<float> got = to_host(Y);
+        got.erase(got.begin(), got.begin() + shift);
+        got.resize(want.size());
+        EXPECT_LT(max_abs_error(got, want), 1e-5)
+            << precision_name(c.p) << " " << gemm_host_f32_backend() << " shift " << shift << " adds " << adds
+            << (lin.fuses_epilogue() ? " (in the product)" : " (a pass after it)");
+      }
   gemm_set_host_f32(HostGemm::automatic);
 }
 
