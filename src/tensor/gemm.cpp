@@ -120,6 +120,10 @@ void gemm_set_host_f32(HostGemm) {}
 std::string gemm_host_f32_backend() { return "cuBLAS"; }
 void gemm_set_host_threads(int) {}
 int gemm_host_threads() { return 0; }
+void gemm_prepare() {
+  handle();
+  detail::lt_prepare();
+}
 void gemm_finalize() {
   gemm_lowp_finalize();
   detail::lt_finalize();
@@ -267,6 +271,7 @@ void gemm_set_host_threads(int n) {
   gemm_lowp_set_threads(n);
 }
 int gemm_host_threads() { return openblas_get_num_threads(); }
+void gemm_prepare() {}
 void gemm_finalize() { gemm_lowp_finalize(); }
 
 #endif

@@ -62,7 +62,11 @@ void gemm_set_tf32(bool on);
 void gemm_set_host_threads(int n);
 int gemm_host_threads();
 
-// Releases library handles (cuBLAS); called before Kokkos finalizes.
+// Makes the library handles (cuBLAS, cuBLASLt) now, at set-up: making one allocates device memory
+// and waits for the device, which the first product would otherwise do inside step 1. No-op on the
+// host. Products made without it (kernel tests) make their handles on first use.
+void gemm_prepare();
+// Releases library handles (cuBLAS, cuBLASLt); called before Kokkos finalizes.
 void gemm_finalize();
 
 // ---- observing the library calls (the benchmarks' per-operation tables) ---------------------------

@@ -139,6 +139,8 @@ void lt_gemm_epilogue(cudaDataType_t in, cublasComputeType_t compute, int M, int
         "Matmul");
 }
 
+void lt_prepare() { handle(); }
+
 void lt_finalize() {
   for (auto& [k, p] : plans()) {
     cublasLtMatrixLayoutDestroy(p.a);

@@ -17,6 +17,8 @@ namespace gpt2::detail {
 void lt_gemm_epilogue(cudaDataType_t in, cublasComputeType_t compute, int M, int N, int K, const void* A, int lda,
                       const void* B, int ldb, float* C, int ldc, const GemmEpilogue& e);
 
+// Makes the handle (gemm_prepare), if not yet made.
+void lt_prepare();
 // Frees the plans and the handle (gemm_finalize).
 void lt_finalize();
 

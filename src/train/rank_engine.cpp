@@ -22,6 +22,7 @@ void RankEngine::build_model(const RunConfig& cfg, Environment& env, Tracer& tra
   mb_size_ = cfg.microbatch_size();
   env.set_blas_threads(p.blas_threads);
   gemm_set_tf32(cfg.train.tf32_on());
+  gemm_prepare();  // (the GEMM libraries' handles: their device allocations here, not in step 1)
   plan_.model = std::make_unique<ParamLayout>(cfg.model);
   const ScheduleEntry& schedule = ScheduleRegistry::get(p.schedule, "parallel.schedule");
   Placement& placement = plan_.placement;
