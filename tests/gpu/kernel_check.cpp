@@ -35,6 +35,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/adamw_update.hpp"
@@ -378,6 +379,22 @@ Buffer<uint16_t> rounded(const Buffer<float>& x) {
   return bits;
 }
 
+// A 16-bit forward product with its bias and residual: inside the library's call where the build adds
+// them (cuBLASLt; oneDNN for bf16), else the product and a pass after it -- the same values either way.
+template <class L>
+Buffer<float> forward_with_epilogue(const Buffer<uint16_t>& x, const Buffer<uint16_t>& w, const Buffer<float>& b,
+                                    const Buffer<float>& res, int OC) {
+  auto y = zeros(size_t(kN) * OC);
+  const L *xl = reinterpret_cast<const L*>(x.data()), *wl = reinterpret_cast<const L*>(w.data());
+  if (gemm_lowp_fuses_epilogue(std::is_same_v<L, bf16>)) {
+    gemm_lowp_with_epilogue<L>(kN, OC, kC, xl, kC, wl, kC, y.data(), OC, GemmEpilogue{b.data(), res.data()});
+  } else {
+    gemm_lowp<L>(Op::N, Op::T, kN, OC, kC, 1.0f, xl, kC, wl, kC, 0.0f, y.data(), OC);
+    add_bias_residual<float>(M(y, kN, OC), V(b), M(res, kN, OC));
+  }
+  return y;
+}
+
 void check_sixteen_bit(Outputs& out) {
   const int OC = 4 * kC;
   auto x = dev(uniform(size_t(kN) * kC, 100, 1.0f)), w = dev(uniform(size_t(OC) * kC, 101, 0.2f));
@@ -391,6 +408,9 @@ void check_sixteen_bit(Outputs& out) {
                   reinterpret_cast<const fp16*>(wh.data()), kC, 0.0f, yh.data(), OC);
   out.add_class("gemm.bf16.x_wT", y, kLowp);
   out.add_class("gemm.fp16.x_wT", yh, kLowp);
+  auto b = dev(uniform(OC, 108, 0.1f)), res = dev(uniform(size_t(kN) * OC, 109, 1.0f));
+  out.add_class("gemm.bf16.x_wT_bias_residual", forward_with_epilogue<bf16>(xb, wb, b, res, OC), kLowp);
+  out.add_class("gemm.fp16.x_wT_bias_residual", forward_with_epilogue<fp16>(xh, wh, b, res, OC), kLowp);
   auto dy = dev(uniform(size_t(kN) * OC, 102, 1.0f));
   const Buffer<uint16_t> dyb = rounded<bf16>(dy);
   auto dw = dev(uniform(size_t(OC) * kC, 103, 0.1f));  // a weight gradient accumulates
