@@ -122,13 +122,13 @@ void unfused(cudaDataType_t in, cublasComputeType_t compute, int M, int N, int K
 void lt_gemm_epilogue(cudaDataType_t in, cublasComputeType_t compute, int M, int N, int K, const void* A, int lda,
                       const void* B, int ldb, float* C, int ldc, const GemmEpilogue& e) {
   const bool has_bias = e.bias != nullptr, has_residual = e.residual != nullptr;
-  const uint32_t al_c = has_residual ? std::min(alignment(C), alignment(e.residual)) : alignment(C);
-  const Key k{int(in),      int(compute), M, N, K, lda, ldb, ldc, has_bias, has_residual, alignment(A), alignment(B),
-              al_c,         has_bias ? alignment(e.bias) : 0u};
+  const uint32_t al_a = alignment(A), al_b = alignment(B),
+                 al_c = has_residual ? std::min(alignment(C), alignment(e.residual)) : alignment(C);
+  const Key k{int(in), int(compute), M, N, K, lda, ldb, ldc, has_bias, has_residual, al_a, al_b, al_c,
+              has_bias ? alignment(e.bias) : 0u};
   auto it = plans().find(k);
   if (it == plans().end())
-    it = plans().emplace(k, make_plan(in, compute, M, N, K, lda, ldb, ldc, std::get<10>(k), std::get<11>(k), al_c, e))
-             .first;
+    it = plans().emplace(k, make_plan(in, compute, M, N, K, lda, ldb, ldc, al_a, al_b, al_c, e)).first;
   const Plan& p = it->second;
   if (!p.found) return unfused(in, compute, M, N, K, A, lda, B, ldb, C, ldc, e);
   if (has_bias) set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(e.bias), "BIAS_POINTER");
@@ -142,7 +142,8 @@ void lt_gemm_epilogue(cudaDataType_t in, cublasComputeType_t compute, int M, int
 void lt_prepare() { handle(); }
 
 void lt_finalize() {
-  for (auto& [k, p] : plans()) {
+  for (auto& entry : plans()) {
+    const Plan& p = entry.second;
     cublasLtMatrixLayoutDestroy(p.a);
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.d);
