@@ -8,18 +8,6 @@
 #include "tensor/team_reduce.hpp"
 #include "tensor/views.hpp"
 
-// A loop each of whose iterations is independent (host: vectorised; a GPU thread runs it in order).
-// The same with a running maximum `mx` or sum `sum` of its iterations.
-#if defined(__CUDA_ARCH__)
-#define GPT2_VECTOR_LOOP
-#define GPT2_VECTOR_MAX
-#define GPT2_VECTOR_SUM
-#else
-#define GPT2_VECTOR_LOOP _Pragma("omp simd")
-#define GPT2_VECTOR_MAX _Pragma("omp simd reduction(max : mx)")
-#define GPT2_VECTOR_SUM _Pragma("omp simd reduction(+ : sum)")
-#endif
-
 namespace gpt2 {
 
 // A rank's rows of one sequence: `parts` runs of L consecutive positions; local row r holds global
