@@ -256,8 +256,10 @@ BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Us
 // Every GEMM shape of a GPT-2 124M step (B 4, T 64), as the step calls it, through one library:
 // arg 1 = 0 OpenBLAS sgemm, 1 oneDNN f32, 2 oneDNN bf16 (fp32 output), 3 oneDNN bf16 with a transposed
 // A stored as op(A) (a weight gradient's dY^T copied out transposed), 4 fp32 through gemm<float> as
-// the step calls it (its per-shape library, the LM head's input gradient in slices). The step's GEMMs are 12 of
-// each block shape and one of each head shape; this says which library wins each shape.
+// the step calls it (its per-shape library, the LM head's input gradient in slices), 5 oneDNN bf16
+// with a bias and a residual added inside the call (a forward product's epilogue; x*w^T shapes
+// only). The step's GEMMs are 12 of each block shape and one of each head shape; this says which
+// library wins each shape.
 struct StepGemmShape {
   const char* name;
   Op a, b;
@@ -284,11 +286,14 @@ void BM_StepGemm(benchmark::State& s) {
   auto a = random_buffer(na, 1), b = random_buffer(nb, 2), c = random_buffer(size_t(g.M) * g.N, 3);
   Buffer<bf16> a16("a16", na), b16("b16", nb);
   const float beta = g.a == Op::T ? 1.0f : 0.0f;  // weight gradients accumulate
-  const char* libs[] = {" OpenBLAS", " oneDNN-f32", " oneDNN-bf16", " oneDNN-bf16, A stored op(A)", " fp32 as the step calls it"};
+  const char* libs[] = {" OpenBLAS",      " oneDNN-f32", " oneDNN-bf16", " oneDNN-bf16, A stored op(A)",
+                        " fp32 as the step calls it", " oneDNN-bf16 + bias + residual"};
   s.SetLabel(std::string(g.name) + libs[lib]);
   if (lib == 3 && g.a == Op::N) return s.SkipWithError("A is not transposed");
+  if (lib == 5 && g.b != Op::T) return s.SkipWithError("not a forward product");
+  auto bias = random_buffer(size_t(g.N), 4), residual = random_buffer(size_t(g.M) * g.N, 5);
 #if !defined(GPT2_HAVE_ONEDNN)
-  if (lib > 0 && lib < 4) return s.SkipWithError("built without oneDNN");
+  if ((lib > 0 && lib < 4) || lib == 5) return s.SkipWithError("built without oneDNN");
 #endif
   gemm_set_host_f32(lib == 4 ? HostGemm::automatic : HostGemm::openblas);
   for (auto _ : s) {
@@ -297,6 +302,9 @@ void BM_StepGemm(benchmark::State& s) {
     if (lib == 1) dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
     if (lib == 2) dnnl_bf16_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a16.data(), lda, b16.data(), ldb, beta, c.data(), g.N);
     if (lib == 3) dnnl_bf16_gemm(Op::N, g.b, g.M, g.N, g.K, 1.0f, a16.data(), g.K, b16.data(), ldb, beta, c.data(), g.N);
+    if (lib == 5)
+      dnnl_bf16_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a16.data(), lda, b16.data(), ldb, 0.0f, c.data(), g.N,
+                     GemmEpilogue{bias.data(), residual.data()});
 #endif
     Kokkos::fence();
   }
@@ -307,7 +315,7 @@ void BM_StepGemm(benchmark::State& s) {
                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_StepGemm)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3, 4}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3, 4, 5}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
