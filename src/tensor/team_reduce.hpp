@@ -1,10 +1,10 @@
 #pragma once
 // Sum / max of f(j), j in [0, n), over the threads of a team. On the host backends a team is one
-// thread: there the loop keeps 8 independent partial results so the compiler can hold them in
+// thread: there the loop keeps independent partial results (lanes) so the compiler can hold them in
 // vector registers (a single running total is a serial dependency chain, and IEEE rules forbid the
-// compiler from splitting it itself); the lanes' loop is marked as one (GCC 12 left the max's
-// compare-and-select scalar without it: 45% of the loss kernel's time). The combination order is
-// fixed, so results are reproducible.
+// compiler from splitting it itself). The lanes' loop is marked as one (GCC 12 left the max's
+// compare-and-select scalar without it: 45% of the loss kernel's time). The combination order
+// depends on n alone, so results are reproducible.
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
@@ -41,6 +41,54 @@ Kokkos::TeamPolicy<Space> team_policy(int64_t league) {
   return Kokkos::TeamPolicy<Space>(league, Kokkos::AUTO);
 }
 
+namespace detail {
+// One thread's sum / max of f(j), j in [0, n), in L lanes: lane k takes j = k (mod L) up to the
+// last whole group of L; the rest goes to a total of its own (indexing the lanes there would keep
+// them in memory through the main loop).
+template <int L, class T, class F>
+KOKKOS_INLINE_FUNCTION T lanes_sum(int n, const F& f) {
+  T a[L] = {};
+  int j = 0;
+  for (; j + L <= n; j += L) {
+    GPT2_VECTOR_LOOP
+    for (int k = 0; k < L; ++k) a[k] += f(j + k);
+  }
+  T sum = 0;
+  GPT2_VECTOR_SUM
+  for (int i = j; i < n; ++i) sum += f(i);
+  for (int w = L / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) a[k] += a[k + w];
+  return a[0] + sum;
+}
+
+template <int L, class T, class F>
+KOKKOS_INLINE_FUNCTION T lanes_max(int n, T first, const F& f) {
+  T a[L];
+  for (int k = 0; k < L; ++k) a[k] = first;
+  int j = 0;
+  for (; j + L <= n; j += L) {
+    GPT2_VECTOR_LOOP
+    for (int k = 0; k < L; ++k) {
+      const T x = f(j + k);
+      a[k] = x > a[k] ? x : a[k];
+    }
+  }
+  T mx = first;
+  GPT2_VECTOR_MAX
+  for (int i = j; i < n; ++i) {
+    const T x = f(i);
+    mx = x > mx ? x : mx;
+  }
+  for (int k = 0; k < L; ++k) mx = a[k] > mx ? a[k] : mx;
+  return mx;
+}
+
+// Long rows in 32 lanes (4 vector registers of doubles: 4 chains of adds in flight, as an add's
+// latency needs; 8 lanes ran the gradient norm's double sums at a quarter of the in-cache rate),
+// short ones in 8 (an attention row of a few dozen would otherwise go mostly to the rest's total).
+constexpr int kLongRow = 128;
+}  // namespace detail
+
 template <class T, class Member, class F>
 KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {
   T total = 0;
@@ -48,14 +96,7 @@ KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {
     Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, n), [&](int j, T& acc) { acc += f(j); }, total);
     return total;
   }
-  T a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    GPT2_VECTOR_LOOP
-    for (int k = 0; k < 8; ++k) a[k] += f(j + k);
-  }
-  for (int k = 0; j < n; ++j, ++k) a[k] += f(j);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  return n >= detail::kLongRow ? detail::lanes_sum<32, T>(n, f) : detail::lanes_sum<8, T>(n, f);
 }
 
 template <class T, class Member, class F>
@@ -67,21 +108,7 @@ KOKKOS_INLINE_FUNCTION T team_max(const Member& team, int n, const F& f) {
         Kokkos::Max<T>(best));
     return best;
   }
-  T a[8] = {best, best, best, best, best, best, best, best};
-  int j = 0;
-  for (; j + 8 <= n; j += 8) {
-    GPT2_VECTOR_LOOP
-    for (int k = 0; k < 8; ++k) {
-      const T x = f(j + k);
-      a[k] = x > a[k] ? x : a[k];
-    }
-  }
-  for (; j < n; ++j) {
-    const T x = f(j);
-    a[0] = x > a[0] ? x : a[0];
-  }
-  for (int k = 1; k < 8; ++k) best = a[k] > best ? a[k] : best;
-  return best;
+  return n >= detail::kLongRow ? detail::lanes_max<32>(n, best, f) : detail::lanes_max<8>(n, best, f);
 }
 
 }  // namespace gpt2

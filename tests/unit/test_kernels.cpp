@@ -601,6 +601,47 @@ TEST(Kernels, TeamPolicyTakesTheTeamSizeAsked) {
   }
 }
 
+// team_sum and team_max over rows of every length class: below, at and above the 8- and 32-lane
+// loops' groups and the long-row switch, so a lane, a group or the rest left out shows. Row r is
+// lens[r] values; its maximum sits at a position that moves from row to row (first, in the lanes,
+// in the rest, last), and one row's maximum is the first value alone.
+namespace {
+std::pair<std::vector<double>, std::vector<double>> team_sums_and_maxes(const Buffer<D>& x, const std::vector<int>& lens,
+                                                                        int stride) {
+  const int rows = int(lens.size());
+  Buffer<int> n = from_host(lens);
+  Buffer<D> sums("sums", size_t(rows)), maxes("maxes", size_t(rows));
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  Kokkos::parallel_for(
+      "team_reductions", team_policy<ExecSpace>(rows), KOKKOS_LAMBDA(const Member& team) {
+        const int r = team.league_rank(), len = n(r);
+        const D* row = x.data() + size_t(r) * stride;
+        const D sum = team_sum<D>(team, len, [&](int j) { return row[j]; });
+        const D mx = team_max<D>(team, len, [&](int j) { return row[j]; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { sums(r) = sum, maxes(r) = mx; });
+      });
+  return {to_host(sums), to_host(maxes)};
+}
+}  // namespace
+
+TEST(Kernels, TeamSumAndMaxCoverEveryValue) {
+  const std::vector<int> lens = {1, 7, 8, 9, 31, 33, 127, 128, 129, 160, 1000, 4099};
+  const int stride = 4099;
+  std::vector<double> x = random_vector(lens.size() * stride, 17);
+  for (size_t r = 0; r < lens.size(); ++r) {  // the maximum: 10 + r, at a position that moves
+    const int len = lens[r];
+    const int at = r % 4 == 0 ? 0 : r % 4 == 1 ? len / 2 : r % 4 == 2 ? len - 1 - (len % 8) / 2 : len - 1;
+    x[r * stride + size_t(at)] = 10.0 + double(r);
+  }
+  const auto [sums, maxes] = team_sums_and_maxes(from_host(x), lens, stride);
+  for (size_t r = 0; r < lens.size(); ++r) {
+    double ref = 0;
+    for (int j = 0; j < lens[r]; ++j) ref += x[r * stride + size_t(j)];
+    EXPECT_NEAR(sums[r], ref, 1e-12 * lens[r]) << "row of " << lens[r];
+    EXPECT_EQ(maxes[r], 10.0 + double(r)) << "row of " << lens[r];
+  }
+}
+
 // Column sums (bias, LayerNorm parameter gradients) add each column's rows in fixed blocks, then
 // the blocks in order: the same bits as that order computed here one value at a time, at any team
 // size and thread count (the teams tests run this too). N = 1000: 16 blocks of 64 rows, the last
