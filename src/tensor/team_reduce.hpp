@@ -4,7 +4,10 @@
 // vector registers (a single running total is a serial dependency chain, and IEEE rules forbid the
 // compiler from splitting it itself). The lanes' loop is marked as one (GCC 12 left the max's
 // compare-and-select scalar without it: 45% of the loss kernel's time). The combination order
-// depends on n alone, so results are reproducible.
+// depends on n alone, so results are reproducible. Forced inline: a fused kernel and the passes it
+// replaces must compile f's arithmetic alike (whether GCC contracts `acc += d * d` into an FMA
+// depends on what it inlined), or "bit for bit" fails; with the two lane counts GCC stopped
+// inlining on its own in one of a pair (residual + LayerNorm, teams of 4).
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
@@ -46,7 +49,7 @@ namespace detail {
 // last whole group of L; the rest goes to a total of its own (indexing the lanes there would keep
 // them in memory through the main loop).
 template <int L, class T, class F>
-KOKKOS_INLINE_FUNCTION T lanes_sum(int n, const F& f) {
+KOKKOS_FORCEINLINE_FUNCTION T lanes_sum(int n, const F& f) {
   T a[L] = {};
   int j = 0;
   for (; j + L <= n; j += L) {
@@ -62,7 +65,7 @@ KOKKOS_INLINE_FUNCTION T lanes_sum(int n, const F& f) {
 }
 
 template <int L, class T, class F>
-KOKKOS_INLINE_FUNCTION T lanes_max(int n, T first, const F& f) {
+KOKKOS_FORCEINLINE_FUNCTION T lanes_max(int n, T first, const F& f) {
   T a[L];
   for (int k = 0; k < L; ++k) a[k] = first;
   int j = 0;
@@ -90,7 +93,7 @@ constexpr int kLongRow = 128;
 }  // namespace detail
 
 template <class T, class Member, class F>
-KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {
+KOKKOS_FORCEINLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {
   T total = 0;
   if (team.team_size() > 1) {
     Kokkos::parallel_reduce(Kokkos::TeamThreadRange(team, n), [&](int j, T& acc) { acc += f(j); }, total);
@@ -100,7 +103,7 @@ KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, int n, const F& f) {
 }
 
 template <class T, class Member, class F>
-KOKKOS_INLINE_FUNCTION T team_max(const Member& team, int n, const F& f) {
+KOKKOS_FORCEINLINE_FUNCTION T team_max(const Member& team, int n, const F& f) {
   T best = f(0);
   if (team.team_size() > 1) {
     Kokkos::parallel_reduce(
