@@ -9,6 +9,7 @@
 #include "tensor/adamw_update.hpp"
 #include "tensor/attention.hpp"
 #include "tensor/crossentropy.hpp"
+#include "tensor/elementwise.hpp"
 #include "tensor/embedding.hpp"
 #include "tensor/gelu.hpp"
 #include "tensor/layernorm.hpp"
@@ -639,6 +640,26 @@ TEST(Kernels, TeamSumAndMaxCoverEveryValue) {
     for (int j = 0; j < lens[r]; ++j) ref += x[r * stride + size_t(j)];
     EXPECT_NEAR(sums[r], ref, 1e-12 * lens[r]) << "row of " << lens[r];
     EXPECT_EQ(maxes[r], 10.0 + double(r)) << "row of " << lens[r];
+  }
+}
+
+// for_each_index over lengths around its host runs (8192 indices): every index visited once,
+// whichever thread takes which run (a run left out shows as 0, one done twice as 2).
+namespace {
+std::vector<int> visits(int64_t n) {
+  Buffer<int> count("count", size_t(n));
+  for_each_index("visits", n, KOKKOS_LAMBDA(int64_t i) { count(i) += 1; });
+  return to_host(count);
+}
+}  // namespace
+
+TEST(Kernels, ForEachIndexVisitsEachIndexOnce) {
+  for (const int64_t n : {int64_t(1), int64_t(8191), int64_t(8192), int64_t(8193), int64_t(5 * 8192 + 17),
+                          int64_t(100003)}) {
+    const std::vector<int> c = visits(n);
+    const auto wrong = std::find_if(c.begin(), c.end(), [](int v) { return v != 1; });
+    EXPECT_TRUE(wrong == c.end()) << "n " << n << ": index " << (wrong - c.begin()) << " visited "
+                                  << (wrong == c.end() ? 1 : *wrong) << " times";
   }
 }
 
