@@ -36,7 +36,9 @@ def slow_down(pid, done, stop_s=0.006, run_s=0.006):
     """Stops `pid` for about stop_s, lets it run for about run_s, and again, until `done` is set (then
     lets it run). Each pause is drawn from 0.5-1.5x its mean: a fixed cycle near a step's length can
     fall into step with the run, every stop landing while the rank waits for its peer and costing its
-    compute nothing (10 ms of every 30 named nobody in 1 run of 3 here; its medians were 1.2-1.6x)."""
+    compute nothing (10 ms of every 30 named nobody in 1 run of 3 here; its medians were 1.2-1.6x).
+    In drawn pauses, a third of the time gave medians of 1.2-2.1x, 40% 1.6-2.3x (and 1 failure in
+    12 runs with both cores loaded), half 2.0-3.4x."""
     try:
         while not done.is_set():
             os.kill(pid, signal.SIGSTOP)
