@@ -258,7 +258,8 @@ BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Us
 // A stored as op(A) (a weight gradient's dY^T copied out transposed), 4 fp32 through gemm<float> as
 // the step calls it (its per-shape library, the LM head's input gradient in slices), 5 oneDNN bf16
 // with a bias and a residual added inside the call (a forward product's epilogue; x*w^T shapes
-// only). The step's GEMMs are 12 of each block shape and one of each head shape; this says which
+// only), 6 oneDNN f32 with that epilogue, 7 oneDNN f32 with the bias alone. arg 2 = 1: before each
+// call a 64 MiB pass pushes the operands out of the caches, as the rest of a step does (untimed). The step's GEMMs are 12 of each block shape and one of each head shape; this says which
 // library wins each shape.
 struct StepGemmShape {
   const char* name;
@@ -281,23 +282,34 @@ constexpr int kStepGemmCount = int(sizeof(kStepGemms) / sizeof(kStepGemms[0]));
 void BM_StepGemm(benchmark::State& s) {
   const StepGemmShape& g = kStepGemms[s.range(0)];
   const int lib = int(s.range(1));
+  const bool cold = s.range(2) == 1;
   const int lda = g.a == Op::N ? g.K : g.M, ldb = g.b == Op::N ? g.N : g.K;
   const size_t na = size_t(g.M) * g.K, nb = size_t(g.K) * g.N;
   auto a = random_buffer(na, 1), b = random_buffer(nb, 2), c = random_buffer(size_t(g.M) * g.N, 3);
   Buffer<bf16> a16("a16", na), b16("b16", nb);
   const float beta = g.a == Op::T ? 1.0f : 0.0f;  // weight gradients accumulate
   const char* libs[] = {" OpenBLAS",      " oneDNN-f32", " oneDNN-bf16", " oneDNN-bf16, A stored op(A)",
-                        " fp32 as the step calls it", " oneDNN-bf16 + bias + residual"};
-  s.SetLabel(std::string(g.name) + libs[lib]);
+                        " fp32 as the step calls it", " oneDNN-bf16 + bias + residual",
+                        " oneDNN-f32 + bias + residual", " oneDNN-f32 + bias"};
+  s.SetLabel(std::string(g.name) + libs[lib] + (cold ? ", cold" : ""));
   if (lib == 3 && g.a == Op::N) return s.SkipWithError("A is not transposed");
-  if (lib == 5 && g.b != Op::T) return s.SkipWithError("not a forward product");
-  const size_t epi = lib == 5 ? 1 : 0;  // the epilogue's operands, only where used
+  if (lib >= 5 && g.b != Op::T) return s.SkipWithError("not a forward product");
+  const size_t epi = lib >= 5 ? 1 : 0;  // the epilogue's operands, only where used
   auto bias = random_buffer(epi * g.N, 4), residual = random_buffer(epi * g.M * g.N, 5);
 #if !defined(GPT2_HAVE_ONEDNN)
   if (lib > 0 && lib != 4) return s.SkipWithError("built without oneDNN");  // (4: gemm<float>)
 #endif
   gemm_set_host_f32(lib == 4 ? HostGemm::automatic : HostGemm::openblas);
+  const int64_t n_evict = cold ? int64_t(16) << 20 : 0;
+  auto evict = random_buffer(size_t(n_evict), 6);
+  float* pe = evict.data();
   for (auto _ : s) {
+    if (cold) {
+      s.PauseTiming();
+      for_each_index("evict", n_evict, KOKKOS_LAMBDA(int64_t i) { pe[i] = pe[i] * 0.5f + 1.0f; });
+      Kokkos::fence();
+      s.ResumeTiming();
+    }
     if (lib == 0 || lib == 4) gemm<float>(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
 #if defined(GPT2_HAVE_ONEDNN)
     if (lib == 1) dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
@@ -306,6 +318,9 @@ void BM_StepGemm(benchmark::State& s) {
     if (lib == 5)
       dnnl_bf16_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a16.data(), lda, b16.data(), ldb, 0.0f, c.data(), g.N,
                      GemmEpilogue{bias.data(), residual.data()});
+    if (lib == 6 || lib == 7)
+      dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), g.N,
+                    GemmEpilogue{bias.data(), lib == 6 ? residual.data() : nullptr});
 #endif
     Kokkos::fence();
   }
@@ -316,7 +331,7 @@ void BM_StepGemm(benchmark::State& s) {
                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_StepGemm)
-    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3, 4, 5}})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1), {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
