@@ -259,8 +259,9 @@ BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Us
 // the step calls it (its per-shape library, the LM head's input gradient in slices), 5 oneDNN bf16
 // with a bias and a residual added inside the call (a forward product's epilogue; x*w^T shapes
 // only), 6 oneDNN f32 with that epilogue, 7 oneDNN f32 with the bias alone. arg 2 = 1: before each
-// call a 64 MiB pass pushes the operands out of the caches, as the rest of a step does (untimed). The step's GEMMs are 12 of each block shape and one of each head shape; this says which
-// library wins each shape.
+// call a 64 MiB pass pushes the operands out of the caches, as the rest of a step does (untimed).
+// The step's GEMMs are 12 of each block shape and one of each head shape; this says which library
+// wins each shape.
 struct StepGemmShape {
   const char* name;
   Op a, b;
