@@ -3,8 +3,9 @@
 outside the program -- stopped half the time by SIGSTOP / SIGCONT from this test, its compute about
 2-3x its peer's -- and is named (its line, its {"straggler": ...} JSON object, a `straggler` event in its own
 trace) within two report intervals; rank 0 never is. The same run left alone names nobody (at a ratio
-of 1.4: sharing one CPU, the two ranks' compute differs by up to 1.25x on its own). A memory
-limit below what a rank holds (train.memory_limit_mb) names every rank once, after the first step.
+of 2: sharing one CPU, the two ranks' compute differs by up to 1.25x on its own, and by 1.47-1.63x
+once among the suite's other tests). A memory limit below what a rank holds (train.memory_limit_mb)
+names every rank once, after the first step.
 The end's table has each rank's compute, waits and peak memory. train.straggler_ratio <= 1 is bad
 input naming the key.
 """
@@ -69,9 +70,11 @@ def main():
 
     # Left alone: nobody named.
     # (Two ranks time-slicing one CPU end up to 1.25x apart on this kind of box, the one that waits
-    # taking turns from the one that computes: a real difference, not what this checks. 1.4 here.)
+    # taking turns from the one that computes: a real difference, not what this checks. Among the
+    # suite's other tests one run was 1.47-1.63x apart (2026-12-02, a 2-vCPU EPYC); the slowed rank
+    # below is 2-3.4x. 2 here.)
     r = gpt2test.run(one_cpu() + [args.mpiexec, "-n", "2"] + base +
-                     ["--metrics-jsonl", P("clean.jsonl"), "--set", "train.straggler_ratio=1.4"], timeout=300)
+                     ["--metrics-jsonl", P("clean.jsonl"), "--set", "train.straggler_ratio=2"], timeout=300)
     c.check(r.rc == 0, f"the clean run: exit {r.rc}\n{r.out}\n{r.err}")
     c.check(not gpt2test.jsonl_objects(P("clean.jsonl"), "straggler"), f"a clean run names nobody:\n{r.out}")  # (run() checks the lines)
     table = [line for line in r.out.splitlines() if line.strip().startswith("compute ")]
