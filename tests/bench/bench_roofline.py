@@ -68,18 +68,16 @@ def run_round(bench, env, repetitions):
     steps = run_bench(bench, env, STEPS, repetitions)
     best = lambda runs, key: max(r[key] for r in runs)
     unit = lambda r: {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[r["time_unit"]]
-    ms = lambda runs: min(r["real_time"] * unit(r) for r in runs)
-    mean_ms = lambda runs: statistics.mean(r["real_time"] * unit(r) for r in runs)
-    return {
+    r = {
         "sgemm_gflops": best(find(floors, "BM_StepGemm/12/0/0/"), "GFLOP/s"),
         "dnnl_f32_gflops": best(find(floors, "BM_StepGemm/12/1/0/"), "GFLOP/s"),
         "dnnl_bf16_gflops": best(find(floors, "BM_StepGemm/12/2/0/"), "GFLOP/s"),
         "triad_gbs": best(find(floors, "BM_Triad"), "GB/s"),
-        "fp32_step_ms": ms(find(steps, "BM_TrainStep_124M_B4_T64/")),
-        "bf16_step_ms": ms(find(steps, "BM_TrainStep_124M_B4_T64_bf16/")),
-        "fp32_step_mean_ms": mean_ms(find(steps, "BM_TrainStep_124M_B4_T64/")),  # every repetition's
-        "bf16_step_mean_ms": mean_ms(find(steps, "BM_TrainStep_124M_B4_T64_bf16/")),
     }
+    for p, name in (("fp32", "BM_TrainStep_124M_B4_T64/"), ("bf16", "BM_TrainStep_124M_B4_T64_bf16/")):
+        times = [run["real_time"] * unit(run) for run in find(steps, name)]
+        r[f"{p}_step_ms"], r[f"{p}_step_mean_ms"] = min(times), statistics.mean(times)  # best; every repetition's
+    return r
 
 
 def floors(r, gflop):
@@ -119,9 +117,8 @@ def main():
     for i in range(args.rounds):
         r = run_round(args.bench, env, args.repetitions)
         r.update(floors(r, gflop))
-        r["fp32_ratio"] = r["fp32_step_ms"] / r["fp32_floor_ms"]
-        r["bf16_ratio"] = r["bf16_step_ms"] / r["bf16_floor_ms"]
         for p in ("fp32", "bf16"):
+            r[f"{p}_ratio"] = r[f"{p}_step_ms"] / r[f"{p}_floor_ms"]
             r[f"{p}_mean_ratio"] = r[f"{p}_step_mean_ms"] / r[f"{p}_floor_ms"]
         rounds.append(r)
         print(f"{i + 1:>5} {r['sgemm_gflops']:6.0f} {r['dnnl_f32_gflops']:6.0f} {r['dnnl_bf16_gflops']:6.0f} "
