@@ -271,7 +271,8 @@ BENCHMARK(BM_GemmBf16_LMHead)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Us
 // A stored as op(A) (a weight gradient's dY^T copied out transposed), 4 fp32 through gemm<float> as
 // the step calls it (its per-shape library, the LM head's input gradient in slices), 5 oneDNN bf16
 // with a bias and a residual added inside the call (a forward product's epilogue; x*w^T shapes
-// only), 6 oneDNN f32 with that epilogue, 7 oneDNN f32 with the bias alone. arg 2 = 1: before each
+// only), 6 oneDNN f32 with that epilogue, 7 oneDNN f32 with the bias alone, 8 oneDNN f32 storing a
+// weight gradient (beta 0, as onto the zeroed gradient; dY^T*X shapes only). arg 2 = 1: before each
 // call a 64 MiB pass pushes the operands out of the caches, as the rest of a step does (untimed).
 // The step's GEMMs are 12 of each block shape and one of each head shape; this says which library
 // wins each shape.
@@ -304,11 +305,12 @@ void BM_StepGemm(benchmark::State& s) {
   const float beta = g.a == Op::T ? 1.0f : 0.0f;  // weight gradients accumulate
   const char* libs[] = {" OpenBLAS",      " oneDNN-f32", " oneDNN-bf16", " oneDNN-bf16, A stored op(A)",
                         " fp32 as the step calls it", " oneDNN-bf16 + bias + residual",
-                        " oneDNN-f32 + bias + residual", " oneDNN-f32 + bias"};
+                        " oneDNN-f32 + bias + residual", " oneDNN-f32 + bias", " oneDNN-f32 storing"};
   s.SetLabel(std::string(g.name) + libs[lib] + (cold ? ", cold" : ""));
   if (lib == 3 && g.a == Op::N) return s.SkipWithError("A is not transposed");
-  if (lib >= 5 && g.b != Op::T) return s.SkipWithError("not a forward product");
-  const size_t epi = lib >= 5 ? 1 : 0;  // the epilogue's operands, only where used
+  if (lib >= 5 && lib <= 7 && g.b != Op::T) return s.SkipWithError("not a forward product");
+  if (lib == 8 && g.a != Op::T) return s.SkipWithError("not a weight gradient");
+  const size_t epi = lib >= 5 && lib <= 7 ? 1 : 0;  // the epilogue's operands, only where used
   auto bias = random_buffer(epi * g.N, 4), residual = random_buffer(epi * g.M * g.N, 5);
 #if !defined(GPT2_HAVE_ONEDNN)
   if (lib > 0 && lib != 4) return s.SkipWithError("built without oneDNN");  // (4: gemm<float>)
@@ -323,7 +325,8 @@ void BM_StepGemm(benchmark::State& s) {
     }
     if (lib == 0 || lib == 4) gemm<float>(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
 #if defined(GPT2_HAVE_ONEDNN)
-    if (lib == 1) dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, beta, c.data(), g.N);
+    if (lib == 1 || lib == 8)
+      dnnl_f32_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a.data(), lda, b.data(), ldb, lib == 8 ? 0.0f : beta, c.data(), g.N);
     if (lib == 2) dnnl_bf16_gemm(g.a, g.b, g.M, g.N, g.K, 1.0f, a16.data(), lda, b16.data(), ldb, beta, c.data(), g.N);
     if (lib == 3) dnnl_bf16_gemm(Op::N, g.b, g.M, g.N, g.K, 1.0f, a16.data(), g.K, b16.data(), ldb, beta, c.data(), g.N);
     if (lib == 5)
@@ -341,13 +344,15 @@ void BM_StepGemm(benchmark::State& s) {
   s.counters["s_of_step"] = benchmark::Counter(double(s.iterations()) / g.per_step,
                                                 benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-// Registered in four families, each under Google Benchmark's 100 (larger ones warn): every library
-// warm, the plain libraries cold, the fp32 epilogues (forward shapes 0-3) both ways, bf16's cold.
+// Registered in five families, each under Google Benchmark's 100 (larger ones warn): every library
+// warm, the plain libraries cold, the fp32 epilogues (forward shapes 0-3) both ways, bf16's cold,
+// fp32's stored weight gradients both ways.
 const std::vector<int64_t> kAllStepGemms = benchmark::CreateDenseRange(0, kStepGemmCount - 1, 1);
 BENCHMARK(BM_StepGemm)->ArgsProduct({kAllStepGemms, {0, 1, 2, 3, 4, 5}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_StepGemm)->ArgsProduct({kAllStepGemms, {0, 1, 2, 3, 4}, {1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_StepGemm)->ArgsProduct({{0, 1, 2, 3}, {6, 7}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_StepGemm)->ArgsProduct({{0, 1, 2, 3}, {5}, {1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StepGemm)->ArgsProduct({{8, 9, 10, 11, 14}, {8}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #if defined(GPT2_HAVE_ONEDNN)
 // Packing reuse, fp32: a GEMM that reads weights (x*w^T or dY*W), with the weights in the blocked
@@ -604,19 +609,26 @@ void BM_CrossEntropy(benchmark::State& s) {  // the LM head's softmax + loss at 
 }
 BENCHMARK(BM_CrossEntropy)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// AdamW over 124M parameters. arg 0 = 1: it leaves the gradients 0 (as the step's update does,
+// except where the next step's products store over them: parallel/grad_sink.hpp); arg 1 = 1: it
+// writes the bf16 working copy. GB/s as the bytes it moves: 28 a value, +4 zeroing, +2 the copy.
 void BM_AdamW_124M(benchmark::State& s) {
   const size_t n = ParamLayout(gpt2_124m()).total();
+  const bool zero = s.range(0) == 1, copy = s.range(1) == 1;
   Buffer<float> p("p", n), g("g", n), m("m", n), v("v", n);
+  Buffer<uint16_t> bits("bits", copy ? n : 0);
   AdamWStep st;
-  st.lr = 1e-4, st.weight_decay = 0.1;
+  st.lr = 1e-4, st.weight_decay = 0.1, st.zero_grads = zero;
+  s.SetLabel(std::string(zero ? "zeroing the gradients" : "leaving the gradients") + (copy ? ", bf16 copy" : ""));
   for (auto _ : s) {
     adamw_update<float>(Vec<float>(p.data(), n), Vec<float>(g.data(), n), Vec<float>(m.data(), n),
-                        Vec<float>(v.data(), n), st);
+                        Vec<float>(v.data(), n), st, WorkingCopy{Vec<uint16_t>(bits.data(), bits.extent(0))});
     Kokkos::fence();
   }
-  s.counters["GB/s"] = benchmark::Counter(7.0 * 4 * n * s.iterations() / 1e9, benchmark::Counter::kIsRate);
+  const double bytes = 28.0 + (zero ? 4 : 0) + (copy ? 2 : 0);
+  s.counters["GB/s"] = benchmark::Counter(bytes * double(n) * double(s.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_AdamW_124M)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AdamW_124M)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // STREAM's triad a = b + s*c over arrays far larger than the caches, on the Kokkos threads: the
 // memory bandwidth a memory-bound pass (AdamW) can reach. Bytes as STREAM counts them: 12 per element.
