@@ -12,12 +12,14 @@ void AdamW::step(const StepTensors& t, const StepSettings& st) {
   s.lr = st.lr, s.beta1 = cfg_.beta1, s.beta2 = cfg_.beta2, s.eps = cfg_.eps;
   s.grad_scale = st.grad_scale;
   s.step = int(t_);
-  s.zero_grads = st.zero_grads;
-  for_each_decay_run(t.shards, [&](Range r, bool decayed) {
+  for_each_decay_run(t.shards, [&](Range run, bool decayed) {
     s.weight_decay = decayed ? cfg_.weight_decay : 0.0;
-    const size_t b = r.begin, n = r.size();
-    adamw_update<float>(Vec<float>(t.params.data() + b, n), Vec<float>(t.grads.data() + b, n),
-                        Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s, t.copy.slice(b, n));
+    for_each_kept_part(run, st.zero_grads ? st.kept : nullptr, [&](Range r, bool kept) {
+      s.zero_grads = st.zero_grads && !kept;  // (a kept gradient's next writer stores over it)
+      const size_t b = r.begin, n = r.size();
+      adamw_update<float>(Vec<float>(t.params.data() + b, n), Vec<float>(t.grads.data() + b, n),
+                          Vec<float>(m_.data() + b, n), Vec<float>(v_.data() + b, n), s, t.copy.slice(b, n));
+    });
   });
   if (st.zero_grads) zero_uncovered(t.shards, t.grads);
 }

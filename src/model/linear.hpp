@@ -57,10 +57,10 @@ class Linear {
   bool fuses_epilogue() const;
   // din (N,C) = dout (N,OC) @ w (OC,C)   (or += when accumulate)
   void backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmInput<T>& w, bool accumulate = false);
-  // dw (OC,C) += dout^T @ in (store: =, where dw is known 0 -- UnitStore::first_write -- and the
-  // library stores faster than it adds);
+  // dw (OC,C) += dout^T @ in (store: = -- UnitStore::first_write, asked with stores_faster());
   // db (OC) += colsum(dout) when db is not empty (dout then in T)
   void backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in, bool store = false);
+  bool stores_faster() const;  // the weight gradient's library: gemm_stores_faster
 
   // An operand used by several GEMMs, converted once: x itself in fp32, else its 16-bit copy in hold
   // slot `slot`, valid until that slot is held again. Slots: 0 and 1 the LM head's wte and dlogits,
@@ -92,7 +92,6 @@ class Linear {
   void store(const GemmInput<T>& x, CMat<T> values) const;
 
  private:
-  bool stores_faster() const;  // the weight gradient's library: gemm_stores_faster
   // A 16-bit copy of a GEMM operand in scratch slot 0 or 1 (the operand itself when already 16-bit).
   const uint16_t* low_operand(int slot, const GemmInput<T>& x);
   uint16_t* scratch(int slot, size_t n);

@@ -249,9 +249,11 @@ class Stage {
   GemmInput<T> gemm_weight(int u, const T* unit, CMat<T> w);
   Vec<T> unit_vec(const T* unit, int u, Param kind) const;  // one tensor of a (non-block) unit
   int block_unit(int layer) const { return layout_.unit_index(UnitKind::block, layer); }
-  // Whether a product may store into g, part of unit u's gradient: nothing added to it yet
-  // (UnitStore::first_write; marks it written).
-  bool first_write(int u, Mat<T> g) { return store_->first_write(u, g.data(), g.size()); }
+  // Whether a writer of g, part of unit u's gradient, stores into it (UnitStore::first_write; marks it
+  // written): a product whose library stores faster, where nothing was added yet; a scatter adds.
+  bool first_write(int u, Mat<T> g, bool product) {
+    return store_->first_write(u, g.data(), g.size(), product && lin_.stores_faster());
+  }
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
   void forward_blocks(Activations<T>& a);  // the embedding (first stage) and the blocks

@@ -40,8 +40,8 @@ void Stage<T>::embedding_backward_(Activations<T>& a, CMat<T> d) {
   const Mat<T> dwpe = wpe_here ? Mat<T>(store_->grads(wpe), c.block_size, c.n_embd) : Mat<T>();
   const CMat<T> dout = par_.gather(d, a.B);
   const Mat<T> dwte(store_->grads(wte), layout_.local_vocab(), c.n_embd);
-  first_write(wte, dwte);  // added to (scatters): a product after them must add too
-  first_write(wpe, dwpe);
+  first_write(wte, dwte, false);  // added to (scatters): a product after them must add too
+  first_write(wpe, dwpe, false);
   embedding_backward<T>(dwte, docs ? Mat<T>() : dwpe, dout,
                         a.groups, Mat<T>(buf_.wte_parts.data(), size_t(a.groups.parts), c.n_embd), par_.seq,
                         layout_.vocab_begin(), par_.positions);
@@ -116,7 +116,7 @@ void Stage<T>::head_rows(Activations<T>& a, size_t r0, size_t n, const GemmInput
   // accumulates the blocks'.
   lin_.backward_input(Mat<T>(din.data() + r0 * din.extent(1), n, din.extent(1)), dlogits, wte);
   const Mat<T> dwte(store_->grads(wu), Vl, config().n_embd);
-  lin_.backward_weight(dwte, Vec<T>(), dlogits, in, first_write(wu, dwte));
+  lin_.backward_weight(dwte, Vec<T>(), dlogits, in, first_write(wu, dwte, true));
 }
 
 template <class T>

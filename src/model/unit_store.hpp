@@ -28,11 +28,12 @@ class UnitStore {
   virtual void prefetch_params(int u) {}
   // Where unit u's gradients accumulate (+=), valid until grads_done for its final phase.
   virtual T* grads(int u) = 0;
-  // Whether values [at, at + n) of grads(u) are still the zeros they were set to for this
-  // accumulation (nothing added since), so that a GEMM may store its product there (beta 0) rather
-  // than read the zeros to add to them. Marks them written either way: every writer of a region a
-  // GEMM may store into asks before it writes. false (add) is always correct.
-  virtual bool first_write(int u, const T* at, size_t n) { return false; }
+  // Whether a writer of values [at, at + n) of grads(u) that can store its product there (store: a
+  // GEMM whose library stores faster than it adds) must do so (beta 0) rather than add: nothing was
+  // added to them in this accumulation. Marks them written either way: every writer of a region a
+  // GEMM may store into asks before it writes, and does as told (the store may hold the last step's
+  // values there, which only a store replaces). false: add, to what is 0 or added this time.
+  virtual bool first_write(int u, const T* at, size_t n, bool store) { return false; }
   // The stage has added all it will add to unit u's gradient in this microbatch's forward
   // (in_forward) or backward.
   virtual void grads_done(int u, bool in_forward) {}

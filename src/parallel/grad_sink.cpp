@@ -20,6 +20,7 @@ class WholeGrads final : public GradSink {
   float* grads(int u) override { return whole_.data() + p_.unit(u).range.begin; }
   void done(int u) override {
     if (!last_of_step(u)) return;
+    settle(u);
     p_.reducer.reduce(u, grads(u), p_.shard.grads.data(), false,
                       [this, u]() { p_.norm.unit_final(u, p_.shard_vec(p_.shard.grads)); });
   }
@@ -27,6 +28,7 @@ class WholeGrads final : public GradSink {
     for (int u = 0; u < int(done_.size()); ++u) {
       if (!incomplete(u)) continue;  // a unit no microbatch completed (none in GPT-2's stages)
       done_[size_t(u)] = microbatches_;
+      settle(u);
       p_.reducer.reduce(u, grads(u), p_.shard.grads.data(), false);
     }
   }
@@ -38,6 +40,8 @@ class WholeGrads final : public GradSink {
   void zero(bool zeroed) override {
     if (!zeroed || sharded_) Kokkos::deep_copy(ExecSpace(), whole_, 0.0f);
   }
+  bool keeps_stored() const override { return !sharded_; }
+  size_t offset(int u) const override { return p_.unit(u).range.begin; }
 
   const StoreParts& p_;
   Buffer<float> whole_;
@@ -98,16 +102,62 @@ void WorkspaceGrads::done(int u) {
 
 }  // namespace
 
-bool GradSink::first_write(int u, const float* at, size_t n) {
+namespace {
+bool overlap(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
+}  // namespace
+
+void GradSink::begin_step(int microbatches, bool zeroed) {
+  microbatches_ = microbatches;
+  for (int& d : done_) d = 0;
+  zero(zeroed);
+  const bool kept = zeroed && keeps_stored();  // the update left the stored regions as they were
+  for (size_t u = 0; u < done_.size(); ++u) {
+    stale_[u].clear();
+    if (kept) stale_[u].swap(stored_[u]);
+    stored_[u].clear();
+    written_[u].clear();  // every buffer is 0 now, but for the stale regions
+  }
+}
+
+bool GradSink::first_write(int u, const float* at, size_t n, bool store) {
   if (n == 0) return false;
   const float* base = grads(u);
   if (at < base) fail("GradSink::first_write: a region before unit ", u, "'s gradients");
   const Range r{size_t(at - base), size_t(at - base) + n};
   std::vector<Range>& w = written_[size_t(u)];
-  const bool fresh = std::none_of(w.begin(), w.end(), [&](const Range& x) { return x.begin < r.end && r.begin < x.end; });
+  store = store && std::none_of(w.begin(), w.end(), [&](const Range& x) { return overlap(x, r); });
+  // The last step's values under r: a store over all of a stale region replaces them, else they go to
+  // 0 before the writer adds to them (a writer that stored there last step adds now, or writes less).
+  std::vector<Range>& st = stale_[size_t(u)];
+  st.erase(std::remove_if(st.begin(), st.end(),
+                          [&](const Range& x) {
+                            if (!overlap(x, r)) return false;
+                            if (!(store && r.contains(x))) clear(u, x);
+                            return true;
+                          }),
+           st.end());
   // (the head's blocks of rows write wte's whole gradient each: kept once)
   if (std::none_of(w.begin(), w.end(), [&](const Range& x) { return x.contains(r); })) w.push_back(r);
-  return fresh;
+  if (store) stored_[size_t(u)].push_back(r);
+  return store;
+}
+
+const std::vector<Range>& GradSink::kept() {
+  kept_.clear();
+  if (!keeps_stored()) return kept_;
+  for (size_t u = 0; u < stored_.size(); ++u)
+    for (const Range& r : stored_[u]) kept_.push_back({offset(int(u)) + r.begin, offset(int(u)) + r.end});
+  std::sort(kept_.begin(), kept_.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  return kept_;
+}
+
+void GradSink::settle(int u) {
+  for (const Range& r : stale_[size_t(u)]) clear(u, r);
+  stale_[size_t(u)].clear();
+}
+
+void GradSink::clear(int u, Range r) {
+  Kokkos::deep_copy(ExecSpace(), Vec<float>(grads(u) + r.begin, r.size()), 0.0f);
 }
 
 std::unique_ptr<GradSink> make_grad_sink(const ShardPolicy& policy, const StoreParts& parts, Buffer<float> whole) {

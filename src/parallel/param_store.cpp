@@ -97,7 +97,7 @@ void ParamStore::optimizer_step(double lr, GradScale scale) {
   // The update writes the working copy with the masters: ZeRO-0 the whole one, sharding the shard's.
   opt_->step({shards_.optimizer_shards(), shard_vec(shard_.params), shard_vec(shard_.grads),
               copies_.optimizer_target(policy_.optimizer)},
-             {lr, scale, zeroes});
+             {lr, scale, zeroes, zeroes ? &grads_->kept() : nullptr});
   now_.grads_zeroed = zeroes;
   params_->updated();
 }

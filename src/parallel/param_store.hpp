@@ -57,7 +57,9 @@ class ParamStore final : public UnitStore<float> {
   const uint16_t* low_params(int u) override;
   void prefetch_params(int u) override;
   float* grads(int u) override;
-  bool first_write(int u, const float* at, size_t n) override { return grads_->first_write(u, at, n); }
+  bool first_write(int u, const float* at, size_t n, bool store) override {
+    return grads_->first_write(u, at, n, store);
+  }
   void grads_done(int u, bool in_forward) override;
 
   const StageLayout& layout() const { return layout_; }

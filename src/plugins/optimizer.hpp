@@ -1,6 +1,7 @@
 #pragma once
 // The optimizer interface. Implementations live in modules/optim and register themselves
 // (train.optimizer); the learning-rate schedules have theirs in plugins/lr_schedule.hpp.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -66,7 +67,10 @@ struct StepTensors {
 struct StepSettings {
   double lr = 0;          // the schedule's rate (train.lr's scale)
   GradScale grad_scale;   // multiplies the gradients on the fly (the clipping factor, maybe on the device)
-  bool zero_grads = false;  // leave every gradient 0 in the same pass (the next step accumulates)
+  bool zero_grads = false;  // leave every gradient 0 in the same pass (the next step accumulates),
+  // but those in `kept` (sorted, disjoint; may be null) may be left as they are: the next step's
+  // first writer stores over them (parallel/grad_sink.hpp). Zeroing them too is correct, only slower.
+  const std::vector<Range>* kept = nullptr;
 };
 
 // Steps a rank's tensor shards. It is made with the same list it is then stepped over (its state
@@ -94,6 +98,19 @@ void for_each_decay_run(const std::vector<TensorShard>& shards, F f) {
     f(r, d);
     i = j;
   }
+}
+// f(part, in_kept) over r cut at the ends of `kept` (StepSettings::kept): its parts in order.
+template <class F>
+void for_each_kept_part(Range r, const std::vector<Range>* kept, F f) {
+  size_t at = r.begin;
+  for (size_t i = 0; kept && i < kept->size() && at < r.end; ++i) {
+    const size_t b = std::max((*kept)[i].begin, at), e = std::min((*kept)[i].end, r.end);
+    if (b >= e) continue;
+    if (at < b) f(Range{at, b}, false);
+    f(Range{b, e}, true);
+    at = e;
+  }
+  if (at < r.end) f(Range{at, r.end}, false);
 }
 // The gradients no shard covers to 0, in the buffer of n (no GEMM reads them).
 void zero_uncovered(const std::vector<TensorShard>& shards, Vec<float> grads);

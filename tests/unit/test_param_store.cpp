@@ -255,15 +255,109 @@ TEST(ParamStore, FirstWriteSaysWhetherNothingWasAdded) {
       for (int mb = 0; mb < 2; ++mb) {
         const float* g = store.grads(u);
         const bool fresh = mb == 0 || zero >= 2;  // a workspace of its own each microbatch
-        EXPECT_EQ(store.first_write(u, g + 10, 20), fresh) << what << ", step " << step << ", microbatch " << mb;
-        EXPECT_FALSE(store.first_write(u, g + 29, 5)) << what << ": overlaps the last value written";
-        EXPECT_FALSE(store.first_write(u, g, 11)) << what << ": overlaps the first";
-        EXPECT_EQ(store.first_write(u, g + 34, 6), fresh) << what << ": next to what was written";
-        EXPECT_FALSE(store.first_write(u, g + 34, 6)) << what << ": written just now";
-        EXPECT_FALSE(store.first_write(u, g, 0)) << what << ": nothing to write";
+        EXPECT_EQ(store.first_write(u, g + 10, 20, true), fresh) << what << ", step " << step << ", microbatch " << mb;
+        EXPECT_FALSE(store.first_write(u, g + 29, 5, true)) << what << ": overlaps the last value written";
+        EXPECT_FALSE(store.first_write(u, g, 11, true)) << what << ": overlaps the first";
+        EXPECT_EQ(store.first_write(u, g + 34, 6, true), fresh) << what << ": next to what was written";
+        EXPECT_FALSE(store.first_write(u, g + 34, 6, true)) << what << ": written just now";
+        EXPECT_FALSE(store.first_write(u, g, 0, true)) << what << ": nothing to write";
+        EXPECT_FALSE(store.first_write(u, g + 50, 4, false)) << what << ": a writer that adds";
         store.grads_done(u, false);
       }
       store.finish_gradients();
     }
+  }
+}
+
+// The update leaves the gradients a product stored over first (ZeRO-0: they are the optimizer's),
+// and the next step's first writer stores over them again. Where that changes -- a writer that adds
+// comes first, a store covers part of them, nobody writes them, the update was skipped -- they are 0
+// before anyone reads them.
+namespace {
+struct KeptSteps {
+  OneRank one{2};
+  ParamStore store{one.sl, one.dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, one.tracer};
+  const int u = one.sl.unit_index(UnitKind::block, 1), u0 = one.sl.unit_index(UnitKind::block, 0);
+  KeptSteps() { store.init(5); }
+  void fill(int unit, size_t at, size_t n, float v) {
+    Kokkos::deep_copy(ExecSpace(), Vec<float>(store.grads(unit) + at, n), v);
+  }
+  std::vector<float> grads(int unit) {
+    Kokkos::fence();
+    return to_host<float>(Vec<const float>(store.grads(unit), one.sl.units()[size_t(unit)].range.size()));
+  }
+  void end(bool update = true) {
+    store.finish_gradients();
+    if (update) store.optimizer_step(1e-3, GradScale(1.0));
+  }
+};
+// Values [b, e) of g all v, and the rest 0 (where the update left them).
+void expect_only(const std::vector<float>& g, size_t b, size_t e, float v, const std::string& what) {
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], i >= b && i < e ? v : 0.0f) << what << ", value " << i;
+}
+}  // namespace
+
+TEST(ParamStore, UpdateKeepsStoredGradientsForTheirNextStore) {
+  KeptSteps k;
+  const int u = k.u;
+  k.store.begin_step(0, 1);
+  ASSERT_TRUE(k.store.first_write(u, k.store.grads(u) + 10, 20, true));
+  k.fill(u, 10, 20, 1.0f);
+  ASSERT_FALSE(k.store.first_write(u, k.store.grads(u) + 40, 5, false));
+  k.fill(u, 40, 5, 2.0f);
+  k.end();
+  expect_only(k.grads(u), 10, 30, 1.0f, "after the update: the stored region kept, the added one 0");
+
+  k.store.begin_step(1, 1);  // the same writer: it stores over the kept values
+  ASSERT_TRUE(k.store.first_write(u, k.store.grads(u) + 10, 20, true));
+  expect_only(k.grads(u), 10, 30, 1.0f, "stored over, not zeroed first");
+  k.fill(u, 10, 20, 3.0f);
+  k.end();
+
+  k.store.begin_step(2, 1);  // a writer that adds comes first: the whole kept region to 0
+  ASSERT_FALSE(k.store.first_write(u, k.store.grads(u) + 15, 5, false));
+  expect_only(k.grads(u), 0, 0, 0.0f, "an adder over part of a kept region");
+  ASSERT_FALSE(k.store.first_write(u, k.store.grads(u) + 10, 20, true)) << "added to already";
+  k.end();
+  expect_only(k.grads(u), 0, 0, 0.0f, "nothing stored: nothing kept");
+
+  k.store.begin_step(3, 1);
+  ASSERT_TRUE(k.store.first_write(u, k.store.grads(u) + 10, 20, true));
+  ASSERT_TRUE(k.store.first_write(k.u0, k.store.grads(k.u0) + 100, 8, true));
+  k.fill(u, 10, 20, 4.0f), k.fill(k.u0, 100, 8, 5.0f);
+  k.end();
+  k.store.begin_step(4, 1);  // a store over part of a kept region; the rest 0
+  ASSERT_TRUE(k.store.first_write(u, k.store.grads(u) + 20, 10, true));
+  expect_only(k.grads(u), 0, 0, 0.0f, "a store over part of a kept region");
+  k.fill(u, 20, 10, 6.0f);
+  k.store.grads_done(u, false);  // u0: nobody writes it; the step's end (finish) sets it to 0
+  k.end();
+  expect_only(k.grads(u), 20, 30, 6.0f, "kept: what was stored this step");
+
+  k.store.begin_step(5, 1);  // nobody writes u: its gradient is complete, and 0
+  k.store.grads_done(u, false);
+  expect_only(k.grads(u), 0, 0, 0.0f, "a kept region nobody wrote, when the unit is done");
+  ASSERT_TRUE(k.store.first_write(k.u0, k.store.grads(k.u0) + 100, 8, true));
+  k.fill(k.u0, 100, 8, 7.0f);
+  k.end(false);  // the update skipped (a non-finite gradient): next step starts from 0
+  k.store.begin_step(6, 1);
+  expect_only(k.grads(k.u0), 0, 0, 0.0f, "after a skipped update");
+  ASSERT_TRUE(k.store.first_write(k.u0, k.store.grads(k.u0) + 100, 8, true));
+  k.end();
+}
+
+// Training on one rank with the stored gradients kept (ZeRO-0) equals it with every gradient zeroed
+// by the update (ZeRO-1's reduce-scatter overwrites its shard), bit for bit; at 16 bits every weight
+// gradient's product stores.
+TEST(ParamStore, KeptGradientsTrainAsZeroedOnes) {
+  OneRank one(2);
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    ParamStore kept(one.sl, one.dp, zero_policy(0), 1000, "adamw", OptimizerConfig{}, one.tracer, DType::f32, p);
+    ParamStore zeroed(one.sl, one.dp, zero_policy(1), 1000, "adamw", OptimizerConfig{}, one.tracer, DType::f32, p);
+    const std::vector<float> got = train_through_store(kept, one.sl, p, 17, 4);
+    const std::vector<float> want = train_through_store(zeroed, one.sl, p, 17, 4);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << precision_name(p) << ", loss " << i;
+    EXPECT_EQ(kept.local_values("params"), zeroed.local_values("params")) << precision_name(p);
   }
 }
