@@ -126,7 +126,6 @@ void Linear<T>::backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmI
 
 template <class T>
 void Linear<T>::backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in, bool store) {
-  store = store && stores_faster();  // (first_write answers so when asked so)
   if (!mixed()) return matmul_backward_weight<T>(dw, db, dout.full, in.full, store);
   if (db.extent(0) != 0 && dout.is_low()) fail("Linear: a bias gradient needs the output gradient in full precision");
   const int N = int(in.rows()), C = int(in.cols()), OC = int(dw.extent(0));

@@ -57,7 +57,8 @@ class Linear {
   bool fuses_epilogue() const;
   // din (N,C) = dout (N,OC) @ w (OC,C)   (or += when accumulate)
   void backward_input(Mat<T> din, const GemmInput<T>& dout, const GemmInput<T>& w, bool accumulate = false);
-  // dw (OC,C) += dout^T @ in (store: = -- UnitStore::first_write, asked with stores_faster());
+  // dw (OC,C) += dout^T @ in (store: =, as UnitStore::first_write answers when asked with
+  // stores_faster(): it may hold the last step's values, which only a store replaces);
   // db (OC) += colsum(dout) when db is not empty (dout then in T)
   void backward_weight(Mat<T> dw, Vec<T> db, const GemmInput<T>& dout, const GemmInput<T>& in, bool store = false);
   bool stores_faster() const;  // the weight gradient's library: gemm_stores_faster
