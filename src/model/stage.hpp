@@ -254,6 +254,12 @@ class Stage {
   bool first_write(int u, Mat<T> g, bool product) {
     return store_->first_write(u, g.data(), g.size(), product && lin_.stores_faster());
   }
+  // A block matrix's weight gradient dw, part of unit u's, += dout^T @ act: the product, its one writer
+  // in a microbatch, asks first_write and then tells the store it wrote (UnitStore::wrote).
+  void weight_gradient(int u, Mat<T> dw, const GemmInput<T>& dout, const GemmInput<T>& act) {
+    lin_.backward_weight(dw, Vec<T>(), dout, act, first_write(u, dw, true));
+    store_->wrote(u, dw.data(), dw.size());
+  }
   void embedding_forward_(Activations<T>& a);
   void embedding_backward_(Activations<T>& a, CMat<T> d);
   void forward_blocks(Activations<T>& a);  // the embedding (first stage) and the blocks

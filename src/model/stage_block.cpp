@@ -128,7 +128,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
     const GemmInput<T> rows = do_in && do_w ? lin_.hold(2, gathered) : GemmInput<T>(gathered);  // rounded once
     if (do_in) lin_.backward_input(din, rows, w);
     if (do_w) {
-      lin_.backward_weight(dw, Vec<T>(), rows, act, first_write(u, dw, true));  // (act has all N rows)
+      weight_gradient(u, dw, rows, act);  // (act has all N rows)
       bias_backward<T>(db, kept);
     }
   };
@@ -137,7 +137,7 @@ void Stage<T>::block_backward(int l, Activations<T>& a, CMat<T> in, Pass pass) {
   auto column_parallel_gemms = [&](Mat<T> dln, const GemmInput<T>& dout, const GemmInput<T>& act,
                                    const GemmInput<T>& w, Mat<T> dw) {
     if (do_in) column_parallel_input(dln, dout, w, a.B);
-    if (do_w) lin_.backward_weight(dw, Vec<T>(), dout, act, first_write(u, dw, true));
+    if (do_w) weight_gradient(u, dw, dout, act);
   };
   auto column_parallel_backward = [&](Mat<T> dln, CMat<T> dout, const GemmInput<T>& act, const GemmInput<T>& w,
                                       Mat<T> dw, Vec<T> db) {

@@ -34,6 +34,9 @@ class UnitStore {
   // GEMM may store into asks before it writes, and does as told (the store may hold the last step's
   // values there, which only a store replaces). false: add, to what is 0 or added this time.
   virtual bool first_write(int u, const T* at, size_t n, bool store) { return false; }
+  // The writer of [at, at + n) of grads(u) that asked first_write has written there, its last
+  // values this microbatch: the store may read them now, while they are in cache.
+  virtual void wrote(int u, const T* at, size_t n) {}
   // The stage has added all it will add to unit u's gradient in this microbatch's forward
   // (in_forward) or backward.
   virtual void grads_done(int u, bool in_forward) {}

@@ -34,6 +34,9 @@ class WholeGrads final : public GradSink {
   }
   bool zeroed_by_update() const override { return !sharded_; }
   size_t whole_size() const override { return whole_.extent(0); }
+  void wrote(int u, const float* at, size_t n) override {
+    if (final_now(u)) p_.norm.region_final(u, shard_range(at, n), p_.shard_vec(p_.shard.grads));
+  }
 
  private:
   // ZeRO-0's whole gradients are the shard, which the last update may have zeroed already.
@@ -42,6 +45,17 @@ class WholeGrads final : public GradSink {
   }
   bool keeps_stored() const override { return !sharded_; }
   size_t offset(int u) const override { return p_.unit(u).range.begin; }
+  void writing(int u, Range r) override {
+    if (in_shard()) p_.norm.written_again(u, {offset(u) + r.begin, offset(u) + r.end});
+  }
+  // The whole gradients are the shard, which reduce() leaves as it is (ZeRO-0 on one rank).
+  bool in_shard() const { return !sharded_ && p_.reducer.in_place() && whole_.data() == p_.shard.grads.data(); }
+  // What u's writers write now is final for the step: its last microbatch, no reduction to come.
+  bool final_now(int u) const { return in_shard() && done_[size_t(u)] + 1 == microbatches_; }
+  Range shard_range(const float* at, size_t n) const {
+    const size_t b = size_t(at - whole_.data());
+    return {b, b + n};
+  }
 
   const StoreParts& p_;
   Buffer<float> whole_;
@@ -124,6 +138,7 @@ bool GradSink::first_write(int u, const float* at, size_t n, bool store) {
   const float* base = grads(u);
   if (at < base) fail("GradSink::first_write: a region before unit ", u, "'s gradients");
   const Range r{size_t(at - base), size_t(at - base) + n};
+  writing(u, r);
   std::vector<Range>& w = written_[size_t(u)];
   store = store && std::none_of(w.begin(), w.end(), [&](const Range& x) { return overlap(x, r); });
   // The last step's values under r: a store over all of a stale region replaces them, else they go to

@@ -24,6 +24,9 @@ class GradSink {
   // UnitStore::first_write of the buffer grads(u) gives: whether a writer that can store (store)
   // must store its values (beta 0) rather than add them.
   bool first_write(int u, const float* at, size_t n, bool store);
+  // A writer that asked first_write has written [at, at + n) of grads(u), the last it writes there this
+  // microbatch: where they are then final for the step, the norm may take their sums now (in cache).
+  virtual void wrote(int u, const float* at, size_t n) {}
   // The regions of the optimizer's gradient buffer that the update may leave as they are, where the
   // sink keeps them (ZeRO-0): those a product stored over first this step. The next step's first
   // writer of each stores over it again; where that changes, first_write and done zero it first.
@@ -45,6 +48,7 @@ class GradSink {
   // then starts the step with them; where it begins at 0, which offset grads(u) has in that buffer.
   virtual bool keeps_stored() const { return false; }
   virtual size_t offset(int u) const { return 0; }
+  virtual void writing(int u, Range r) {}  // first_write's region r of grads(u), before it is written
   void zeroed(int u) { written_[size_t(u)].clear(); }  // u's buffer was set to 0 again
   bool last_of_step(int u) { return ++done_[size_t(u)] == microbatches_; }
   bool incomplete(int u) const { return done_[size_t(u)] < microbatches_; }

@@ -36,6 +36,8 @@ class GradientReducer {
   // in place. Reduce-scatter: each bucket's piece to `shard` at its shard offset, added to what is
   // there when `accumulate`. `done` runs once every bucket of the unit has completed.
   void reduce(int u, float* unit_grads, float* shard, bool accumulate, std::function<void()> done = {});
+  // reduce() leaves the gradient as it is and its `done` runs at once (all-reduce on one rank).
+  bool in_place() const { return mode_ == Mode::all_reduce && !active(); }
   void progress();  // completes what has arrived (MPI advances only inside MPI calls)
   // The oldest reduction in flight, completed (ordered before the kernels after it) and its `done`
   // run: what a workspace pool that ran short calls. False when none is in flight.

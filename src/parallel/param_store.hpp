@@ -60,6 +60,7 @@ class ParamStore final : public UnitStore<float> {
   bool first_write(int u, const float* at, size_t n, bool store) override {
     return grads_->first_write(u, at, n, store);
   }
+  void wrote(int u, const float* at, size_t n) override { grads_->wrote(u, at, n); }
   void grads_done(int u, bool in_forward) override;
 
   const StageLayout& layout() const { return layout_; }

@@ -131,6 +131,7 @@ void sum_of_squares(CVec<T> g, DeviceScalar out) {
 struct ChunkTable {
   Kokkos::View<int64_t*, MemSpace> starts, lengths;
   Kokkos::View<double*, MemSpace> partial;  // each chunk's sum of squares
+  std::vector<std::pair<int64_t, int64_t>> spans;  // on the host: each chunk's [begin, end)
   int64_t count = 0;
 };
 inline ChunkTable make_chunk_table(const std::vector<std::pair<size_t, size_t>>& ranges) {
@@ -143,6 +144,7 @@ inline ChunkTable make_chunk_table(const std::vector<std::pair<size_t, size_t>>&
     }
   ChunkTable t;
   t.count = int64_t(starts.size());
+  for (size_t c = 0; c < starts.size(); ++c) t.spans.push_back({starts[c], starts[c] + lengths[c]});
   t.starts = Kokkos::View<int64_t*, MemSpace>("chunk_starts", starts.size() + 1);
   t.lengths = Kokkos::View<int64_t*, MemSpace>("chunk_lengths", starts.size() + 1);
   t.partial = Kokkos::View<double*, MemSpace>("chunk_squares", starts.size() + 1);

@@ -72,6 +72,61 @@ TEST(ParamStore, NormTakenAsUnitsCompleteEqualsTheFinalGradients) {
   expect_norm_of_final_gradients(3);
 }
 
+// A region a product wrote last (UnitStore::wrote) is summed at once where it is final: ZeRO-0 on one
+// rank, the step's last microbatch. Only the chunks wholly inside it (the values around it may still
+// change), and again when a later writer asks first_write over it: the norm is always the final one.
+// (A writer that breaks the rule after wrote() shows when the sum was taken.)
+namespace {
+void fill_region(float* at, size_t n, float v) { Kokkos::deep_copy(ExecSpace(), Vec<float>(at, n), v); }
+double norm_squared(ParamStore& store) {
+  Kokkos::View<double, MemSpace> sumsq("sumsq");
+  store.grad_sum_of_squares(DeviceScalar(sumsq.data()));
+  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sumsq)();
+}
+}  // namespace
+
+TEST(ParamStore, NormTakesARegionWhenItsWriterIsDone) {
+  ModelConfig cfg = tiny(2);
+  cfg.n_embd = 64;  // fc's weight: 4 chunks of 4096
+  const ParamLayout layout(cfg);
+  const StageLayout sl(layout, 0, cfg.n_layer);
+  SerialCommunicator dp;
+  Tracer tracer;
+  const int u = sl.unit_index(UnitKind::block, 1);
+  const TensorInfo& fc = sl.tensor(Param::fcw, 1);
+  const size_t at = fc.range.begin - sl.units()[size_t(u)].range.begin, n = fc.range.size();
+  for (int zero : {0, 1})
+    for (int microbatches : {1, 2})
+      for (int again : {0, 1}) {
+        const std::string what = "ZeRO-" + std::to_string(zero) + ", " + std::to_string(microbatches) +
+                                 " microbatches" + (again ? ", written again" : "");
+        ParamStore store(sl, dp, zero_policy(zero), 1000, "adamw", OptimizerConfig{}, tracer);
+        store.init(5);
+        store.begin_step(0, microbatches);
+        const size_t m = n - 150;  // the product's region [100, n - 50): not at a chunk's start or end
+        for (int mb = 0; mb < microbatches; ++mb) {
+          float* g = store.grads(u) + at;
+          store.first_write(u, g + 100, m, true);
+          fill_region(g + 100, m, 1.0f + float(mb));
+          store.wrote(u, g + 100, m);
+          fill_region(g, 100, 3.0f);  // writers beside it that do not ask: the chunks it shares change
+          fill_region(g + n - 50, 50, 5.0f);
+          if (again) {
+            store.first_write(u, g + n / 2, 10, false);
+            fill_region(g + n / 2, 10, 7.0f);
+          } else if (mb + 1 == microbatches) {
+            fill_region(g + 9000, 10, 100.0f);  // breaks the rule: unseen where wrote() summed its chunk
+          }
+          store.grads_done(u, false);
+        }
+        store.finish_gradients();
+        const double last = float(microbatches) * float(microbatches);
+        const double changed = again ? 49.0 : zero == 0 ? last : 1e4;
+        const double want = 100 * 9.0 + 50 * 25.0 + 10 * changed + (m - 10) * last;
+        EXPECT_EQ(norm_squared(store), want) << what;
+      }
+}
+
 // Mixed precision: the store's 16-bit working copy (written by AdamW's pass under ZeRO-0, by the
 // parameter all-gather of 16-bit matrices under ZeRO-1/2 and of a unit under ZeRO-3, and after a
 // load) holds the masters rounded, so a stage reading it trains exactly as one that rounds every
