@@ -1,7 +1,8 @@
 """Rank processes of a launch, seen from outside (Linux /proc): start `mpiexec -n N gpt2 ...` (or
 gpt2 alone) in a session of its own, find its ranks, signal them, wait for the whole job to be gone,
-and clean up whatever is left. Shared by the fault and signal tests."""
+and clean up whatever is left. Shared by the fault, signal and straggler tests and the straggler benchmark."""
 import os
+import random
 import signal
 import subprocess
 import time
@@ -145,6 +146,28 @@ class Job:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             print(f"{self.name}: the launcher {self.proc.pid} did not die after SIGKILL", flush=True)
+
+
+def slow_down(pid, done, stop_s=0.006, run_s=0.006):
+    """Stops `pid` for about stop_s, lets it run for about run_s, and again, until `done` is set (then
+    lets it run). Each pause is drawn from 0.5-1.5x its mean: a fixed cycle near a step's length can
+    fall into step with the run, every stop landing while the rank waits for its peer and costing its
+    compute nothing (10 ms of every 30 named nobody in 1 run of 3 here; its medians were 1.2-1.6x).
+    In drawn pauses, a third of the time gave medians of 1.2-2.1x, 40% 1.6-2.3x (and 1 failure in
+    12 runs with both cores loaded), half 2.0-3.4x."""
+    try:
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stop_s * random.uniform(0.5, 1.5))
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(run_s * random.uniform(0.5, 1.5))
+    except ProcessLookupError:
+        pass
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 def wait_for_lines(path, n, job, timeout=60):

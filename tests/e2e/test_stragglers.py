@@ -10,15 +10,12 @@ The end's table has each rank's compute, waits and peak memory. train.straggler_
 input naming the key.
 """
 import os
-import random
-import signal
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import gpt2test  # noqa: E402
-from rankprocs import Job  # noqa: E402
+from rankprocs import Job, slow_down  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
 from tracelib import Trace  # noqa: E402
@@ -31,28 +28,6 @@ def one_cpu():
     """Both ranks on one CPU, this process's last: a box's CPUs may differ (a virtual machine's can
     run 1.7x apart), and a clean run on unequal cores rightly names the rank on the slower one."""
     return ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
-
-
-def slow_down(pid, done, stop_s=0.006, run_s=0.006):
-    """Stops `pid` for about stop_s, lets it run for about run_s, and again, until `done` is set (then
-    lets it run). Each pause is drawn from 0.5-1.5x its mean: a fixed cycle near a step's length can
-    fall into step with the run, every stop landing while the rank waits for its peer and costing its
-    compute nothing (10 ms of every 30 named nobody in 1 run of 3 here; its medians were 1.2-1.6x).
-    In drawn pauses, a third of the time gave medians of 1.2-2.1x, 40% 1.6-2.3x (and 1 failure in
-    12 runs with both cores loaded), half 2.0-3.4x."""
-    try:
-        while not done.is_set():
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(stop_s * random.uniform(0.5, 1.5))
-            os.kill(pid, signal.SIGCONT)
-            time.sleep(run_s * random.uniform(0.5, 1.5))
-    except ProcessLookupError:
-        pass
-    finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
 
 
 def main():
