@@ -9,7 +9,8 @@
 #      (job_scripts/build_cuda.sh into build-cuda/: gpt2, unit_tests, mpi_tests, kernel_check,
 #      bench_train_step, gemm_sweep; GPT2_BUNDLE_BINS a subset -- gpu_run.sh skips what needs the rest);
 #   2. references from the host build: kernel_check --write (every kernel's outputs) and the tiny
-#      training run's data + CPU losses (tests/gpu/check_tiny_run.py --write);
+#      training run's data + CPU losses (tests/gpu/check_tiny_run.py --write), with AdamW and with
+#      Muon whose Newton-Schulz products read bf16;
 #   3. the CUDA binaries into libexec/, with small wrappers in bin/ that set the library path
 #      (bin/env.sh: the bundle's lib/, then the device's cuBLAS/NCCL found at run time);
 #   4. the shared libraries they need that the device lacks, copied from this machine as `ldd`
@@ -109,6 +110,9 @@ log "references from the host build"
   die "the host build does not match its own reference (see $BUNDLE/reference/kernel_check_host.txt)"
 PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 \
   "$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" --write "$BUNDLE/reference/tiny" --gpt2 "$CPU_BUILD/bin/gpt2"
+PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 \
+  "$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" --write "$BUNDLE/reference/tiny_muon_bf16" \
+  --gpt2 "$CPU_BUILD/bin/gpt2" --set train.optimizer=muon --set train.ns_dtype=bf16
 
 # ---- 3. binaries ------------------------------------------------------------------------------
 for b in "${CUDA_BINS[@]}"; do cp "$CUDA_BUILD/bin/$b" "$BUNDLE/libexec/"; done

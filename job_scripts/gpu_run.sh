@@ -20,8 +20,8 @@
 #           (summary.txt keeps the lines of earlier calls into the same OUTDIR.)
 #     checks:   kernel_check against the CPU reference in fp32 (1e-5), TF32 (2e-3 for GEMMs) and the
 #               mixed-precision kernels (1e-3; roundings, copies and the working copy exact); tiny
-#               training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank whose
-#               deck names nccl (one rank makes no NCCL call), 2 ranks on the one GPU through MPI's
+#               training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank with
+#               Muon's Newton-Schulz on bf16 inputs (6e-5), 1 rank whose deck names nccl (one rank makes no NCCL call), 2 ranks on the one GPU through MPI's
 #               host-staged path (dp=2 with an HDF5 trace; pp=2; pp=2 under NCCL's ordering,
 #               mpi-ordered); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
 #     multi:    with two GPUs or more: the tiny model (4 layers) on 2 ranks, one GPU each, NCCL between
@@ -192,6 +192,12 @@ if has_phase checks; then
   check "tiny run, 1 rank: losses = CPU (1e-4)" 180 "${TINY[@]}" --workdir "$WORK/tiny_1rank"
   check "tiny run, 1 rank, deck names nccl (no NCCL call)" 180 "${TINY[@]}" --workdir "$WORK/tiny_nccl" \
     --set parallel.comm=nccl
+  if [[ -d $REF/tiny_muon_bf16 ]]; then  # (6e-5: fp32 products differ from bf16's by 1.3e-4 on the host)
+    check "tiny run, 1 rank, Muon, bf16 Newton-Schulz = CPU (6e-5)" 180 "$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" \
+      --compare "$REF/tiny_muon_bf16" --gpt2 "$B/gpt2" --mpiexec "$B/mpiexec" --tol 6e-5 --workdir "$WORK/tiny_muon"
+  else
+    SUMMARY+=("SKIP  Muon's bf16 Newton-Schulz (no reference in this bundle: gpu_bundle.sh makes one)")
+  fi
   check "tiny run, 2 ranks, dp=2, comm=mpi (host-staged)" 240 "${TINY[@]}" --workdir "$WORK/tiny_dp2" \
     --ranks 2 --set parallel.dp=2 --set parallel.comm=mpi --trace
   [[ -f $WORK/tiny_dp2/trace.h5 ]] && cp "$WORK/tiny_dp2/trace.h5" "$OUT/trace_dp2.h5"

@@ -6,10 +6,12 @@ with (DIR/deck.toml, for reading) and the CPU run's metrics (DIR/metrics_cpu.jso
 2-layer, 4-head, 64-channel model on a 300-token vocabulary (padded to 384) at T=32, B=8, cosine
 schedule with warm-up, gradient clipping, weight decay, validation at steps 6 and 12.
 
---compare DIR (CUDA build, on a GPU): trains the same deck on the same data, with any --set
-overrides (parallel.comm=nccl, parallel.dp=2 on --ranks 2, ...), and checks that every step's loss
-and every validation loss equals the reference's to --tol (default 1e-4, absolute). Prints a
-step-by-step table; exit 0 when all match, 1 otherwise.
+--write with --set keeps the settings in DIR/info.json (train.optimizer=muon: a reference for Muon).
+
+--compare DIR (CUDA build, on a GPU): trains the same deck on the same data, with the reference's
+settings and then any --set overrides (parallel.comm=nccl, parallel.dp=2 on --ranks 2, ...), and
+checks that every step's loss and every validation loss equals the reference's to --tol (default
+1e-4, absolute). Prints a step-by-step table; exit 0 when all match, 1 otherwise.
 
 Usage:
   check_tiny_run.py --write DIR --gpt2 build/bin/gpt2
@@ -95,7 +97,8 @@ def compare(args):
     cfg = os.path.join(work, "deck.toml")
     gpt2test.write_deck(cfg, deck(os.path.join(ref, "train.bin"), os.path.join(ref, "val.bin")))
     metrics = os.path.join(work, "metrics.jsonl")
-    sets = list(args.set)
+    info = os.path.join(ref, "info.json")
+    sets = (json.load(open(info)).get("sets", []) if os.path.isfile(info) else []) + list(args.set)
     if args.trace:
         sets.append(f"trace.file={os.path.join(work, 'trace.h5')}")
     label = args.label or " ".join(sets) or "defaults"

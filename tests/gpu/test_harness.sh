@@ -3,7 +3,7 @@
 # (job_scripts/gpu_bundle.sh with GPT2_BUNDLE_HOST_TEST=1, unpacked, no size cap) and gpu_run.sh's
 # checks and multi phases on it (the multi phase's first 5 layouts), with a stand-in nvidia-smi on
 # PATH. Every check must pass:
-# kernel_check against the references, the tiny runs against the CPU losses, mpi_tests on one rank
+# kernel_check against the references, the tiny runs against the CPU losses (Muon's among them), mpi_tests on one rank
 # (the tests that need two ranks skip), and the two-GPU layouts against the one-rank run (through MPI
 # here: no NCCL). What a GPU machine's first minutes would otherwise spend on.
 #   tests/gpu/test_harness.sh BUILD_DIR WORK_DIR
@@ -23,7 +23,8 @@ rc=0
 (cd "$root" && GPT2_MULTI_FORCE=1 GPT2_MULTI_COMM=mpi GPT2_MULTI_LIMIT=5 bash job_scripts/gpu_run.sh "$work/bundle" "$work/out" checks,multi) ||
   rc=$?
 cat "$work/out/summary.txt"
-if ((rc != 0)) || grep -q '^FAIL' "$work/out/summary.txt" || ! grep -q '^PASS' "$work/out/summary.txt"; then
+if ((rc != 0)) || grep -q '^FAIL' "$work/out/summary.txt" || ! grep -q '^PASS' "$work/out/summary.txt" ||
+  ! grep -q '^PASS  tiny run, 1 rank, Muon' "$work/out/summary.txt"; then
   echo "gpu_harness: a check failed (exit $rc; log: $work/out/checks.log)"
   exit 1
 fi
