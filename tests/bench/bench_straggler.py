@@ -25,13 +25,12 @@ import subprocess
 import sys
 import re
 import tempfile
-import threading
 import types
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
 import gpt2test  # noqa: E402
-from rankprocs import Job, slow_down  # noqa: E402
+from rankprocs import Job, run_slowed  # noqa: E402
 
 NAMING_EVERY, NAMING_STEPS = 20, 80
 
@@ -59,21 +58,18 @@ def naming_run(args, work, deck, tag, slowed):
     cmd = ["-bind-to", "core", os.path.abspath(args.gpt2), "train", deck, "--metrics-jsonl", metrics,
            "--set", f"train.straggler_every={NAMING_EVERY}", "--set", f"train.steps={NAMING_STEPS}"]
     job = Job(types.SimpleNamespace(workdir=work, mpiexec=args.mpiexec), tag, cmd, 2, {})
-    done, slower = threading.Event(), None
-    try:
-        ranks = job.find_ranks(2) if slowed else None
-        if ranks:
-            slower = threading.Thread(target=slow_down, args=(ranks[1], done, args.stop_ms / 1e3, args.run_ms / 1e3))
-            slower.start()
-        rc = job.wait(600)
-    finally:
-        done.set()
-        if slower:
-            slower.join()
-        job.cleanup()
+    if slowed:
+        found = run_slowed(job, 2, 1, stop_s=args.stop_ms / 1e3, run_s=args.run_ms / 1e3) is not None
+    else:
+        found = True
+        try:
+            job.wait(600)
+        finally:
+            job.cleanup()
     out, err = job.output()
-    if rc != 0 or (slowed and not slower):
-        sys.exit(f"bench_straggler: {tag} failed (exit {rc}, rank 1 found: {bool(slower)}):\n{out[-2000:]}\n{err[-2000:]}")
+    rc = job.proc.returncode
+    if rc != 0 or not found:
+        sys.exit(f"bench_straggler: {tag} failed (exit {rc}, rank 1 found: {found}):\n{out[-2000:]}\n{err[-2000:]}")
     named = gpt2test.jsonl_objects(metrics, "straggler")
     return {"named": sorted({n["rank"] for n in named}), "first": named[0]["steps"] if named else None,
             "ratio_named": named[0]["ratio"] if named else None, "compute_ratio": compute_ratio(out)}

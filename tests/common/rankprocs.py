@@ -5,6 +5,7 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 
 RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -168,6 +169,24 @@ def slow_down(pid, done, stop_s=0.006, run_s=0.006):
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+def run_slowed(job, n, rank, timeout=600, stop_s=0.006, run_s=0.006):
+    """Finds the job's n ranks, slows `rank` (slow_down) until the job ends or `timeout` passes,
+    then cleans up. Returns the ranks found, or None when they were not (the job then runs as is)."""
+    done, slower, ranks = threading.Event(), None, None
+    try:
+        ranks = job.find_ranks(n)
+        if ranks:
+            slower = threading.Thread(target=slow_down, args=(ranks[rank], done, stop_s, run_s))
+            slower.start()
+        job.wait(timeout)
+    finally:
+        done.set()
+        if slower:
+            slower.join()
+        job.cleanup()
+    return ranks
 
 
 def wait_for_lines(path, n, job, timeout=60):

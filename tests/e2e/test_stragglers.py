@@ -11,11 +11,10 @@ input naming the key.
 """
 import os
 import sys
-import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import gpt2test  # noqa: E402
-from rankprocs import Job, slow_down  # noqa: E402
+from rankprocs import Job, run_slowed  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "analysis"))
 from tracelib import Trace  # noqa: E402
@@ -59,18 +58,7 @@ def main():
     # Rank 1 stopped half the time.
     job = Job(args, "slow", [*one_cpu(), *base, "--metrics-jsonl", P("slow.jsonl"), "--set",
                              f"trace.file={P('slow.h5')}"], 2, {})
-    done, ranks, slower = threading.Event(), None, None
-    try:
-        ranks = job.find_ranks(2)
-        slower = threading.Thread(target=slow_down, args=(ranks[1], done)) if ranks else None
-        if slower:
-            slower.start()
-        job.wait(600)
-    finally:
-        done.set()
-        if slower:
-            slower.join()
-        job.cleanup()
+    ranks = run_slowed(job, 2, 1)
     out, err = job.output()
     c.check(ranks is not None, "found the ranks' processes")
     c.check(job.proc.returncode == 0, f"the slowed run: exit {job.proc.returncode}\n{out}\n{err}")
