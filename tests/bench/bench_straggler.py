@@ -20,10 +20,10 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
-import re
 import tempfile
 import types
 
@@ -81,8 +81,8 @@ def naming(args, work, deck):
         kind = "slowed" if slowed else "clean"
         runs = [naming_run(args, work, deck, f"{kind}_{i}", slowed) for i in range(args.naming)]
         for i, r in enumerate(runs):
-            first = f"first at steps {r['first'][0]}-{r['first'][1]} ({r['ratio_named']:.2f}x)" if r["first"] else ""
-            print(f"{kind} run {i}: named {r['named'] or 'nobody'} {first}; rank 1's compute "
+            first = f" first at steps {r['first'][0]}-{r['first'][1]} ({r['ratio_named']:.2f}x)" if r["first"] else ""
+            print(f"{kind} run {i}: named {r['named'] or 'nobody'}{first}; rank 1's compute "
                   f"{r['compute_ratio']:.3f}x rank 0's", flush=True)
         result[kind] = runs
     clean, slow = result["clean"], result["slowed"]
