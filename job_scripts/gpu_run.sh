@@ -21,8 +21,8 @@
 #     checks:   kernel_check against the CPU reference in fp32 (1e-5), TF32 (2e-3 for GEMMs) and the
 #               mixed-precision kernels (1e-3; roundings, copies and the working copy exact); tiny
 #               training runs whose losses must equal the CPU run's to 1e-4: 1 rank, 1 rank with
-#               Muon's Newton-Schulz on bf16 inputs (6e-5), 1 rank whose deck names nccl (one rank makes no NCCL call), 2 ranks on the one GPU through MPI's
-#               host-staged path (dp=2 with an HDF5 trace; pp=2; pp=2 under NCCL's ordering,
+#               Muon's Newton-Schulz on bf16 inputs (6e-5), 1 rank whose deck names nccl (one rank
+#               makes no NCCL call), 2 ranks on the one GPU through MPI's host-staged path (dp=2 with an HDF5 trace; pp=2; pp=2 under NCCL's ordering,
 #               mpi-ordered); mpi_tests on 1 rank (MPI and NCCL communicators, NCCL at size 1)
 #     multi:    with two GPUs or more: the tiny model (4 layers) on 2 ranks, one GPU each, NCCL between
 #               them -- dp 2, pp 2 in all eight schedules, tp 2 (and with sequence parallelism), cp 2
@@ -183,7 +183,8 @@ check() {
   write_summary
 }
 
-TINY=("$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" --compare "$REF/tiny" --gpt2 "$B/gpt2" --mpiexec "$B/mpiexec")
+TINY_RUN=("$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" --gpt2 "$B/gpt2" --mpiexec "$B/mpiexec")
+TINY=("${TINY_RUN[@]}" --compare "$REF/tiny")
 if has_phase checks; then
   log "checks"
   : >"$OUT/checks.log"
@@ -193,8 +194,8 @@ if has_phase checks; then
   check "tiny run, 1 rank, deck names nccl (no NCCL call)" 180 "${TINY[@]}" --workdir "$WORK/tiny_nccl" \
     --set parallel.comm=nccl
   if [[ -d $REF/tiny_muon_bf16 ]]; then  # (6e-5: fp32 products differ from bf16's by 1.3e-4 on the host)
-    check "tiny run, 1 rank, Muon, bf16 Newton-Schulz = CPU (6e-5)" 180 "$PY" "$REPO_ROOT/tests/gpu/check_tiny_run.py" \
-      --compare "$REF/tiny_muon_bf16" --gpt2 "$B/gpt2" --mpiexec "$B/mpiexec" --tol 6e-5 --workdir "$WORK/tiny_muon"
+    check "tiny run, 1 rank, Muon, bf16 Newton-Schulz = CPU (6e-5)" 180 "${TINY_RUN[@]}" \
+      --compare "$REF/tiny_muon_bf16" --tol 6e-5 --workdir "$WORK/tiny_muon"
   else
     SUMMARY+=("SKIP  Muon's bf16 Newton-Schulz (no reference in this bundle: gpu_bundle.sh makes one)")
   fi

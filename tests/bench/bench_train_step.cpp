@@ -617,11 +617,11 @@ BENCHMARK(BM_CrossEntropy)->Unit(benchmark::kMicrosecond)->UseRealTime();
 void BM_AdamW_124M(benchmark::State& s) {
   const size_t n = ParamLayout(gpt2_124m()).total();
   const bool zero = s.range(0) == 1, copy = s.range(1) == 1;
-  Buffer<float> p = random_buffer(n, 11, 0.1f), g0 = random_buffer(n, 12, 0.01f), m = random_buffer(n, 13, 1e-3f);
-  Buffer<float> v = random_buffer(n, 14, 1e-3f), g(Kokkos::view_alloc(Kokkos::WithoutInitializing, "g"), n);
+  Buffer<float> p = random_buffer(n, 11, 0.1f), g = random_buffer(n, 12, 0.01f), m = random_buffer(n, 13, 1e-3f);
+  Buffer<float> v = random_buffer(n, 14, 1e-3f), g0(Kokkos::view_alloc(Kokkos::WithoutInitializing, "g0"), zero ? n : 0);
   float* pv = v.data();
   for_each_index("square", int64_t(n), KOKKOS_LAMBDA(int64_t i) { pv[i] = pv[i] * pv[i]; });
-  Kokkos::deep_copy(g, g0);
+  if (zero) Kokkos::deep_copy(g0, g);  // the gradients each zeroing pass starts from
   Buffer<uint16_t> bits("bits", copy ? n : 0);
   const CacheEvictor evict;
   AdamWStep st;

@@ -1,6 +1,7 @@
 """Rank processes of a launch, seen from outside (Linux /proc): start `mpiexec -n N gpt2 ...` (or
 gpt2 alone) in a session of its own, find its ranks, signal them, wait for the whole job to be gone,
-and clean up whatever is left. Shared by the fault, signal and straggler tests and the straggler benchmark."""
+and clean up whatever is left. Shared by the fault, signal and straggler tests and the straggler
+benchmark."""
 import os
 import random
 import signal

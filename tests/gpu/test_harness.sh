@@ -3,9 +3,9 @@
 # (job_scripts/gpu_bundle.sh with GPT2_BUNDLE_HOST_TEST=1, unpacked, no size cap) and gpu_run.sh's
 # checks and multi phases on it (the multi phase's first 5 layouts), with a stand-in nvidia-smi on
 # PATH. Every check must pass:
-# kernel_check against the references, the tiny runs against the CPU losses (Muon's among them), mpi_tests on one rank
-# (the tests that need two ranks skip), and the two-GPU layouts against the one-rank run (through MPI
-# here: no NCCL). What a GPU machine's first minutes would otherwise spend on.
+# kernel_check against the references, the tiny runs against the CPU losses (Muon's among them),
+# mpi_tests on one rank (the tests that need two ranks skip), and the two-GPU layouts against the
+# one-rank run (through MPI here: no NCCL). What a GPU machine's first minutes would otherwise spend on.
 #   tests/gpu/test_harness.sh BUILD_DIR WORK_DIR
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
