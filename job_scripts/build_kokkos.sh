@@ -18,7 +18,8 @@
 # it is downloaded once. Patches (cmake/patches/): every backend applies kokkos-3.4.01-fence-hooks.patch
 # (fence events for the tools interface, so the trainer counts every whole-device wait) and
 # kokkos-3.4.01-launch-waits.patch (launches that wait on the host: reported, and on CUDA avoided
-# below 4 KiB); cuda also
+# below 4 KiB); the host backends kokkos-3.4.01-host-huge-pages.patch (buffers of 2 MiB and more
+# advised onto transparent huge pages); cuda also
 # kokkos-3.4.01-cuda13.patch (CUDA 13, a HOPPER90 arch), kokkos-3.4.01-cuda-team-reduce.patch (a
 # barrier a team reduction lacks) and kokkos-3.4.01-cuda-ptx.patch (PTX may run on a newer GPU),
 # threads kokkos-3.4.01-threads-tsan.patch
@@ -81,6 +82,8 @@ KOKKOS_OPTIONS=(
 )
 PATCHES=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-fence-hooks.patch"
          "$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-launch-waits.patch")
+# Where the tensors are host memory, large buffers on transparent huge pages.
+[[ $BACKEND == cuda ]] || PATCHES+=("$REPO_ROOT/cmake/patches/kokkos-$KOKKOS_VERSION-host-huge-pages.patch")
 case $BACKEND in
   openmp)
     PREFIX=${KOKKOS_OPENMP_PREFIX:-$CACHE/kokkos-$KOKKOS_VERSION-openmp}
