@@ -17,11 +17,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "core/rng.hpp"
 #include "model/stage.hpp"
@@ -58,8 +63,22 @@ ModelConfig small() {
   return c;
 }
 
-Buffer<float> random_buffer(size_t n, uint64_t seed, float scale = 1.0f) {
+// Asks for 4 KiB pages over b before its first touch, undoing for comparison what the host build's
+// Kokkos does for a large buffer (cmake/patches/kokkos-3.4.01-host-huge-pages.patch).
+template <class T>
+void on_small_pages(const Buffer<T>& b) {
+#if defined(__linux__) && defined(MADV_NOHUGEPAGE) && !defined(KOKKOS_ENABLE_CUDA)
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE)), at = reinterpret_cast<uintptr_t>(b.data());
+  const uintptr_t begin = (at + page - 1) & ~(page - 1), end = (at + b.size() * sizeof(T)) & ~(page - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_NOHUGEPAGE);
+#else
+  (void)b;
+#endif
+}
+
+Buffer<float> random_buffer(size_t n, uint64_t seed, float scale = 1.0f, bool small_pages = false) {
   Buffer<float> b(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bench"), n);
+  if (small_pages) on_small_pages(b);
   auto h = Kokkos::create_mirror_view(b);
   Rng r(seed);
   for (size_t i = 0; i < n; ++i) h(i) = float(scale * (r.uniform() * 2 - 1));
@@ -614,19 +633,22 @@ BENCHMARK(BM_CrossEntropy)->Unit(benchmark::kMicrosecond)->UseRealTime();
 // writes the bf16 working copy. GB/s as the bytes it moves: 28 a value, +4 zeroing, +2 the copy.
 // Values as a step has them, each zeroing pass reading fresh gradients (refilled untimed, then the
 // caches evicted): over all-zero arrays the pass ran 0.93x the time (6 pairs, an EPYC box).
-void BM_AdamW_124M(benchmark::State& s) {
+void adamw_124m(benchmark::State& s, bool zero, bool copy, bool small_pages = false) {
   const size_t n = ParamLayout(gpt2_124m()).total();
-  const bool zero = s.range(0) == 1, copy = s.range(1) == 1;
-  Buffer<float> p = random_buffer(n, 11, 0.1f), g = random_buffer(n, 12, 0.01f), m = random_buffer(n, 13, 1e-3f);
-  Buffer<float> v = random_buffer(n, 14, 1e-3f), g0(Kokkos::view_alloc(Kokkos::WithoutInitializing, "g0"), zero ? n : 0);
+  Buffer<float> p = random_buffer(n, 11, 0.1f, small_pages), g = random_buffer(n, 12, 0.01f, small_pages);
+  Buffer<float> m = random_buffer(n, 13, 1e-3f, small_pages), v = random_buffer(n, 14, 1e-3f, small_pages);
+  Buffer<float> g0(Kokkos::view_alloc(Kokkos::WithoutInitializing, "g0"), zero ? n : 0);
   float* pv = v.data();
   for_each_index("square", int64_t(n), KOKKOS_LAMBDA(int64_t i) { pv[i] = pv[i] * pv[i]; });
   if (zero) Kokkos::deep_copy(g0, g);  // the gradients each zeroing pass starts from
-  Buffer<uint16_t> bits("bits", copy ? n : 0);
+  Buffer<uint16_t> bits(Kokkos::view_alloc(Kokkos::WithoutInitializing, "bits"), copy ? n : 0);
+  if (small_pages) on_small_pages(bits);
+  Kokkos::deep_copy(bits, uint16_t(0));
   const CacheEvictor evict;
   AdamWStep st;
   st.lr = 1e-4, st.weight_decay = 0.1, st.zero_grads = zero;
-  s.SetLabel(std::string(zero ? "zeroing the gradients" : "leaving the gradients") + (copy ? ", bf16 copy" : ""));
+  s.SetLabel(std::string(zero ? "zeroing the gradients" : "leaving the gradients") + (copy ? ", bf16 copy" : "") +
+             (small_pages ? ", 4 KiB pages" : ""));
   for (auto _ : s) {
     if (zero) {
       s.PauseTiming();
@@ -641,7 +663,13 @@ void BM_AdamW_124M(benchmark::State& s) {
   const double bytes = 28.0 + (zero ? 4 : 0) + (copy ? 2 : 0);
   s.counters["GB/s"] = benchmark::Counter(bytes * double(n) * double(s.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
+void BM_AdamW_124M(benchmark::State& s) { adamw_124m(s, s.range(0) == 1, s.range(1) == 1); }
 BENCHMARK(BM_AdamW_124M)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+// The step's bf16 update (gradients left, the copy written) on the huge pages Kokkos' large buffers
+// get (arg 1) or on 4 KiB pages (arg 0), in one run: what cmake/patches/kokkos-3.4.01-host-huge-pages.patch
+// is worth where the system leaves huge pages to madvise.
+void BM_AdamW_124M_Pages(benchmark::State& s) { adamw_124m(s, false, true, s.range(0) == 0); }
+BENCHMARK(BM_AdamW_124M_Pages)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // STREAM's triad a = b + s*c over arrays far larger than the caches, on the Kokkos threads: the
 // memory bandwidth a memory-bound pass (AdamW) can reach. Bytes as STREAM counts them: 12 per element.
