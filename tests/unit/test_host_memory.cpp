@@ -46,6 +46,7 @@ TEST(HostMemory, LargeBuffersAreAdvisedOntoHugePages) {
   ASSERT_FALSE(flags.empty()) << "no mapping in /proc/self/smaps holds the buffer";
   EXPECT_NE((flags + " ").find(" hg "), std::string::npos)
       << "a 32 MiB buffer is not advised onto huge pages (VmFlags:" << flags
-      << "): Kokkos built without cmake/patches/kokkos-3.4.01-host-huge-pages.patch";
+      << "): Kokkos built without cmake/patches/kokkos-3.4.01-host-huge-pages.patch (an install made "
+         "before it: job_scripts/build_kokkos.sh BACKEND rebuilds it, then build this project again)";
 #endif
 }
