@@ -11,6 +11,9 @@ and the step are estimated alike, so noise, which only ever adds time, does not 
 (Before 2026-12-02 the step was one repetition against the floor's best of 3.) The ratios are taken
 round by round (the box is shared: its rates move between minutes) and the median is reported.
 BLAS CPU detection is on (OPENBLAS_CORETYPE removed from the environment), as a user has it.
+The first line names the box class from /proc/cpuinfo (vendor, family and model, the
+microarchitecture they name, the instruction sets): a virtual machine's model name ("AMD EPYC")
+does not tell Zen 4 from Zen 5. The last lines give the rounds' spread beside the median.
 
   tests/bench/bench_roofline.py --bench build/bin/bench_train_step [--rounds 3] [--repetitions 3] [--json out.json]
 """
@@ -36,6 +39,43 @@ def step_gflop():
     hd = C // HEADS
     attention = 2 * (N_TOKENS // T) * HEADS * T * T * hd * 2 * 3
     return (LAYERS * (block + attention) + head) / 1e9
+
+
+# AMD's families by their microarchitecture (a box class is named by these, not by its model name,
+# which a virtual machine often reduces to "AMD EPYC"); Intel's family 6 models likewise.
+AMD_FAMILIES = {0x17: "Zen / Zen 2", 0x19: "Zen 3 / Zen 4", 0x1A: "Zen 5"}
+AMD_ZEN4_MODELS = set(range(0x10, 0x20)) | set(range(0x60, 0x80)) | set(range(0xA0, 0xB0))
+INTEL_MODELS = {0x55: "Skylake-SP / Cascade Lake / Cooper Lake", 0x6A: "Ice Lake-SP", 0x6C: "Ice Lake-D",
+                0x8F: "Sapphire Rapids", 0xCF: "Emerald Rapids", 0xAD: "Granite Rapids", 0xAE: "Granite Rapids-D"}
+ISA_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "avx512_vp2intersect")
+
+
+def cpu_identity(cpuinfo="/proc/cpuinfo"):
+    """The host's CPU as a box class: vendor, family and model (and the microarchitecture they name),
+    the logical CPUs, and the instruction sets the products can use."""
+    try:
+        text = open(cpuinfo).read()
+    except OSError:
+        return {"class": "unknown (no /proc/cpuinfo)"}
+    first = text.split("\n\n")[0]
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    family, model = int(field.get("cpu family", "0")), int(field.get("model", "0"))
+    vendor = field.get("vendor_id", "?")
+    if vendor == "AuthenticAMD":
+        uarch = AMD_FAMILIES.get(family, f"AMD family {family:#x}")
+        if family == 0x19:
+            uarch = "Zen 4" if model in AMD_ZEN4_MODELS else "Zen 3"
+    elif vendor == "GenuineIntel" and family == 6:
+        uarch = INTEL_MODELS.get(model, f"Intel family 6 model {model:#x}")
+    else:
+        uarch = f"{vendor} family {family:#x}"
+    flags = set(field.get("flags", "").split())
+    isa = [f for f in ISA_FLAGS if f in flags]
+    cpus = text.count("processor\t:")
+    name = field.get("model name", "?")
+    return {"class": f"{uarch}, {cpus} CPUs ({name}; family {family:#x} model {model:#x}; {' '.join(isa) or 'no AVX-512'})",
+            "vendor": vendor, "family": family, "model": model, "microarchitecture": uarch, "cpus": cpus,
+            "model_name": name, "isa": isa}
 
 
 FLOORS = "StepGemm/12/[012]/0/|Triad"
@@ -107,6 +147,8 @@ def main():
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)  # BLAS CPU detection on, as a user has it
     gflop = step_gflop()
+    cpu = cpu_identity()
+    print(f"CPU: {cpu['class']}")
     print(f"GPT-2 124M, B 4 x T 64, one rank; step GEMMs {gflop:.1f} GFLOP, AdamW {ADAMW_BYTES_PER_PARAM} B x "
           f"{PARAMS / 1e6:.1f} M parameters; BLAS CPU detection on; each figure the best of {args.repetitions}")
     hdr = (f"{'round':>5} {'sgemm':>6} {'dnnl32':>6} {'dnnl16':>6} {'triad':>6} | {'fp32':>7} {'floor':>7} {'ratio':>6}"
@@ -129,9 +171,11 @@ def main():
           f"bf16 step {med['bf16_step_ms']:.0f} ms = {med['bf16_ratio']:.3f}x its floor (target 1.12x)")
     print(f"the steps' means over their repetitions instead: fp32 {med['fp32_mean_ratio']:.3f}x, "
           f"bf16 {med['bf16_mean_ratio']:.3f}x")
+    spread = lambda key: f"{min(r[key] for r in rounds):.3f}-{max(r[key] for r in rounds):.3f}"
+    print(f"the rounds' spread: fp32 {spread('fp32_ratio')}, bf16 {spread('bf16_ratio')}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gflop": gflop, "params": PARAMS, "repetitions": args.repetitions, "rounds": rounds, "median": med}, f, indent=1)
+            json.dump({"cpu": cpu, "gflop": gflop, "params": PARAMS, "repetitions": args.repetitions, "rounds": rounds, "median": med}, f, indent=1)
         print(f"wrote {args.json}")
 
 
