@@ -16,6 +16,7 @@
 // columns [h*hs, (h+1)*hs); keys and values in kv (B * ks.rows(), ...) at columns kcol + h*hs and
 // vcol + h*hs; y, O (B * qs.rows(), nh*hs); the per-row-and-head vectors m, l, lse, D
 // (B * nh * qs.rows()), index (b*nh + h) * qs.rows() + row; doc (B * qs.rows()).
+#include "core/error.hpp"
 #include "tensor/flash_tiles.hpp"
 #include "tensor/traffic.hpp"
 
@@ -43,8 +44,14 @@ struct TileGrid {
   AttnSpan qs, ks;
   int bt, qper, qtiles, kper, ktiles;
   TileGrid(const AttnSpan& q, const AttnSpan& k, int tile)
-      : qs(q), ks(k), bt(tile), qper(tiles_per_part(q, tile)), qtiles(q.parts * qper), kper(tiles_per_part(k, tile)),
-        ktiles(k.parts * kper) {}
+      : qs(q), ks(k), bt(checked(tile)), qper(tiles_per_part(q, bt)), qtiles(q.parts * qper),
+        kper(tiles_per_part(k, bt)), ktiles(k.parts * kper) {}
+  // (a tile of fewer columns than a register tile's would leave its scores uncomputed)
+  static int checked(int tile) {
+    if (tile <= 0 || tile % kCols != 0)
+      fail("fused attention: a tile of ", tile, " rows; expected a positive multiple of ", kCols);
+    return tile;
+  }
   // Rows the tiles of one side load from the other over all the tile pairs causality lets meet, in
   // one head of one sequence: key rows (queries' tiles walking keys) or query rows (the key pass).
   // (A document mask skips more pairs; the count is the causal one.)

@@ -231,3 +231,21 @@ TEST(FlashAttention, EveryRingRankSeesWhatTheWholeSequenceAttentionDoes) {
     EXPECT_LT(worst_difference(dqkv, gw), 1e-12) << "cp " << g.cp << " tile " << g.tile << ": gradients";
   }
 }
+
+// A tile narrower than a register tile (flash::kCols: 32 on the host, 16 on a GPU) would leave its
+// scores uncomputed; the kernels refuse it by name instead.
+TEST(FlashAttention, RefusesATileNarrowerThanARegisterTile) {
+  const int B = 1, T = 16, nh = 1, C = 8;
+  const std::vector<D> qkv = random_vector(size_t(T) * 3 * C, 21), dy = random_vector(size_t(T) * C, 22);
+  std::vector<D> y, g;
+  for (const int tile : {flash::kCols / 2, flash::kCols + 8}) {
+    try {
+      fused<D>(qkv, dy, B, T, nh, C, tile, {}, y, g);
+      ADD_FAILURE() << "a tile of " << tile << " rows was taken";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected a positive multiple of " + std::to_string(flash::kCols)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
