@@ -293,8 +293,7 @@ void flash_attention_backward_dkv(const FlashProblem<T>& p, Mat<T> dkv, CMat<T> 
             // Key j is seen by the tile's queries [i0, i1): at or after it, in its document (the
             // documents' starts rise with the row, so those rows are consecutive).
             const int kpos = kr.pos0 + j, i0 = j >= kr.n ? g.bt : kpos - qr.pos0 > 0 ? kpos - qr.pos0 : 0;
-            int i1 = i0;
-            while (i1 < qr.n && lor[i1] <= T(kpos)) ++i1;
+            const int i1 = flash::first_row_after(lor, i0, qr.n, T(kpos));
             T *s = S + j * g.bt, *dp = dP + j * g.bt;
             GPT2_VECTOR_LOOP
             for (int i = 0; i < g.bt; ++i) {

@@ -160,6 +160,20 @@ KOKKOS_INLINE_FUNCTION KeyRange visible_keys(const Tile& q, int i, int lo, const
   return {j0, i >= q.n ? 0 : qpos - k.pos0 + 1 < k.n ? qpos - k.pos0 + 1 : k.n};
 }
 
+// The first of rows [i0, n) whose document starts after position pos, given each row's start lo
+// (rising with the row); n when none does, i0 when i0 >= n. A binary search: a linear scan was a
+// scalar loop of a tile's rows for each of its keys.
+template <class T>
+KOKKOS_INLINE_FUNCTION int first_row_after(const T* lo, int i0, int n, T pos) {
+  int a = i0, b = n;  // rows before a start at or before pos; rows from b start after it
+  while (a < b) {
+    const int mid = a + (b - a) / 2;
+    if (lo[mid] <= pos) a = mid + 1;
+    else b = mid;
+  }
+  return a;
+}
+
 // One row's scores s (a row of t) against the keys [j0, j1) merged into its running max m and sum
 // l: s becomes the softmax's numerators (0 outside the range); returns the factor the row's output
 // so far is rescaled by.

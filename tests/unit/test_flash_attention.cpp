@@ -249,3 +249,21 @@ TEST(FlashAttention, RefusesATileNarrowerThanARegisterTile) {
     }
   }
 }
+
+// The key pass's rows that see a key: the first row whose document starts after the key's position,
+// found by binary search, equals the linear scan over every start list of a few rows (rising starts,
+// ties, none after, and a first row past the tile).
+TEST(FlashAttention, FirstRowAfterAPositionEqualsTheScan) {
+  for (int n = 0; n <= 6; ++n)
+    for (int mask = 0; mask < (1 << n); ++mask) {
+      std::vector<float> lo(size_t(n) + 1);
+      for (int i = 0, start = 0; i < n; ++i) lo[size_t(i)] = float(start += (mask >> i) & 1 ? 2 : 0);
+      for (int i0 = 0; i0 <= n + 1; ++i0)
+        for (int pos = -1; pos <= 2 * n + 1; ++pos) {
+          int scan = i0;
+          while (scan < n && lo[size_t(scan)] <= float(pos)) ++scan;
+          EXPECT_EQ(flash::first_row_after(lo.data(), i0, n, float(pos)), scan)
+              << "n " << n << " starts mask " << mask << " i0 " << i0 << " pos " << pos;
+        }
+    }
+}
