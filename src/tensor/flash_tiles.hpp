@@ -27,7 +27,7 @@ namespace flash {
 // columns are padded to a multiple of kCols with zeros in scratch, so every register tile is whole.
 // On the host a register tile is 16 vector accumulators (8 x 32 floats of AVX-512's 32 registers):
 // an FMA's latency times its throughput needs 8 or more in flight, and 4 x 16 had 4 (fused attention
-// took 1.3-1.7x the time on Zen 5; 16 x 16 and 4 x 64 spill). A GPU thread keeps 4 x 16. Each
+// took 1.2-1.35x the time on Zen 5; 16 x 16 and 4 x 64 spill). A GPU thread keeps 4 x 16. Each
 // element is summed in the same order whatever the tile, so the results are the same bits.
 #if defined(KOKKOS_ENABLE_CUDA)
 constexpr int kRows = 4, kCols = 16;
