@@ -25,14 +25,15 @@ namespace flash {
 // Products inside a team are register tiles of kRows rows by kCols columns (a GEMM's micro-kernel:
 // each value of B loaded once for kRows rows). Tiles are multiples of kCols rows, and a head's
 // columns are padded to a multiple of kCols with zeros in scratch, so every register tile is whole.
-// On the host a register tile is 16 vector accumulators (8 x 32 floats of AVX-512's 32 registers):
-// an FMA's latency times its throughput needs 8 or more in flight, and 4 x 16 had 4 (fused attention
-// took 1.2-1.35x the time on Zen 5; 16 x 16 and 4 x 64 spill). A GPU thread keeps 4 x 16. Each
-// element is summed in the same order whatever the tile, so the results are the same bits.
-#if defined(KOKKOS_ENABLE_CUDA)
-constexpr int kRows = 4, kCols = 16;
-#else
+// With AVX-512 a register tile is 16 vector accumulators (8 x 32 floats of its 32 registers): an
+// FMA's latency times its throughput needs 8 or more in flight, and 4 x 16 had 4 (fused attention
+// took 1.2-1.35x the time on Zen 5; 16 x 16 and 4 x 64 spill). 4 x 16 is 8 of AVX2's 16 registers
+// (8 x 32 would spill there), and a GPU thread keeps it too. Each element is summed in the same
+// order whatever the tile, so the results are the same bits.
+#if defined(__AVX512F__) && !defined(KOKKOS_ENABLE_CUDA)
 constexpr int kRows = 8, kCols = 32;
+#else
+constexpr int kRows = 4, kCols = 16;
 #endif
 KOKKOS_INLINE_FUNCTION int padded(int hs) { return (hs + kCols - 1) / kCols * kCols; }
 
