@@ -232,7 +232,7 @@ TEST(FlashAttention, EveryRingRankSeesWhatTheWholeSequenceAttentionDoes) {
   }
 }
 
-// A tile narrower than a register tile (flash::kCols: 32 on the host, 16 on a GPU) would leave its
+// A tile narrower than a register tile (flash::kCols: 32 with AVX-512, else 16) would leave its
 // scores uncomputed; the kernels refuse it by name instead.
 TEST(FlashAttention, RefusesATileNarrowerThanARegisterTile) {
   const int B = 1, T = 16, nh = 1, C = 8;
