@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -572,6 +573,21 @@ TEST(Kernels, FastExpAndTanhAreAccurate) {
   EXPECT_LT(worst_exp, 3e-7);   // ~2.5 ulp of float
   EXPECT_LT(worst_tanh, 3e-7);
   EXPECT_EQ(km::fast_exp(-200.0f) < 1e-37f, true);
+}
+
+// fast_tanh's clamp to +-9 is what keeps exp_in_range's argument in range (it has no clamp of its
+// own): far outside it tanh is its value at +-9 (within an ulp of +-1), and NaN stays NaN.
+TEST(Kernels, FastTanhSaturatesFarOutside) {
+  const float top = km::fast_tanh(9.0f), bottom = km::fast_tanh(-9.0f);
+  EXPECT_NEAR(top, 1.0f, 1e-7f);
+  EXPECT_NEAR(bottom, -1.0f, 1e-7f);
+  for (const float x : {20.0f, 44.5f, 50.0f, 100.0f, 1e30f, std::numeric_limits<float>::infinity()}) {
+    EXPECT_EQ(km::fast_tanh(x), top) << x;
+    EXPECT_EQ(km::fast_tanh(-x), bottom) << -x;
+  }
+  EXPECT_TRUE(std::isnan(km::fast_tanh(std::numeric_limits<float>::quiet_NaN())));
+  for (float x = -9.0f; x <= 9.0f; x += 0.01f)  // inside the clamp: the clamped exp's value
+    EXPECT_EQ(km::fast_tanh(x), 1.0f - 2.0f / (km::fast_exp(2.0f * x) + 1.0f)) << x;
 }
 
 // GPT2_TEAM_SIZE sets the threads of every team kernel's teams (clamped to the threads there are):
